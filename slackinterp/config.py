@@ -1,0 +1,232 @@
+"""Every setting slackinterp reads, with its environment variable, default and validation.
+
+One place, so the README table, `.env.example` and `doctor` can all be checked against it.
+Slack and OpenAI variables keep their vendors' names; ours carry the `SLACKINTERP_` prefix.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from pathlib import Path
+from typing import Annotated, Any
+
+from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+PREFIX = "SLACKINTERP_"
+DEFAULT_SLACK_API_URL = "https://slack.com/api/"
+NO_KEY_PLACEHOLDER = "sk-no-key-required"
+
+
+class SandboxMode(StrEnum):
+    AUTO = "auto"
+    BWRAP = "bwrap"
+    NONE = "none"
+
+
+class LogFormat(StrEnum):
+    TEXT = "text"
+    JSON = "json"
+
+
+def _env(name: str) -> Any:
+    """Read a field from exactly one env var name (vendor names carry no prefix)."""
+    return AliasChoices(name)
+
+
+def _seconds(default: float, what: str, *, ge: float = 0.01) -> Any:
+    return Field(default, ge=ge, description=what, json_schema_extra={"unit": "seconds"})
+
+
+CommaList = Annotated[list[str], NoDecode]
+
+
+class Settings(BaseSettings):
+    """Runtime configuration. Field descriptions are the docs (README table is checked against them)."""
+
+    model_config = SettingsConfigDict(
+        env_prefix=PREFIX,
+        env_file=".env",
+        env_file_encoding="utf-8",
+        extra="ignore",
+        populate_by_name=True,
+    )
+
+    # Slack
+    slack_bot_token: str | None = Field(
+        None, validation_alias=_env("SLACK_BOT_TOKEN"), description="Bot token (xoxb-…)."
+    )
+    slack_app_token: str | None = Field(
+        None,
+        validation_alias=_env("SLACK_APP_TOKEN"),
+        description="App-level token (xapp-…); when set, the bot connects with Socket Mode.",
+    )
+    slack_signing_secret: str | None = Field(
+        None,
+        validation_alias=_env("SLACK_SIGNING_SECRET"),
+        description="Signing secret for HTTP mode (used when no app token is set).",
+    )
+    slack_api_url: str = Field(
+        DEFAULT_SLACK_API_URL,
+        validation_alias=_env("SLACK_API_URL"),
+        description="Base URL of the Slack Web API, used for every call.",
+    )
+    # Model
+    openai_api_key: str | None = Field(
+        None,
+        validation_alias=_env("OPENAI_API_KEY"),
+        description="Key for the model server; local servers accept any placeholder.",
+    )
+    openai_base_url: str | None = Field(
+        None,
+        validation_alias=_env("OPENAI_BASE_URL"),
+        description="Any OpenAI-compatible server (Azure, Ollama, vLLM, llama.cpp, LM Studio).",
+    )
+    openai_model: str = Field(
+        "gpt-5-mini", validation_alias=_env("OPENAI_MODEL"), description="Model name."
+    )
+    # Storage
+    data_dir: Path = Field(
+        Path("./.slackinterp"), description="Database and per-thread working directories."
+    )
+    # Kernels
+    kernel_name: str = Field("python3", description="Jupyter kernel spec the kernels run.")
+    idle_timeout: float = _seconds(1800, "Seconds idle before a kernel is reaped.")
+    reap_interval: float = _seconds(60, "Seconds between reaper runs.")
+    exec_timeout: float = _seconds(
+        120, "Seconds one cell may run before it is interrupted (then restarted)."
+    )
+    interrupt_grace: float = _seconds(
+        3, "Seconds an interrupted cell gets to stop before the kernel is restarted."
+    )
+    busy_cap: float = _seconds(
+        900, "Seconds a kernel may stay busy in total before the reaper restarts it."
+    )
+    restore_timeout: float = _seconds(
+        60, "Seconds the replay of a thread's cells may take when its state is restored."
+    )
+    pool_size: int = Field(2, ge=0, le=64, description="Warm kernels kept ready.")
+    max_kernels: int = Field(
+        50, ge=1, description="Live kernels at most; the least recently used idle one goes first."
+    )
+    memory_limit_mb: int = Field(
+        2048, ge=1024, description="Address-space limit per kernel in MiB (RLIMIT_AS, ≥ 1024)."
+    )
+    max_processes: int = Field(
+        512, ge=16, description="Process limit for a kernel's user (RLIMIT_NPROC; not for root)."
+    )
+    max_file_size_mb: int = Field(
+        512, ge=1, description="Largest file a kernel may write, in MiB (RLIMIT_FSIZE)."
+    )
+    max_output_chars: int = Field(
+        20000, ge=1000, description="Output kept per cell; beyond it head and tail are kept."
+    )
+    # Slack behaviour
+    allowed_channels: CommaList = Field(
+        default_factory=list, description="Comma-separated channel IDs; empty = every channel."
+    )
+    allowed_users: CommaList = Field(
+        default_factory=list, description="Comma-separated user IDs; empty = everyone."
+    )
+    max_upload_mb: int = Field(
+        50, ge=1, description="Largest produced file uploaded to Slack, in MiB."
+    )
+    max_files_per_cell: int = Field(10, ge=0, description="Produced files uploaded per cell.")
+    max_download_mb: int = Field(
+        100, ge=1, description="Largest user upload downloaded into a thread, in MiB."
+    )
+    http_port: int = Field(
+        3000, ge=1, le=65535, description="Port of the HTTP-mode server (events, commands)."
+    )
+    command: str = Field("/interp", description="Slash command name the app registers.")
+    # Agent
+    max_rounds: int = Field(8, ge=1, le=100, description="Model rounds (tool calls) per turn.")
+    system_prompt: str | None = Field(
+        None, description="Replaces the built-in system prompt (text, or @path to a file)."
+    )
+    # Operations
+    log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
+    log_format: LogFormat = Field(LogFormat.TEXT, description="text or json.")
+
+    @field_validator("allowed_channels", "allowed_users", mode="before")
+    @classmethod
+    def _split_commas(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [part.strip() for part in value.split(",") if part.strip()]
+        return value
+
+    @field_validator("log_level")
+    @classmethod
+    def _level(cls, value: str) -> str:
+        level = value.upper()
+        if level not in {"DEBUG", "INFO", "WARNING", "ERROR"}:
+            raise ValueError("expected DEBUG, INFO, WARNING or ERROR")
+        return level
+
+    @field_validator("slack_api_url")
+    @classmethod
+    def _api_url(cls, value: str) -> str:
+        if not value.startswith(("http://", "https://")):
+            raise ValueError("expected an http(s) URL such as https://slack.com/api/")
+        return value if value.endswith("/") else value + "/"
+
+    @property
+    def model_configured(self) -> bool:
+        """A model is usable when a key or a (keyless local) server URL is given."""
+        return bool(self.openai_api_key or self.openai_base_url)
+
+    @property
+    def db_path(self) -> Path:
+        return self.data_dir / "slackinterp.db"
+
+    @property
+    def threads_dir(self) -> Path:
+        return self.data_dir / "threads"
+
+
+def env_name(field: str) -> str:
+    """The environment variable that sets `field`."""
+    info = Settings.model_fields[field]
+    alias = info.validation_alias
+    if isinstance(alias, AliasChoices):
+        return str(alias.choices[0])
+    return PREFIX + field.upper()
+
+
+_EXPECTS = {
+    "float_parsing": "a number",
+    "int_parsing": "a whole number",
+    "greater_than_equal": "a number ≥ {ge}",
+    "less_than_equal": "a number ≤ {le}",
+    "enum": "one of {expected}",
+    "bool_parsing": "true or false",
+}
+
+
+class SettingsError(Exception):
+    """Invalid configuration, phrased per environment variable for humans."""
+
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+def _describe(error: dict[str, Any]) -> str:
+    loc = error.get("loc") or ("?",)
+    field = str(loc[0])
+    name = env_name(field) if field in Settings.model_fields else field
+    got = error.get("input")
+    template = _EXPECTS.get(error.get("type", ""))
+    if template:
+        expects = template.format(**(error.get("ctx") or {}))
+    else:
+        expects = str(error.get("msg", "a valid value")).removeprefix("Value error, ")
+    return f"{name}: expected {expects}, got {got!r}"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Build Settings, turning pydantic's errors into one line per bad variable."""
+    try:
+        return Settings(**overrides)
+    except ValidationError as exc:
+        raise SettingsError([_describe(e) for e in exc.errors()]) from None

@@ -1,0 +1,125 @@
+"""The typed events one turn yields. Front-ends (Slack, the terminal) render them; the engine
+knows nothing about how."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slackinterp.kernels.execution import CellResult, Output
+
+
+@dataclass(frozen=True)
+class TurnQueued:
+    """Another turn of this thread is running; this one waits its turn."""
+
+    position: int
+
+
+@dataclass(frozen=True)
+class TurnStarted:
+    pass
+
+
+@dataclass(frozen=True)
+class Notice:
+    """A lifecycle or housekeeping message for the thread (restored, died, capacity …)."""
+
+    kind: str
+    text: str
+
+
+@dataclass(frozen=True)
+class FileReceived:
+    name: str
+    size: int
+    mimetype: str
+    renamed_from: str | None = None
+
+
+@dataclass(frozen=True)
+class FileRejected:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class CellStarted:
+    cell_id: str
+    code: str
+    source: str  # "user" (direct code) or "model"
+
+
+@dataclass(frozen=True)
+class CellOutput:
+    cell_id: str
+    output: Output
+
+
+@dataclass(frozen=True)
+class CellFinished:
+    cell_id: str
+    code: str
+    result: CellResult
+
+
+@dataclass(frozen=True)
+class FileProduced:
+    cell_id: str
+    path: Path
+    name: str  # relative to the working directory
+    size: int
+
+
+@dataclass(frozen=True)
+class FileSkipped:
+    cell_id: str
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class AssistantDelta:
+    """A piece of the model's answer as it streams."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class AssistantText:
+    """The model's complete answer."""
+
+    text: str
+
+
+@dataclass(frozen=True)
+class TurnFailed:
+    """The turn could not finish; `message` is for the user, plainly worded."""
+
+    message: str
+    kind: str = "error"
+
+
+@dataclass(frozen=True)
+class TurnFinished:
+    cells: int = 0
+    seconds: float = 0.0
+    produced: list[str] = field(default_factory=list)
+
+
+Event = (
+    TurnQueued
+    | TurnStarted
+    | Notice
+    | FileReceived
+    | FileRejected
+    | CellStarted
+    | CellOutput
+    | CellFinished
+    | FileProduced
+    | FileSkipped
+    | AssistantDelta
+    | AssistantText
+    | TurnFailed
+    | TurnFinished
+)

@@ -1,0 +1,35 @@
+"""ThreadSession: one thread's working directory, its turn lock and queue, and the stop switch."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.kernels.execution import CellControl
+
+
+@dataclass
+class ThreadSession:
+    key: ThreadKey
+    workdir: Path
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    waiting: int = 0
+    # Set while a turn runs: Stop interrupts the running cell and cancels the model call.
+    control: CellControl | None = None
+    stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
+    cells_run: int = 0
+
+    @property
+    def busy(self) -> bool:
+        return self.lock.locked()
+
+    def request_stop(self, reason: str = "stopped") -> bool:
+        """Stop what runs now; True if something was running."""
+        if not self.busy:
+            return False
+        self.stop_requested.set()
+        if self.control is not None:
+            self.control.request_stop(reason)
+        return True

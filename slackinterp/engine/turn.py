@@ -1,0 +1,466 @@
+"""One user message → files in, direct code or the agent → events.
+
+The engine is the only thing front-ends talk to. It serialises turns per thread (later ones
+queue), runs cells through the kernel registry, records what succeeded for replay, and reports
+everything as typed events.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import time
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+import psutil
+
+from slackinterp.config import Settings
+from slackinterp.engine import workspace
+from slackinterp.engine.events import (
+    AssistantDelta,
+    AssistantText,
+    CellFinished,
+    CellOutput,
+    CellStarted,
+    Event,
+    FileProduced,
+    FileReceived,
+    FileRejected,
+    FileSkipped,
+    Notice,
+    TurnFailed,
+    TurnFinished,
+    TurnQueued,
+    TurnStarted,
+)
+from slackinterp.engine.session import ThreadSession
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.kernels.backend import KernelStartError
+from slackinterp.kernels.execution import CellControl, CellResult, Output, Status, run_cell
+from slackinterp.kernels.registry import AtCapacity, KernelRegistry, RestoreReport
+from slackinterp.store import Store
+
+log = logging.getLogger(__name__)
+
+NO_MODEL_HINT = (
+    "No model is configured, so I can only run code: send a ```python block, "
+    "or set OPENAI_API_KEY / OPENAI_BASE_URL."
+)
+_FENCE = re.compile(r"^\s*```[ \t]*(python3?|py)?[ \t]*\n(?P<code>.*?)\n?```\s*$", re.S | re.I)
+
+
+def direct_code(text: str) -> str | None:
+    """The code of a message that is only a fenced ```python (or bare ```) block."""
+    match = _FENCE.match(text or "")
+    if match is None:
+        return None
+    code = match.group("code")
+    return code if code.strip() else None
+
+
+class FileFetchError(Exception):
+    """A user's file could not be fetched; the message is for the user."""
+
+
+@dataclass(frozen=True)
+class IncomingFile:
+    """A file attached to a message; `fetch` writes its bytes to the path it is given."""
+
+    name: str
+    size: int
+    mimetype: str
+    fetch: Callable[[Path], Awaitable[None]]
+
+
+@dataclass
+class TurnRequest:
+    key: ThreadKey
+    text: str
+    user: str = ""
+    files: list[IncomingFile] = field(default_factory=list)
+
+
+@dataclass(frozen=True)
+class ThreadStatus:
+    alive: bool
+    busy: bool
+    idle_seconds: float | None
+    memory_bytes: int | None
+    cells: int
+    files: int
+    queued: int
+    replayable: int
+
+
+class AgentHooks(Protocol):
+    """What the agent may do inside a turn (see llm/agent.py)."""
+
+    async def run_python(self, code: str) -> CellResult: ...
+
+    async def answer_delta(self, text: str) -> None: ...
+
+
+class TurnAgent(Protocol):
+    async def run_turn(
+        self, key: str, text: str, files: list[FileReceived], workdir: Path, hooks: Any,
+        stop: asyncio.Event,
+    ) -> str: ...
+
+
+Emit = Callable[[Event], None]
+NoticeListener = Callable[[ThreadKey, Notice], Awaitable[None]]
+_DONE = object()
+
+
+class Engine:
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        registry: KernelRegistry,
+        agent: TurnAgent | None = None,
+    ):
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+        self.agent = agent
+        self.sessions: dict[str, ThreadSession] = {}
+        self.notice_listeners: list[NoticeListener] = []
+        registry.listeners.append(self._on_lifecycle)
+
+    # --- sessions ------------------------------------------------------------------------
+    def session(self, key: ThreadKey) -> ThreadSession:
+        session = self.sessions.get(key.id)
+        if session is None:
+            workdir = self.settings.threads_dir / key.dirname
+            workdir.mkdir(parents=True, exist_ok=True)
+            session = ThreadSession(key, workdir)
+            self.sessions[key.id] = session
+        return session
+
+    async def has_thread(self, key: ThreadKey) -> bool:
+        return key.id in self.sessions or await self.store.thread_exists(key.id)
+
+    # --- turns ---------------------------------------------------------------------------
+    async def submit(self, request: TurnRequest) -> AsyncIterator[Event]:
+        """Run one turn; yields its events as they happen. Turns of a thread run in order."""
+        events: asyncio.Queue[Any] = asyncio.Queue()
+        task = asyncio.create_task(self._turn(request, events.put_nowait))
+        try:
+            while True:
+                event = await events.get()
+                if event is _DONE:
+                    break
+                yield event
+        finally:
+            if not task.done():
+                # The consumer went away: let the turn finish on its own, never half-run.
+                task.add_done_callback(lambda t: t.exception() if not t.cancelled() else None)
+            else:
+                await task
+
+    async def _turn(self, request: TurnRequest, emit: Emit) -> None:
+        session = self.session(request.key)
+        if session.busy:
+            emit(TurnQueued(session.waiting + 1))
+        session.waiting += 1
+        try:
+            async with session.lock:
+                session.waiting -= 1
+                await self._run_turn(session, request, emit)
+        finally:
+            emit(_DONE)  # type: ignore[arg-type]
+
+    async def _run_turn(self, session: ThreadSession, request: TurnRequest, emit: Emit) -> None:
+        started = time.monotonic()
+        session.stop_requested = asyncio.Event()
+        emit(TurnStarted())
+        cells_before = session.cells_run
+        produced: list[str] = []
+        try:
+            await self.store.touch_thread(session.key.id)
+            received = await self._receive_files(session, request.files, emit)
+            code = direct_code(request.text)
+            if code is not None:
+                await self.run_code(session, code, "user", emit, produced)
+            elif self.agent is None:
+                if request.text.strip() or not received:
+                    emit(TurnFailed(NO_MODEL_HINT, kind="no_model"))
+            elif request.text.strip() or received:
+                hooks = _Hooks(self, session, emit, produced)
+                answer = await self.agent.run_turn(
+                    session.key.id, request.text, received, session.workdir, hooks,
+                    session.stop_requested,
+                )
+                if answer:
+                    emit(AssistantText(answer))
+        except AtCapacity as exc:
+            emit(TurnFailed(f"At capacity: {exc}.", kind="capacity"))
+        except KernelStartError as exc:
+            emit(TurnFailed(f"Could not start a kernel: {exc}", kind="kernel_start"))
+        except Exception as exc:
+            log.exception("turn.failed thread=%s", session.key.id)
+            emit(TurnFailed(f"Something went wrong on my side ({type(exc).__name__}: {exc}).",
+                            kind="internal"))
+        finally:
+            session.control = None
+            emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started,
+                              produced))
+
+    # --- files in ------------------------------------------------------------------------
+    async def _receive_files(
+        self, session: ThreadSession, files: list[IncomingFile], emit: Emit
+    ) -> list[FileReceived]:
+        received: list[FileReceived] = []
+        limit = self.settings.max_download_mb * 1024 * 1024
+        for incoming in files:
+            name = workspace.sanitize_filename(incoming.name)
+            if incoming.size > limit:
+                emit(FileRejected(incoming.name, f"it is {_size(incoming.size)}; the limit is "
+                                  f"{self.settings.max_download_mb} MiB "
+                                  "(SLACKINTERP_MAX_DOWNLOAD_MB)"))
+                continue
+            incoming_dir = workspace.private_dir(session.workdir) / "incoming"
+            incoming_dir.mkdir(exist_ok=True)
+            temp = incoming_dir / uuid.uuid4().hex
+            try:
+                await incoming.fetch(temp)
+                size = temp.stat().st_size
+                if size > limit:
+                    raise FileFetchError(f"it is larger than {self.settings.max_download_mb} MiB")
+            except FileFetchError as exc:
+                temp.unlink(missing_ok=True)
+                emit(FileRejected(incoming.name, str(exc)))
+                continue
+            except Exception as exc:
+                temp.unlink(missing_ok=True)
+                log.warning("files.fetch_failed thread=%s error=%s", session.key.id, exc)
+                emit(FileRejected(incoming.name, f"it could not be downloaded ({exc})"))
+                continue
+            target = workspace.unique_path(session.workdir, name)
+            temp.replace(target)
+            event = FileReceived(
+                target.name,
+                size,
+                incoming.mimetype or workspace.guess_type(target.name),
+                renamed_from=incoming.name if target.name != incoming.name else None,
+            )
+            received.append(event)
+            emit(event)
+        return received
+
+    # --- cells ---------------------------------------------------------------------------
+    async def run_code(
+        self,
+        session: ThreadSession,
+        code: str,
+        source: str,
+        emit: Emit,
+        produced: list[str] | None = None,
+    ) -> CellResult:
+        key = session.key.id
+        lease = await self.registry.acquire(key, session.workdir)
+        if lease.restore is not None:
+            emit(restore_notice(lease.restore))
+        cell_id = uuid.uuid4().hex[:8]
+        emit(CellStarted(cell_id, code, source))
+        before = workspace.snapshot(session.workdir)
+        control = CellControl()
+        if session.stop_requested.is_set():
+            control.request_stop("stopped")
+        session.control = control
+        lease.kernel.control = control
+        self.registry.mark_busy(key)
+
+        async def on_output(output: Output) -> None:
+            emit(CellOutput(cell_id, output))
+
+        result: CellResult | None = None
+        try:
+            result = await run_cell(
+                lease.kernel,
+                code,
+                timeout=self.settings.exec_timeout,
+                grace=self.settings.interrupt_grace,
+                max_output_chars=self.settings.max_output_chars,
+                on_output=on_output,
+                control=control,
+                spill_path=session.workdir / workspace.PRIVATE_DIR / "outputs" / f"{cell_id}.txt",
+            )
+        finally:
+            lost = ""
+            if result is not None and result.restarted:
+                lost = "restarted"
+            self.registry.mark_idle(key, state_lost=lost)
+            lease.kernel.control = None
+        session.cells_run += 1
+        await self.store.add_cell(
+            key,
+            code,
+            ok=result.ok,
+            error_name=result.error.ename if result.error else None,
+            duration=result.duration,
+        )
+        log.info(
+            "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
+            key, cell_id, result.status.value, result.duration,
+        )
+        emit(CellFinished(cell_id, code, result))
+        self._lifecycle_notice(result, emit)
+        self._report_files(session, cell_id, before, emit, produced)
+        return result
+
+    def _lifecycle_notice(self, result: CellResult, emit: Emit) -> None:
+        if result.status is Status.DIED:
+            emit(Notice("died", "The kernel died (out of memory, or the code exited it). "
+                                "A new one starts with the next cell and earlier cells are "
+                                "replayed to restore the state."))
+        elif result.restarted:
+            emit(Notice("restarted", "The cell would not stop when interrupted, so the kernel "
+                                     "was restarted; the state is restored on the next cell."))
+
+    def _report_files(
+        self,
+        session: ThreadSession,
+        cell_id: str,
+        before: workspace.Snapshot,
+        emit: Emit,
+        produced: list[str] | None,
+    ) -> None:
+        after = workspace.snapshot(session.workdir)
+        names = workspace.changed(before, after)
+        limit = self.settings.max_upload_mb * 1024 * 1024
+        sent = 0
+        for name in names:
+            size = after[name][0]
+            if size > limit:
+                emit(FileSkipped(cell_id, name, f"{_size(size)} is over the "
+                                 f"{self.settings.max_upload_mb} MiB upload limit "
+                                 "(SLACKINTERP_MAX_UPLOAD_MB); it stays in the working directory"))
+                continue
+            if sent >= self.settings.max_files_per_cell:
+                emit(FileSkipped(cell_id, name, f"only {self.settings.max_files_per_cell} files "
+                                 "are uploaded per cell (SLACKINTERP_MAX_FILES_PER_CELL)"))
+                continue
+            sent += 1
+            if produced is not None:
+                produced.append(name)
+            emit(FileProduced(cell_id, session.workdir / name, name, size))
+
+    # --- controls ------------------------------------------------------------------------
+    def stop(self, key: ThreadKey) -> bool:
+        session = self.sessions.get(key.id)
+        return session.request_stop("stopped") if session else False
+
+    async def reset(self, key: ThreadKey, *, wipe: bool = False) -> str:
+        """Fresh kernel, no replay history, no model history; files stay unless wiped."""
+        session = self.session(key)
+        session.request_stop("reset")
+        async with session.lock:
+            had_kernel = await self.registry.release(key.id, why="reset")
+            self.registry.forget(key.id)
+            await self.store.clear_replay(key.id)
+            await self.store.clear_history(key.id)
+            if wipe:
+                workspace.wipe(session.workdir)
+        what = "Kernel reset" if had_kernel else "State cleared"
+        files = "files deleted" if wipe else "files kept"
+        return f"{what}: variables and history are gone, {files}."
+
+    async def status(self, key: ThreadKey) -> ThreadStatus:
+        session = self.session(key)
+        slot = self.registry.slot(key.id)
+        memory = None
+        if slot is not None and slot.kernel.pid:
+            memory = _memory(slot.kernel.pid)
+        return ThreadStatus(
+            alive=slot is not None,
+            busy=session.busy,
+            idle_seconds=(time.monotonic() - slot.last_used) if slot and not slot.busy else None,
+            memory_bytes=memory,
+            cells=await self.store.count_cells(key.id),
+            files=len(workspace.snapshot(session.workdir)),
+            queued=session.waiting,
+            replayable=len(await self.store.replayable_cells(key.id)),
+        )
+
+    def files(self, key: ThreadKey) -> list[tuple[str, int]]:
+        snap = workspace.snapshot(self.session(key).workdir)
+        return [(name, size) for name, (size, _m) in sorted(snap.items())]
+
+    # --- lifecycle notices from the registry ----------------------------------------------
+    async def _on_lifecycle(self, key_id: str, what: str) -> None:
+        key = ThreadKey.parse(key_id)
+        minutes = self.settings.idle_timeout / 60
+        if what == "reaped":
+            text = (f"Kernel stopped after {minutes:g} min idle; files kept; the state "
+                    "restores on your next message.")
+        elif what == "evicted":
+            text = ("Kernel stopped to make room for another thread (SLACKINTERP_MAX_KERNELS); "
+                    "files kept; the state restores on your next message.")
+        else:
+            return
+        notice = Notice(what, text)
+        for listener in list(self.notice_listeners):
+            try:
+                await listener(key, notice)
+            except Exception as exc:
+                log.error("engine.notice_failed thread=%s error=%s", key_id, exc)
+
+
+class _Hooks:
+    """The agent's handle on a turn: run code as cells, stream answer text."""
+
+    def __init__(self, engine: Engine, session: ThreadSession, emit: Emit, produced: list[str]):
+        self.engine = engine
+        self.session = session
+        self.emit = emit
+        self.produced = produced
+
+    async def run_python(self, code: str) -> CellResult:
+        return await self.engine.run_code(self.session, code, "model", self.emit, self.produced)
+
+    async def answer_delta(self, text: str) -> None:
+        self.emit(AssistantDelta(text))
+
+    async def notice(self, kind: str, text: str) -> None:
+        self.emit(Notice(kind, text))
+
+    async def variables(self) -> str:
+        return ""
+
+
+def restore_notice(report: RestoreReport) -> Notice:
+    why = {"died": "after the kernel died", "reaped": "after the idle stop",
+           "restarted": "after the restart", "new process": "after the bot restarted"}
+    text = (f"Restored state by replaying {report.replayed} of {report.total} "
+            f"cell{'s' if report.total != 1 else ''} ({report.seconds:.1f} s) "
+            f"{why.get(report.reason, '')}.").replace(" .", ".")
+    if report.failed:
+        failed = ", ".join(f"#{i} ({name})" for i, name in report.failed[:5])
+        text += f" These failed on replay: {failed}."
+    if report.out_of_time:
+        text += " The replay ran out of time (SLACKINTERP_RESTORE_TIMEOUT); later cells were skipped."
+    return Notice("restored", text)
+
+
+def _memory(pid: int) -> int | None:
+    with contextlib.suppress(psutil.Error, OSError, AttributeError):
+        return int(psutil.Process(pid).memory_full_info().pss)
+    with contextlib.suppress(psutil.Error, OSError):
+        return int(psutil.Process(pid).memory_info().rss)
+    return None
+
+
+def _size(size: int) -> str:
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if size < 1024 or unit == "GiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024  # type: ignore[assignment]
+    return f"{size} B"

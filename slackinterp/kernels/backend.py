@@ -1,0 +1,263 @@
+"""Kernel backends: where kernel processes come from.
+
+`LocalBackend` runs ipykernel processes on this machine through jupyter_client's async API,
+with an explicit minimal environment and resource limits. A gateway backend (kernels on a
+Jupyter Kernel/Enterprise Gateway) can implement the same protocol later.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+from typing import Any, Protocol
+
+import psutil
+from jupyter_client.manager import AsyncKernelManager
+
+from slackinterp.kernels import sandbox
+from slackinterp.kernels.execution import CellControl
+
+log = logging.getLogger(__name__)
+
+READY_TIMEOUT = 60.0
+_serial = itertools.count(1)
+
+
+class KernelStartError(Exception):
+    """A kernel could not be started; the message says why and what to check."""
+
+
+class Kernel(Protocol):
+    """One live kernel, as the registry and run_cell use it."""
+
+    kernel_id: str
+    cwd: Path
+    control: CellControl | None
+
+    @property
+    def client(self) -> Any: ...
+
+    @property
+    def pid(self) -> int | None: ...
+
+    async def is_alive(self) -> bool: ...
+
+    async def interrupt(self) -> None: ...
+
+    async def restart(self) -> None: ...
+
+    async def move_to(self, cwd: Path) -> None: ...
+
+    async def shutdown(self) -> None: ...
+
+
+class KernelBackend(Protocol):
+    async def start_kernel(self, cwd: Path) -> Kernel: ...
+
+    async def cleanup_orphans(self) -> int: ...
+
+
+class ProcessRecorder(Protocol):
+    """Remembers kernel pids so a later run can clean up after a crash (store.py)."""
+
+    async def record_kernel(self, pid: int, owner_pid: int, connection_file: str) -> None: ...
+
+    async def forget_kernel(self, pid: int) -> None: ...
+
+    async def recorded_kernels(self) -> list[tuple[int, int, str]]: ...
+
+
+class LocalKernel:
+    """An ipykernel process on this machine and the client talking to it."""
+
+    def __init__(self, km: AsyncKernelManager, cwd: Path, recorder: ProcessRecorder | None):
+        self.km = km
+        self.kernel_id = km.kernel_id or ""
+        self.cwd = cwd
+        self.control: CellControl | None = None
+        self._recorder = recorder
+        self._client: Any = None
+        self._recorded_pid: int | None = None
+
+    @property
+    def client(self) -> Any:
+        return self._client
+
+    @property
+    def pid(self) -> int | None:
+        provisioner = self.km.provisioner
+        return getattr(provisioner, "pid", None) if provisioner else None
+
+    async def connect(self) -> None:
+        self._client = self.km.client()
+        self._client.start_channels(stdin=False)
+        try:
+            await self._client.wait_for_ready(timeout=READY_TIMEOUT)
+        except RuntimeError as exc:  # the kernel died during start-up
+            raise KernelStartError(f"the kernel died while starting: {exc}") from None
+        await self._record()
+
+    async def _record(self) -> None:
+        pid = self.pid
+        if self._recorder is None or pid is None or pid == self._recorded_pid:
+            return
+        if self._recorded_pid is not None:
+            await self._recorder.forget_kernel(self._recorded_pid)
+        await self._recorder.record_kernel(pid, os.getpid(), self.km.connection_file)
+        self._recorded_pid = pid
+
+    async def is_alive(self) -> bool:
+        return bool(await self.km.is_alive())
+
+    async def interrupt(self) -> None:
+        await self.km.interrupt_kernel()
+
+    async def restart(self) -> None:
+        """A fresh process with the same connection; its cwd is reapplied."""
+        await self.km.restart_kernel(now=True)
+        await self._client.wait_for_ready(timeout=READY_TIMEOUT)
+        await self._apply_cwd()
+        await self._record()
+
+    async def move_to(self, cwd: Path) -> None:
+        """Point a pooled kernel at its thread's directory."""
+        self.cwd = cwd
+        await self._apply_cwd()
+
+    async def _apply_cwd(self) -> None:
+        code = (
+            "import os as __o; __o.chdir(%r); __o.environ['HOME'] = %r; del __o"
+            % (str(self.cwd), str(self.cwd))
+        )
+        msg_id = self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
+        # Wait for that request's reply so the next cell surely runs in the new directory.
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            reply = await self._client.get_shell_msg(timeout=deadline - time.monotonic())
+            if reply.get("parent_header", {}).get("msg_id") == msg_id:
+                break
+
+    async def shutdown(self) -> None:
+        pid = self.pid
+        try:
+            if self._client is not None:
+                self._client.stop_channels()
+            await self.km.shutdown_kernel(now=True)
+        except Exception as exc:
+            log.warning("kernel.shutdown_failed kernel=%s error=%s", self.kernel_id, exc)
+            _kill_group(pid)
+        if self._recorder is not None and self._recorded_pid is not None:
+            await self._recorder.forget_kernel(self._recorded_pid)
+            self._recorded_pid = None
+
+
+class LocalBackend:
+    """Starts ipykernel processes with a minimal environment and resource limits."""
+
+    def __init__(
+        self,
+        *,
+        kernel_name: str,
+        cache_dir: Path,
+        limits: sandbox.Limits,
+        runtime_dir: Path,
+        recorder: ProcessRecorder | None = None,
+    ):
+        self.kernel_name = kernel_name
+        self.cache_dir = cache_dir
+        self.limits = limits
+        self.recorder = recorder
+        self.runtime_dir = runtime_dir
+        runtime_dir.mkdir(parents=True, exist_ok=True)
+        sandbox.prepare_cache(cache_dir)
+
+    async def start_kernel(self, cwd: Path) -> LocalKernel:
+        cwd.mkdir(parents=True, exist_ok=True)
+        # IPC sockets instead of TCP: no loopback ports to guess, and they work under bubblewrap.
+        km = AsyncKernelManager(
+            kernel_name=self.kernel_name,
+            transport="ipc",
+            ip=str(self.runtime_dir / f"k{next(_serial)}"),
+            connection_file=str(self.runtime_dir / f"kernel-{os.getpid()}-{next(_serial)}.json"),
+        )
+        try:
+            await km.start_kernel(
+                cwd=str(cwd),
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                env=sandbox.kernel_env(cwd, self.cache_dir),
+                extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
+                preexec_fn=sandbox.limiter(self.limits),
+            )
+        except Exception as exc:
+            raise KernelStartError(
+                f"could not start a '{self.kernel_name}' kernel: {exc}. "
+                "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
+                "is installed in that environment."
+            ) from exc
+        kernel = LocalKernel(km, cwd, self.recorder)
+        try:
+            await kernel.connect()
+        except BaseException:
+            await kernel.shutdown()
+            raise
+        return kernel
+
+    async def cleanup_orphans(self) -> int:
+        """Kill kernels recorded by a run of the bot that is no longer alive."""
+        if self.recorder is None:
+            return 0
+        killed = 0
+        for pid, owner_pid, connection_file in await self.recorder.recorded_kernels():
+            if owner_pid != os.getpid() and psutil.pid_exists(owner_pid):
+                continue  # another live bot process owns it
+            if _is_kernel_process(pid, connection_file):
+                _kill_group(pid)
+                killed += 1
+            Path(connection_file).unlink(missing_ok=True)
+            await self.recorder.forget_kernel(pid)
+        return killed
+
+
+def _is_kernel_process(pid: int, connection_file: str) -> bool:
+    """Only a process started with that connection file counts (pids get reused)."""
+    try:
+        return connection_file in " ".join(psutil.Process(pid).cmdline())
+    except (psutil.Error, OSError):
+        return False
+
+
+def _kill_group(pid: int | None) -> None:
+    if pid is None:
+        return
+    try:
+        os.killpg(os.getpgid(pid), signal.SIGKILL)
+    except (ProcessLookupError, PermissionError, OSError):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+
+
+async def wait_gone(pids: list[int], timeout: float = 5.0) -> bool:
+    """Wait until none of pids runs (zombies count as gone)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        alive = [p for p in pids if _running(p)]
+        if not alive:
+            return True
+        await asyncio.sleep(0.05)
+    return False
+
+
+def _running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False

@@ -1,0 +1,348 @@
+"""Running one cell: the ONE place that maps Jupyter iopub messages to typed outputs.
+
+Outputs are delivered to a callback as they arrive so a front-end can stream them. A cell that
+runs past its timeout (or is stopped by a user) is interrupted; if the kernel is still busy after
+a short grace it is restarted. A kernel that dies mid-cell is reported as such.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import queue
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Protocol
+
+ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
+POLL_SECONDS = 0.2
+MAX_DISPLAYS_PER_CELL = 30
+# Full output beyond the per-cell budget is saved, but not without end.
+MAX_SPILL_BYTES = 50 * 1024 * 1024
+
+
+def strip_ansi(text: str) -> str:
+    return ANSI_RE.sub("", text)
+
+
+# --- outputs -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Stream:
+    name: str  # "stdout" | "stderr"
+    text: str
+
+
+@dataclass(frozen=True)
+class Display:
+    data: dict[str, Any]
+    metadata: dict[str, Any] = field(default_factory=dict)
+    display_id: str | None = None
+    update: bool = False  # update_display_data: replaces an earlier display with this id
+
+
+@dataclass(frozen=True)
+class Result:
+    data: dict[str, Any]
+    execution_count: int | None = None
+
+
+@dataclass(frozen=True)
+class Error:
+    ename: str
+    evalue: str
+    traceback: str  # ANSI-free, joined
+
+
+@dataclass(frozen=True)
+class ClearOutput:
+    wait: bool
+
+
+Output = Stream | Display | Result | Error | ClearOutput
+OutputCallback = Callable[[Output], Awaitable[None]]
+
+
+class Status(StrEnum):
+    OK = "ok"
+    ERROR = "error"
+    TIMEOUT = "timeout"  # ran past the limit; interrupted (restarted if it would not stop)
+    STOPPED = "stopped"  # stopped on request; interrupted (restarted if it would not stop)
+    DIED = "died"  # the kernel process went away mid-cell
+
+
+@dataclass
+class CellResult:
+    status: Status
+    duration: float
+    text: str = ""  # stdout+stderr as they interleaved, head and tail when over budget
+    outputs: list[Output] = field(default_factory=list)  # displays, result, error (no streams)
+    error: Error | None = None
+    restarted: bool = False  # the kernel was restarted: its state is gone
+    truncated_chars: int = 0
+    full_output: Path | None = None  # the whole text, when it was too long to keep
+
+    @property
+    def ok(self) -> bool:
+        return self.status is Status.OK
+
+    @property
+    def result(self) -> Result | None:
+        return next((o for o in self.outputs if isinstance(o, Result)), None)
+
+
+# --- the kernel side this module needs -----------------------------------------------------
+
+
+class ExecutableKernel(Protocol):
+    """What run_cell needs from a kernel handle (see backend.py)."""
+
+    @property
+    def client(self) -> Any: ...
+
+    async def is_alive(self) -> bool: ...
+
+    async def interrupt(self) -> None: ...
+
+    async def restart(self) -> None: ...
+
+
+# --- bounded stream text -------------------------------------------------------------------
+
+
+class OutputBudget:
+    """Keeps head and tail of a cell's text; beyond the budget the whole goes to a file."""
+
+    def __init__(self, max_chars: int, spill_path: Path | None):
+        self.max_chars = max_chars
+        self.head_limit = max_chars // 2
+        self.head: list[str] = []
+        self.head_len = 0
+        self.tail: deque[str] = deque()
+        self.tail_len = 0
+        self.total = 0
+        self.spill_path = spill_path
+        self._spill: Any = None
+        self._spilled = 0
+
+    @property
+    def over(self) -> bool:
+        return self.total > self.max_chars
+
+    def add(self, text: str) -> str:
+        """Record text; returns the part that may still be shown live (empty once over)."""
+        if self._spill is None and self.spill_path is not None:
+            if self.total + len(text) > self.max_chars:
+                # Nothing was dropped yet: head + tail is everything so far.
+                self.spill_path.parent.mkdir(parents=True, exist_ok=True)
+                self._spill = self.spill_path.open("w", encoding="utf-8", errors="replace")
+                self._write("".join(self.head) + "".join(self.tail))
+        self.total += len(text)
+        shown = ""
+        if self.head_len < self.head_limit:
+            shown = text[: self.head_limit - self.head_len]
+            self.head.append(shown)
+            self.head_len += len(shown)
+            rest = text[len(shown) :]
+        else:
+            rest = text
+        if rest:
+            self.tail.append(rest)
+            self.tail_len += len(rest)
+            keep = self.max_chars - self.head_limit
+            while self.tail and self.tail_len - len(self.tail[0]) >= keep:
+                self.tail_len -= len(self.tail.popleft())
+        if self._spill is not None:
+            self._write(text)
+        return shown
+
+    def _write(self, text: str) -> None:
+        if self._spilled < MAX_SPILL_BYTES:
+            chunk = text[: MAX_SPILL_BYTES - self._spilled]
+            self._spill.write(chunk)
+            self._spilled += len(chunk)
+
+    def close(self) -> None:
+        if self._spill is not None:
+            self._spill.close()
+
+    def text(self) -> tuple[str, int]:
+        """(kept text, number of characters left out)."""
+        head = "".join(self.head)
+        tail = "".join(self.tail)
+        if not self.over:
+            return head + tail, 0
+        tail_keep = self.max_chars - self.head_limit
+        tail = tail[-tail_keep:]
+        omitted = self.total - len(head) - len(tail)
+        return f"{head}\n… {omitted:,} characters omitted …\n{tail}", omitted
+
+
+# --- iopub → outputs -----------------------------------------------------------------------
+
+
+def output_from_iopub(msg: dict[str, Any]) -> Output | None:
+    """Map one iopub message to an output; None for the ones that carry no output."""
+    kind = msg["header"]["msg_type"]
+    content = msg["content"]
+    if kind == "stream":
+        return Stream(content.get("name", "stdout"), content.get("text", ""))
+    if kind == "display_data":
+        transient = content.get("transient") or {}
+        return Display(content.get("data", {}), content.get("metadata", {}), transient.get("display_id"))
+    if kind == "update_display_data":
+        transient = content.get("transient") or {}
+        return Display(
+            content.get("data", {}),
+            content.get("metadata", {}),
+            transient.get("display_id"),
+            update=True,
+        )
+    if kind == "execute_result":
+        return Result(content.get("data", {}), content.get("execution_count"))
+    if kind == "error":
+        tb = strip_ansi("\n".join(content.get("traceback", [])))
+        return Error(content.get("ename", "Error"), strip_ansi(content.get("evalue", "")), tb)
+    if kind == "clear_output":
+        return ClearOutput(bool(content.get("wait", False)))
+    return None  # status, execute_input, comm_* …
+
+
+def _is_idle(msg: dict[str, Any]) -> bool:
+    return msg["header"]["msg_type"] == "status" and msg["content"].get("execution_state") == "idle"
+
+
+# --- the run loop --------------------------------------------------------------------------
+
+
+@dataclass
+class CellControl:
+    """Lets another task stop a running cell (user Stop, busy cap)."""
+
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    reason: str = ""
+
+    def request_stop(self, reason: str = "stopped") -> None:
+        self.reason = reason
+        self.stop.set()
+
+
+async def run_cell(
+    kernel: ExecutableKernel,
+    code: str,
+    *,
+    timeout: float,
+    grace: float,
+    max_output_chars: int,
+    on_output: OutputCallback | None = None,
+    control: CellControl | None = None,
+    spill_path: Path | None = None,
+    silent: bool = False,
+) -> CellResult:
+    """Execute `code` and collect its outputs; never raises for what the code does."""
+    control = control or CellControl()
+    client = kernel.client
+    started = time.monotonic()
+    budget = OutputBudget(max_output_chars, spill_path)
+    outputs: list[Output] = []
+    error: Error | None = None
+    displays = 0
+    msg_id = client.execute(
+        code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=True
+    )
+    deadline = started + timeout
+    status: Status | None = None
+
+    async def deliver(output: Output) -> None:
+        if on_output is not None:
+            await on_output(output)
+
+    try:
+        while True:
+            if control.stop.is_set():
+                status = Status.STOPPED
+                break
+            if time.monotonic() >= deadline:
+                status = Status.TIMEOUT
+                break
+            wait = min(POLL_SECONDS, max(0.0, deadline - time.monotonic()))
+            try:
+                msg = await client.get_iopub_msg(timeout=wait)
+            except queue.Empty:
+                if not await kernel.is_alive():
+                    status = Status.DIED
+                    break
+                continue
+            if msg.get("parent_header", {}).get("msg_id") != msg_id:
+                continue  # left over from an earlier, interrupted cell
+            if _is_idle(msg):
+                break
+            output = output_from_iopub(msg)
+            if output is None:
+                continue
+            if isinstance(output, Stream):
+                shown = budget.add(output.text)
+                if shown:
+                    await deliver(Stream(output.name, shown))
+                continue
+            if isinstance(output, Error):
+                error = output
+            if isinstance(output, Display) and not output.update:
+                displays += 1
+                if displays > MAX_DISPLAYS_PER_CELL:
+                    continue
+            outputs.append(output)
+            await deliver(output)
+    finally:
+        budget.close()
+
+    restarted = False
+    if status in (Status.TIMEOUT, Status.STOPPED):
+        restarted = not await _interrupt(kernel, msg_id, grace)
+        if not await kernel.is_alive():
+            status = Status.DIED
+    elif status is Status.DIED:
+        pass
+    elif error is not None:
+        status = Status.ERROR
+    else:
+        status = Status.OK
+    text, omitted = budget.text()
+    if displays > MAX_DISPLAYS_PER_CELL:
+        text += f"\n[{displays - MAX_DISPLAYS_PER_CELL} more displays not shown]"
+    return CellResult(
+        status,
+        time.monotonic() - started,
+        text,
+        outputs,
+        error,
+        restarted=restarted,
+        truncated_chars=omitted,
+        full_output=spill_path if budget.over and spill_path else None,
+    )
+
+
+async def _interrupt(kernel: ExecutableKernel, msg_id: str, grace: float) -> bool:
+    """Interrupt; True when the kernel went idle within the grace, else it is restarted."""
+    try:
+        await kernel.interrupt()
+    except Exception:
+        pass
+    end = time.monotonic() + grace
+    client = kernel.client
+    while time.monotonic() < end:
+        try:
+            msg = await client.get_iopub_msg(timeout=min(POLL_SECONDS, end - time.monotonic()))
+        except queue.Empty:
+            if not await kernel.is_alive():
+                break
+            continue
+        if msg.get("parent_header", {}).get("msg_id") == msg_id and _is_idle(msg):
+            return True
+    await kernel.restart()
+    return False

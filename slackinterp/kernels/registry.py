@@ -1,0 +1,311 @@
+"""Thread key → kernel: the warm pool, the live-kernel cap, idle bookkeeping, restore by replay.
+
+The registry owns every kernel process. Callers (the engine) serialise work per thread; the
+registry only guards its own bookkeeping, so different threads start and run concurrently.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slackinterp.kernels.backend import Kernel, KernelBackend
+from slackinterp.kernels.execution import run_cell
+
+log = logging.getLogger(__name__)
+
+
+class AtCapacity(Exception):
+    """Every allowed kernel is busy; the caller should tell the user to retry shortly."""
+
+
+@dataclass
+class RestoreReport:
+    """What replaying a thread's successful cells into a fresh kernel achieved."""
+
+    replayed: int
+    total: int
+    seconds: float
+    failed: list[tuple[int, str]] = field(default_factory=list)  # (cell index, error name)
+    out_of_time: bool = False
+    reason: str = ""  # why a restore was needed: "reaped", "died", "restarted", "new process"
+
+    @property
+    def complete(self) -> bool:
+        return not self.failed and not self.out_of_time and self.replayed == self.total
+
+
+@dataclass
+class Lease:
+    kernel: Kernel
+    restore: RestoreReport | None = None
+
+
+@dataclass
+class Slot:
+    """One thread's kernel and what the reaper needs to know about it."""
+
+    key: str
+    kernel: Kernel
+    last_used: float
+    busy_since: float | None = None
+    needs_restore: str = ""  # non-empty: state was lost; the reason
+
+    @property
+    def busy(self) -> bool:
+        return self.busy_since is not None
+
+
+ReplaySource = Callable[[str], Awaitable[list[str]]]
+LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
+
+
+class KernelRegistry:
+    def __init__(
+        self,
+        backend: KernelBackend,
+        *,
+        pool_dir: Path,
+        pool_size: int,
+        max_kernels: int,
+        replay_source: ReplaySource,
+        restore_timeout: float,
+        exec_grace: float = 3.0,
+        max_output_chars: int = 20000,
+    ):
+        self.backend = backend
+        self.pool_dir = pool_dir
+        self.pool_size = pool_size
+        self.max_kernels = max_kernels
+        self.replay_source = replay_source
+        self.restore_timeout = restore_timeout
+        self.exec_grace = exec_grace
+        self.max_output_chars = max_output_chars
+        self.slots: dict[str, Slot] = {}
+        self.pool: list[Kernel] = []
+        self._starting = 0
+        self._lock = asyncio.Lock()
+        self._refill_task: asyncio.Task[None] | None = None
+        self._closed = False
+        self.listeners: list[LifecycleListener] = []
+        # Threads seen by this process: a first use of a thread with stored cells is a restore.
+        self._known: set[str] = set()
+
+    # --- lifecycle -----------------------------------------------------------------------
+    async def start(self) -> int:
+        """Clean up kernels a crashed run left behind, then warm the pool."""
+        orphans = await self.backend.cleanup_orphans()
+        if orphans:
+            log.warning("kernels.orphans_killed count=%d", orphans)
+        self.refill_pool()
+        return orphans
+
+    async def wait_pool_ready(self, timeout: float = 60.0) -> None:
+        end = time.monotonic() + timeout
+        while len(self.pool) < min(self.pool_size, self.max_kernels) and time.monotonic() < end:
+            if self._refill_task is None or self._refill_task.done():
+                self.refill_pool()
+            await asyncio.sleep(0.02)
+
+    async def shutdown(self) -> None:
+        """Stop every kernel; nothing outlives the bot."""
+        self._closed = True
+        if self._refill_task is not None:
+            self._refill_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refill_task
+        kernels = [s.kernel for s in self.slots.values()] + list(self.pool)
+        self.slots.clear()
+        self.pool.clear()
+        for slot_kernel in kernels:
+            if slot_kernel.control is not None:
+                slot_kernel.control.request_stop("shutdown")
+        await asyncio.gather(*(k.shutdown() for k in kernels), return_exceptions=True)
+
+    @property
+    def live_count(self) -> int:
+        return len(self.slots) + len(self.pool) + self._starting
+
+    # --- the pool ------------------------------------------------------------------------
+    def refill_pool(self) -> None:
+        if self._closed or self.pool_size == 0:
+            return
+        if self._refill_task is None or self._refill_task.done():
+            self._refill_task = asyncio.create_task(self._refill(), name="kernel-pool-refill")
+
+    async def _refill(self) -> None:
+        while not self._closed and len(self.pool) + self._starting < self.pool_size:
+            if self.live_count >= self.max_kernels:
+                return
+            self._starting += 1
+            try:
+                kernel = await self.backend.start_kernel(self.pool_dir)
+            except Exception as exc:
+                log.error("kernels.pool_start_failed error=%s", exc)
+                return
+            finally:
+                self._starting -= 1
+            if self._closed:
+                await kernel.shutdown()
+                return
+            self.pool.append(kernel)
+            log.info("kernels.pool_ready size=%d", len(self.pool))
+
+    # --- leasing -------------------------------------------------------------------------
+    async def acquire(self, key: str, cwd: Path) -> Lease:
+        """The thread's kernel, started or restored as needed. Caller holds the thread's lock."""
+        slot = self.slots.get(key)
+        if slot is not None and not await slot.kernel.is_alive():
+            log.warning("kernels.found_dead thread=%s", key)
+            self.slots.pop(key, None)
+            await slot.kernel.shutdown()
+            reason = "died"
+            slot = None
+        else:
+            reason = "reaped" if key in self._known else "new process"
+        if slot is None:
+            kernel = await self._new_kernel(cwd)
+            slot = Slot(key, kernel, time.monotonic())
+            self.slots[key] = slot
+            slot.needs_restore = reason
+        slot.last_used = time.monotonic()
+        restore = None
+        if slot.needs_restore:
+            restore = await self._restore(slot, slot.needs_restore)
+            slot.needs_restore = ""
+        self._known.add(key)
+        return Lease(slot.kernel, restore)
+
+    async def _new_kernel(self, cwd: Path) -> Kernel:
+        async with self._lock:
+            if self.pool:
+                kernel = self.pool.pop(0)
+                from_pool = True
+            else:
+                if self.live_count >= self.max_kernels:
+                    await self._evict_lru()
+                self._starting += 1
+                from_pool = False
+        if from_pool:
+            self.refill_pool()
+            await kernel.move_to(cwd)
+            return kernel
+        try:
+            return await self.backend.start_kernel(cwd)
+        finally:
+            self._starting -= 1
+
+    async def _evict_lru(self) -> None:
+        idle = [s for s in self.slots.values() if not s.busy]
+        if not idle:
+            raise AtCapacity(
+                f"all {self.max_kernels} kernels are busy (SLACKINTERP_MAX_KERNELS); "
+                "try again in a moment"
+            )
+        victim = min(idle, key=lambda s: s.last_used)
+        await self.release(victim.key, why="evicted")
+
+    async def _restore(self, slot: Slot, reason: str) -> RestoreReport | None:
+        codes = await self.replay_source(slot.key)
+        if not codes:
+            return None
+        started = time.monotonic()
+        report = RestoreReport(0, len(codes), 0.0, reason=reason)
+        for index, code in enumerate(codes):
+            remaining = self.restore_timeout - (time.monotonic() - started)
+            if remaining <= 0:
+                report.out_of_time = True
+                break
+            result = await run_cell(
+                slot.kernel,
+                code,
+                timeout=remaining,
+                grace=self.exec_grace,
+                max_output_chars=self.max_output_chars,
+            )
+            if result.status.value == "timeout":
+                report.out_of_time = True
+                break
+            if not result.ok:
+                report.failed.append((index + 1, result.error.ename if result.error else result.status))
+                if result.restarted or result.status.value == "died":
+                    break
+                continue
+            report.replayed += 1
+        report.seconds = time.monotonic() - started
+        log.info(
+            "kernels.restored thread=%s replayed=%d total=%d seconds=%.2f",
+            slot.key,
+            report.replayed,
+            report.total,
+            report.seconds,
+        )
+        return report
+
+    # --- bookkeeping the engine reports --------------------------------------------------
+    def mark_busy(self, key: str) -> None:
+        slot = self.slots.get(key)
+        if slot is not None:
+            slot.busy_since = time.monotonic()
+
+    def mark_idle(self, key: str, *, state_lost: str = "") -> None:
+        slot = self.slots.get(key)
+        if slot is not None:
+            slot.busy_since = None
+            slot.last_used = time.monotonic()
+            if state_lost:
+                slot.needs_restore = state_lost
+
+    def slot(self, key: str) -> Slot | None:
+        return self.slots.get(key)
+
+    async def release(self, key: str, *, why: str = "reset") -> bool:
+        """Shut the thread's kernel down (files stay). True if there was one."""
+        slot = self.slots.pop(key, None)
+        if slot is None:
+            return False
+        await slot.kernel.shutdown()
+        log.info("kernels.released thread=%s why=%s", key, why)
+        if why in ("reaped", "evicted"):
+            await self._tell(key, why)
+        self.refill_pool()
+        return True
+
+    def forget(self, key: str) -> None:
+        """After a reset there is nothing to restore: the next kernel starts clean."""
+        self._known.discard(key)
+
+    async def _tell(self, key: str, what: str) -> None:
+        for listener in list(self.listeners):
+            try:
+                await listener(key, what)
+            except Exception as exc:
+                log.error("kernels.listener_failed thread=%s error=%s", key, exc)
+
+    # --- reaping (called by reaper.py) ---------------------------------------------------
+    async def reap_idle(self, idle_timeout: float) -> list[str]:
+        now = time.monotonic()
+        idle = [
+            s.key
+            for s in list(self.slots.values())
+            if not s.busy and now - s.last_used >= idle_timeout
+        ]
+        for key in idle:
+            await self.release(key, why="reaped")
+        return idle
+
+    def over_busy_cap(self, busy_cap: float) -> list[str]:
+        """Stop cells that have kept their kernel busy too long (a backstop to the timeout)."""
+        now = time.monotonic()
+        stopped = []
+        for slot in self.slots.values():
+            if slot.busy_since is not None and now - slot.busy_since >= busy_cap:
+                if slot.kernel.control is not None:
+                    slot.kernel.control.request_stop("busy cap")
+                    stopped.append(slot.key)
+        return stopped

@@ -1,0 +1,100 @@
+"""The engine's runtime without any front-end: store, kernel backend, registry, reaper, engine.
+
+`app.py` (Slack) and `console.py` (terminal) both build on it, so both get the same start and
+stop order: open the store, clean up orphans, warm the pool, start the reaper; on stop the
+reverse, and every kernel is shut down.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import dataclass
+
+from slackinterp.config import Settings
+from slackinterp.engine.turn import Engine, TurnAgent
+from slackinterp.kernels.backend import LocalBackend
+from slackinterp.kernels.reaper import Reaper
+from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.sandbox import MIB, Limits
+from slackinterp.store import Store, StoreError, sqlite_url
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Runtime:
+    settings: Settings
+    store: Store
+    registry: KernelRegistry
+    reaper: Reaper
+    engine: Engine
+
+    @classmethod
+    async def open(cls, settings: Settings, agent: TurnAgent | None = None) -> Runtime:
+        data_dir = settings.data_dir
+        try:
+            data_dir.mkdir(parents=True, exist_ok=True)
+            settings.threads_dir.mkdir(parents=True, exist_ok=True)
+            probe = data_dir / ".write-test"
+            probe.write_text("ok")
+            probe.unlink()
+        except OSError as exc:
+            raise StoreError(
+                f"the data directory {data_dir} is not writable ({exc.strerror}); "
+                "set SLACKINTERP_DATA_DIR to a writable directory"
+            ) from None
+        store = await Store.open(sqlite_url(settings.db_path.resolve()))
+        backend = LocalBackend(
+            kernel_name=settings.kernel_name,
+            cache_dir=(data_dir / "cache").resolve(),
+            runtime_dir=_runtime_dir(settings),
+            limits=Limits(
+                memory_bytes=settings.memory_limit_mb * MIB,
+                max_processes=settings.max_processes,
+                max_file_bytes=settings.max_file_size_mb * MIB,
+            ),
+            recorder=store,
+        )
+
+        async def replay_source(key: str) -> list[str]:
+            return [cell.code for cell in await store.replayable_cells(key)]
+
+        registry = KernelRegistry(
+            backend,
+            pool_dir=(data_dir / "pool").resolve(),
+            pool_size=min(settings.pool_size, settings.max_kernels),
+            max_kernels=settings.max_kernels,
+            replay_source=replay_source,
+            restore_timeout=settings.restore_timeout,
+            exec_grace=settings.interrupt_grace,
+            max_output_chars=settings.max_output_chars,
+        )
+        reaper = Reaper(
+            registry,
+            idle_timeout=settings.idle_timeout,
+            interval=settings.reap_interval,
+            busy_cap=settings.busy_cap,
+            forget_events=store.forget_events_before,
+        )
+        engine = Engine(settings, store, registry, agent)
+        return cls(settings, store, registry, reaper, engine)
+
+    async def start(self) -> None:
+        await self.registry.start()
+        self.reaper.start()
+
+    async def stop(self) -> None:
+        self.reaper.stop()
+        await self.registry.shutdown()
+        await self.store.close()
+
+
+def _runtime_dir(settings: Settings):
+    """Short socket paths: IPC socket names must fit in 107 bytes."""
+    from pathlib import Path
+
+    path = (settings.data_dir / "run").resolve()
+    if len(str(path)) > 60:
+        path = Path("/tmp") / f"slackinterp-{os.getuid()}-{abs(hash(str(path))) % 10**8}"
+    return path

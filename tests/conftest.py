@@ -1,0 +1,68 @@
+"""Shared fixtures: settings in a temporary data dir, a running engine runtime."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import psutil
+import pytest
+
+from slackinterp.config import Settings
+from slackinterp.engine.events import Event
+from slackinterp.engine.turn import Engine, TurnRequest
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.runtime import Runtime
+
+# Secrets in the bot's own environment: tests check they never reach a kernel.
+os.environ.setdefault("SLACK_BOT_TOKEN", "xoxb-planted-secret")
+os.environ.setdefault("OPENAI_API_KEY", "sk-planted-secret")
+
+
+def make_settings(tmp_path: Path, **overrides: object) -> Settings:
+    values: dict[str, object] = {
+        "data_dir": tmp_path / "data",
+        "pool_size": 0,
+        "exec_timeout": 20,
+        "interrupt_grace": 1.5,
+        "idle_timeout": 1800,
+        "reap_interval": 3600,
+        "slack_bot_token": None,
+        "openai_api_key": None,
+        "openai_base_url": None,
+    }
+    values.update(overrides)
+    return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def settings(tmp_path: Path) -> Settings:
+    return make_settings(tmp_path)
+
+
+@pytest.fixture
+async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
+    rt = await Runtime.open(settings)
+    await rt.start()
+    try:
+        yield rt
+    finally:
+        await rt.stop()
+
+
+async def run_turn(engine: Engine, key: ThreadKey, text: str, **kw: object) -> list[Event]:
+    return [e async for e in engine.submit(TurnRequest(key, text, **kw))]  # type: ignore[arg-type]
+
+
+def kernel_children() -> list[psutil.Process]:
+    """ipykernel processes started by this test process."""
+    me = psutil.Process()
+    found = []
+    for child in me.children(recursive=True):
+        try:
+            if "ipykernel" in " ".join(child.cmdline()) and child.status() != psutil.STATUS_ZOMBIE:
+                found.append(child)
+        except psutil.Error:
+            continue
+    return found

@@ -1,0 +1,788 @@
+"""A scriptable fake of the OpenAI Chat Completions API on a real loopback socket.
+
+The ``openai`` SDK (3.x) talks HTTP through ``httpx2``, so transport-level
+mocks do not intercept it. Instead, tests start this aiohttp server in their
+own event loop and point ``AsyncOpenAI(base_url=fake.base_url)`` (or the
+``OPENAI_BASE_URL`` environment variable) at it. The SDK then exercises its
+real code paths: JSON/SSE parsing, error mapping, retries and timeouts.
+
+Tests describe what "the model" does with :meth:`FakeOpenAI.script`; each chat
+request consumes one step from a FIFO. Everything the server receives is
+recorded so tests can assert on the messages and tools the bot sent.
+
+The wire format mirrors ``openai.types.chat.ChatCompletion`` /
+``ChatCompletionChunk`` and OpenAI's error body
+``{"error": {"message", "type", "param", "code"}}``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import inspect
+import itertools
+import json
+import math
+import re
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable, Iterator
+from dataclasses import dataclass, field, replace
+from types import TracebackType
+from typing import Any, TypeAlias
+
+from aiohttp import web
+
+__all__ = [
+    "DEFAULT_REPLY_TEXT",
+    "DropStream",
+    "Dynamic",
+    "Fail",
+    "FakeOpenAI",
+    "Hang",
+    "RecordedRequest",
+    "Reply",
+    "Step",
+    "ToolCall",
+]
+
+DEFAULT_REPLY_TEXT = "(fake model: no scripted reply)"
+DEFAULT_MODELS: tuple[str, ...] = ("gpt-5-mini", "test-model")
+SYSTEM_FINGERPRINT = "fp_fake"
+
+# Marks a request whose connection the fake aborted on purpose (DropStream),
+# so the resulting handler cancellation is not counted as a client cancel.
+DROPPED_ON_PURPOSE = web.RequestKey("fake_openai_dropped", bool)
+
+# Longest piece of tool-call arguments sent in one stream delta. Small enough
+# that realistic arguments always span several chunks, like the real API.
+ARGUMENT_PIECE_CHARS = 8
+
+
+# --------------------------------------------------------------------------
+# Script steps
+# --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ToolCall:
+    """A function tool call the fake model makes.
+
+    ``arguments`` given as a dict is JSON-encoded; a str is sent verbatim so
+    tests can hand the bot malformed JSON. ``id`` defaults to a unique
+    ``call_fake…`` id.
+    """
+
+    name: str
+    arguments: str | dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+
+    def arguments_json(self) -> str:
+        """The arguments exactly as they go on the wire (always a string)."""
+        if isinstance(self.arguments, str):
+            return self.arguments
+        return json.dumps(self.arguments)
+
+
+@dataclass(frozen=True)
+class Reply:
+    """A successful completion: text and/or tool calls.
+
+    ``finish_reason`` defaults to "tool_calls" when there are tool calls and
+    "stop" otherwise; set "length" to simulate truncation. ``delay`` is the
+    wait before the response starts (time to first byte); ``chunk_delay`` is
+    the wait between SSE chunks when streaming.
+    """
+
+    text: str = ""
+    tool_calls: list[ToolCall] = field(default_factory=list)
+    finish_reason: str | None = None
+    delay: float = 0
+    chunk_delay: float = 0
+
+    def effective_finish_reason(self) -> str:
+        if self.finish_reason is not None:
+            return self.finish_reason
+        return "tool_calls" if self.tool_calls else "stop"
+
+
+@dataclass(frozen=True)
+class Fail:
+    """An HTTP error with OpenAI's error body.
+
+    ``times`` makes the step answer that many consecutive requests, because
+    the SDK retries 408/409/429/5xx (twice by default) and each retry is a new
+    request. ``retry_after`` (seconds) is sent as ``retry-after-ms`` (which
+    the SDK prefers, so sub-second values keep tests fast) and as a
+    standard integer ``retry-after``. ``message``/``error_type`` default to
+    what OpenAI sends for the status and code.
+    """
+
+    status: int
+    message: str | None = None
+    code: str | None = None
+    retry_after: float | None = None
+    times: int = 1
+    error_type: str | None = None
+
+
+@dataclass(frozen=True)
+class Hang:
+    """Wait ``seconds`` before answering, to trigger client timeouts.
+
+    If the client is still there afterwards, ``then`` is answered (default: a
+    plain reply). The SDK retries timeouts, and each retry is a new request:
+    use ``times`` (or ``max_retries=0`` on the client) accordingly.
+    """
+
+    seconds: float
+    then: Step | None = None
+    times: int = 1
+
+
+@dataclass(frozen=True)
+class DropStream:
+    """Start answering, then close the TCP connection abruptly.
+
+    For a streaming request, the role chunk and ``after_chunks`` content
+    deltas of ``text`` are sent before the connection is aborted mid-body.
+    For a non-streaming request, headers and part of the JSON body are sent.
+    """
+
+    after_chunks: int
+    text: str = "this reply will be cut off before it ends"
+
+
+@dataclass(frozen=True)
+class Dynamic:
+    """Decide the step from the request body (the parsed JSON dict).
+
+    ``fn`` may be sync or async and may return any step, including another
+    ``Dynamic``.
+    """
+
+    fn: Callable[[dict[str, Any]], Step | Awaitable[Step]]
+
+
+Step: TypeAlias = Reply | Fail | Hang | DropStream | Dynamic
+
+
+@dataclass(frozen=True)
+class RecordedRequest:
+    """One chat request as received. ``headers`` keys are lower-case."""
+
+    body: dict[str, Any]
+    headers: dict[str, str]
+
+    @property
+    def model(self) -> str | None:
+        return self.body.get("model")
+
+    @property
+    def messages(self) -> list[dict[str, Any]]:
+        return self.body.get("messages") or []
+
+    @property
+    def tools(self) -> list[dict[str, Any]]:
+        return self.body.get("tools") or []
+
+    @property
+    def stream(self) -> bool:
+        return bool(self.body.get("stream"))
+
+    @property
+    def retry_count(self) -> int:
+        """The SDK's ``x-stainless-retry-count``: 0 for a first attempt."""
+        return int(self.headers.get("x-stainless-retry-count", "0"))
+
+
+# --------------------------------------------------------------------------
+# Wire format (pure functions, no server state)
+# --------------------------------------------------------------------------
+
+
+def error_body(
+    message: str,
+    *,
+    error_type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+) -> dict[str, Any]:
+    """OpenAI's error envelope; the SDK exposes its fields on APIError."""
+    return {"error": {"message": message, "type": error_type, "param": param, "code": code}}
+
+
+def error_response(
+    status: int,
+    message: str,
+    *,
+    error_type: str = "invalid_request_error",
+    param: str | None = None,
+    code: str | None = None,
+    headers: dict[str, str] | None = None,
+) -> web.Response:
+    body = error_body(message, error_type=error_type, param=param, code=code)
+    return web.json_response(body, status=status, headers=headers)
+
+
+def _default_fail_code(status: int) -> str | None:
+    return "rate_limit_exceeded" if status == 429 else None
+
+
+def _default_fail_type(status: int, code: str | None) -> str:
+    if code == "insufficient_quota":
+        return "insufficient_quota"
+    if status == 429:
+        return "requests"
+    if status >= 500:
+        return "server_error"
+    return "invalid_request_error"
+
+
+def _default_fail_message(status: int, code: str | None) -> str:
+    if code == "context_length_exceeded":
+        return (
+            "This model's maximum context length is 128000 tokens. However, your "
+            "messages resulted in 130000 tokens. Please reduce the length of the messages."
+        )
+    if status == 429:
+        return "Rate limit reached for requests. Please try again in 20ms."
+    if status == 503:
+        return "The engine is currently overloaded, please try again later."
+    if status >= 500:
+        return "The server had an error while processing your request. Sorry about that!"
+    return f"Fake OpenAI error (HTTP {status})."
+
+
+def fail_response(step: Fail) -> web.Response:
+    """Render a ``Fail`` step, filling in OpenAI's usual type/code/message."""
+    code = step.code if step.code is not None else _default_fail_code(step.status)
+    headers: dict[str, str] = {}
+    if step.retry_after is not None:
+        headers["retry-after-ms"] = str(max(1, round(step.retry_after * 1000)))
+        headers["retry-after"] = str(max(1, math.ceil(step.retry_after)))
+    return error_response(
+        step.status,
+        step.message or _default_fail_message(step.status, code),
+        error_type=step.error_type or _default_fail_type(step.status, code),
+        param="messages" if code == "context_length_exceeded" else None,
+        code=code,
+        headers=headers,
+    )
+
+
+def _estimate_tokens(text: str) -> int:
+    """Rough token count (4 chars/token) so usage numbers look plausible."""
+    return max(1, len(text) // 4)
+
+
+def usage_json(request_body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    prompt = _estimate_tokens(json.dumps(request_body.get("messages", [])))
+    completion = _estimate_tokens(
+        reply.text + "".join(c.arguments_json() for c in reply.tool_calls)
+    )
+    return {
+        "prompt_tokens": prompt,
+        "completion_tokens": completion,
+        "total_tokens": prompt + completion,
+        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "completion_tokens_details": {
+            "reasoning_tokens": 0,
+            "audio_tokens": 0,
+            "accepted_prediction_tokens": 0,
+            "rejected_prediction_tokens": 0,
+        },
+    }
+
+
+def completion_json(
+    *,
+    completion_id: str,
+    model: str,
+    reply: Reply,
+    tool_call_ids: list[str],
+    usage: dict[str, Any],
+) -> dict[str, Any]:
+    """A non-streaming ``chat.completion`` object.
+
+    Like the real API, ``content`` is null when the model only calls tools,
+    and ``tool_calls`` is omitted (SDK: ``None``) when it calls none.
+    """
+    message: dict[str, Any] = {
+        "role": "assistant",
+        "content": reply.text if reply.text or not reply.tool_calls else None,
+        "refusal": None,
+        "annotations": [],
+    }
+    if reply.tool_calls:
+        message["tool_calls"] = [
+            {
+                "id": call_id,
+                "type": "function",
+                "function": {"name": call.name, "arguments": call.arguments_json()},
+            }
+            for call, call_id in zip(reply.tool_calls, tool_call_ids, strict=True)
+        ]
+    return {
+        "id": completion_id,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "system_fingerprint": SYSTEM_FINGERPRINT,
+        "service_tier": "default",
+        "choices": [
+            {
+                "index": 0,
+                "message": message,
+                "logprobs": None,
+                "finish_reason": reply.effective_finish_reason(),
+            }
+        ],
+        "usage": usage,
+    }
+
+
+def split_text(text: str) -> list[str]:
+    """Split text into token-like pieces, each carrying its leading whitespace.
+
+    Joining the pieces gives back ``text`` exactly, so tests can check that
+    the consumer concatenates ``delta.content`` correctly.
+    """
+    return re.findall(r"\s*\S+|\s+", text)
+
+
+def split_arguments(arguments: str) -> list[str]:
+    """Split a tool call's arguments into several pieces (at least two when possible)."""
+    if not arguments:
+        return [""]
+    size = max(1, min(ARGUMENT_PIECE_CHARS, math.ceil(len(arguments) / 2)))
+    return [arguments[i : i + size] for i in range(0, len(arguments), size)]
+
+
+class ChunkFactory:
+    """Builds ``chat.completion.chunk`` objects sharing one id/created/model."""
+
+    def __init__(self, completion_id: str, model: str, include_usage: bool) -> None:
+        self._base = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": int(time.time()),
+            "model": model,
+            "system_fingerprint": SYSTEM_FINGERPRINT,
+            "service_tier": "default",
+        }
+        self._include_usage = include_usage
+
+    def choice(self, delta: dict[str, Any], finish_reason: str | None = None) -> dict[str, Any]:
+        chunk: dict[str, Any] = {
+            **self._base,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+        if self._include_usage:
+            chunk["usage"] = None  # Real API: null on every chunk but the last.
+        return chunk
+
+    def usage(self, usage: dict[str, Any]) -> dict[str, Any]:
+        return {**self._base, "choices": [], "usage": usage}
+
+
+def stream_chunks(
+    factory: ChunkFactory, reply: Reply, tool_call_ids: list[str]
+) -> Iterator[dict[str, Any]]:
+    """The chunks for a streamed reply, in the order the real API sends them.
+
+    1. role chunk: ``{"role": "assistant", "content": "" | None, "refusal": None}``
+       (content is null when the reply is tool calls only);
+    2. one chunk per text piece: ``{"content": piece}``;
+    3. per tool call: a header delta with index/id/type/name and empty
+       arguments, then ``{"index": i, "function": {"arguments": piece}}`` deltas;
+    4. a final chunk with an empty delta and the finish_reason.
+    The optional usage chunk (empty choices) is added by the caller.
+    """
+    only_tools = bool(reply.tool_calls) and not reply.text
+    yield factory.choice(
+        {"role": "assistant", "content": None if only_tools else "", "refusal": None}
+    )
+    for piece in split_text(reply.text):
+        yield factory.choice({"content": piece})
+    for index, (call, call_id) in enumerate(zip(reply.tool_calls, tool_call_ids, strict=True)):
+        header = {
+            "index": index,
+            "id": call_id,
+            "type": "function",
+            "function": {"name": call.name, "arguments": ""},
+        }
+        yield factory.choice({"tool_calls": [header]})
+        for piece in split_arguments(call.arguments_json()):
+            yield factory.choice(
+                {"tool_calls": [{"index": index, "function": {"arguments": piece}}]}
+            )
+    yield factory.choice({}, finish_reason=reply.effective_finish_reason())
+
+
+def sse_event(data: dict[str, Any] | str) -> bytes:
+    """One Server-Sent Event: ``data: <json>`` followed by a blank line."""
+    payload = data if isinstance(data, str) else json.dumps(data, separators=(",", ":"))
+    return f"data: {payload}\n\n".encode()
+
+
+# --------------------------------------------------------------------------
+# The server
+# --------------------------------------------------------------------------
+
+
+class FakeOpenAI:
+    """Loopback OpenAI-compatible server with a scripted "model".
+
+    Runs in the caller's event loop; use ``async with FakeOpenAI() as fake``
+    or ``await fake.start()`` / ``await fake.stop()``.
+
+    Attributes tests may set: ``api_key`` (None accepts any key, like a local
+    server) and ``models`` (known model ids).
+
+    ``requests`` holds every chat request with a JSON body, including ones
+    rejected for auth or an unknown model; rejected requests do not consume a
+    script step, because the real API rejects them before any "model" runs.
+    """
+
+    def __init__(self, *, api_key: str | None = "sk-test", models: list[str] | None = None) -> None:
+        self.api_key = api_key
+        self.models: list[str] = list(models) if models is not None else list(DEFAULT_MODELS)
+        self.requests: list[RecordedRequest] = []
+        self.unscripted_requests: list[RecordedRequest] = []
+        self.in_flight = 0
+        self.cancelled = 0
+        self._steps: deque[Step] = deque()
+        self._ids = itertools.count(1)
+        self._changed = asyncio.Condition()
+        self._stopping = asyncio.Event()
+        self._runner: web.AppRunner | None = None
+        self._port: int | None = None
+
+    # -- lifecycle ---------------------------------------------------------
+
+    async def start(self) -> None:
+        self._stopping.clear()
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self._handle_chat)
+        app.router.add_get("/v1/models", self._handle_list_models)
+        app.router.add_get("/v1/models/{model_id}", self._handle_get_model)
+        app.router.add_route("*", "/{tail:.*}", self._handle_unknown_route)
+        # handler_cancellation: a client hanging up cancels the handler, which
+        # is how ``cancelled`` learns about client-side timeouts/aborts.
+        self._runner = web.AppRunner(
+            app, access_log=None, handler_cancellation=True, shutdown_timeout=1.0
+        )
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+
+    async def stop(self) -> None:
+        """Stop serving; pending Hang/delay waits end at once so this is quick."""
+        self._stopping.set()
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeOpenAI:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    @property
+    def base_url(self) -> str:
+        """What to pass as ``base_url`` / put in ``OPENAI_BASE_URL``."""
+        if self._port is None:
+            raise RuntimeError("FakeOpenAI is not started")
+        return f"http://127.0.0.1:{self._port}/v1"
+
+    # -- scripting ---------------------------------------------------------
+
+    def script(self, *steps: Step) -> None:
+        """Append steps; each chat request consumes one (FIFO)."""
+        self._steps.extend(steps)
+
+    @property
+    def pending_steps(self) -> int:
+        """Steps not yet consumed (a ``times=n`` step counts once)."""
+        return len(self._steps)
+
+    def _next_step(self, record: RecordedRequest) -> Step:
+        if not self._steps:
+            self.unscripted_requests.append(record)
+            return Reply(text=DEFAULT_REPLY_TEXT)
+        return self._take(self._steps.popleft())
+
+    def _take(self, step: Step) -> Step:
+        """Consume one use of a step, putting the rest of a ``times=n`` back in front."""
+        if isinstance(step, Fail | Hang) and step.times > 1:
+            self._steps.appendleft(replace(step, times=step.times - 1))
+        return step
+
+    # -- waiting -----------------------------------------------------------
+
+    # The waits take ``timeout=`` (ASYNC109) on purpose: a request the bot
+    # never makes should fail the test within seconds, with a clear message.
+    async def wait_until(
+        self,
+        predicate: Callable[[], bool],
+        timeout: float = 10,  # noqa: ASYNC109
+    ) -> None:
+        """Wait (without polling) until ``predicate()`` holds after some request event."""
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._changed:
+                    await self._changed.wait_for(predicate)
+        except TimeoutError:
+            raise TimeoutError(f"FakeOpenAI: condition not met within {timeout}s; {self}") from None
+
+    async def wait_for_requests(
+        self,
+        n: int,
+        timeout: float = 10,  # noqa: ASYNC109
+    ) -> list[RecordedRequest]:
+        """Wait until at least ``n`` chat requests have arrived; returns them all."""
+        await self.wait_until(lambda: len(self.requests) >= n, timeout)
+        return self.requests
+
+    async def wait_for_cancelled(
+        self,
+        n: int = 1,
+        timeout: float = 10,  # noqa: ASYNC109
+    ) -> None:
+        """Wait until ``n`` requests were abandoned by the client mid-response."""
+        await self.wait_until(lambda: self.cancelled >= n, timeout)
+
+    async def wait_for_idle(
+        self,
+        timeout: float = 10,  # noqa: ASYNC109
+    ) -> None:
+        """Wait until no chat request is being served."""
+        await self.wait_until(lambda: self.in_flight == 0, timeout)
+
+    def __repr__(self) -> str:
+        return (
+            f"FakeOpenAI(port={self._port}, requests={len(self.requests)}, "
+            f"in_flight={self.in_flight}, cancelled={self.cancelled}, "
+            f"pending_steps={self.pending_steps}, unscripted={len(self.unscripted_requests)})"
+        )
+
+    async def _notify(self) -> None:
+        async with self._changed:
+            self._changed.notify_all()
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep, but wake early when the server is stopping."""
+        if seconds <= 0:
+            return
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(seconds):
+                await self._stopping.wait()
+
+    # -- handlers ----------------------------------------------------------
+
+    async def _handle_chat(self, request: web.Request) -> web.StreamResponse:
+        self.in_flight += 1
+        try:
+            return await self._serve_chat(request)
+        except (asyncio.CancelledError, ConnectionResetError):
+            if not self._stopping.is_set() and not request.get(DROPPED_ON_PURPOSE):
+                self.cancelled += 1
+            raise
+        finally:
+            self.in_flight -= 1
+            await self._notify()
+
+    async def _serve_chat(self, request: web.Request) -> web.StreamResponse:
+        try:
+            body = await request.json()
+        except ValueError:
+            return error_response(400, "We could not parse the JSON body of your request.")
+        if not isinstance(body, dict):
+            return error_response(400, "The request body must be a JSON object.")
+
+        record = RecordedRequest(
+            body=body, headers={k.lower(): v for k, v in request.headers.items()}
+        )
+        self.requests.append(record)
+        await self._notify()
+
+        rejection = self._check_auth(request) or self._check_chat_body(body)
+        if rejection is not None:
+            return rejection
+        return await self._answer(request, body, self._next_step(record))
+
+    async def _answer(
+        self, request: web.Request, body: dict[str, Any], step: Step
+    ) -> web.StreamResponse:
+        """Turn one script step into the HTTP response."""
+        if isinstance(step, Dynamic):
+            produced = step.fn(body)
+            if inspect.isawaitable(produced):
+                produced = await produced
+            return await self._answer(request, body, self._take(produced))
+        if isinstance(step, Fail):
+            return fail_response(step)
+        if isinstance(step, Hang):
+            await self._pause(step.seconds)
+            return await self._answer(request, body, step.then or Reply(text=DEFAULT_REPLY_TEXT))
+        if isinstance(step, DropStream):
+            return await self._drop(request, body, step)
+        await self._pause(step.delay)
+        if body.get("stream"):
+            return await self._stream_reply(request, body, step)
+        return web.json_response(self._completion(body, step), headers=self._response_headers())
+
+    def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+        return completion_json(
+            completion_id=self._completion_id(),
+            model=body["model"],
+            reply=reply,
+            tool_call_ids=self._tool_call_ids(reply),
+            usage=usage_json(body, reply),
+        )
+
+    async def _stream_reply(
+        self, request: web.Request, body: dict[str, Any], reply: Reply
+    ) -> web.StreamResponse:
+        include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        factory = ChunkFactory(self._completion_id(), body["model"], include_usage)
+        response = await self._start_sse(request)
+        first = True
+        for chunk in stream_chunks(factory, reply, self._tool_call_ids(reply)):
+            if not first:
+                await self._pause(reply.chunk_delay)
+            first = False
+            await response.write(sse_event(chunk))
+        if include_usage:
+            await response.write(sse_event(factory.usage(usage_json(body, reply))))
+        await response.write(sse_event("[DONE]"))
+        await response.write_eof()
+        return response
+
+    async def _drop(
+        self, request: web.Request, body: dict[str, Any], step: DropStream
+    ) -> web.StreamResponse:
+        """Send a partial response, then abort the TCP connection (no clean end)."""
+        reply = Reply(text=step.text)
+        if body.get("stream"):
+            factory = ChunkFactory(self._completion_id(), body["model"], include_usage=False)
+            response = await self._start_sse(request)
+            chunks = list(stream_chunks(factory, reply, []))
+            for chunk in chunks[: 1 + step.after_chunks]:  # role chunk + content deltas
+                await response.write(sse_event(chunk))
+        else:
+            payload = json.dumps(self._completion(body, reply)).encode()
+            response = web.StreamResponse(
+                headers={**self._response_headers(), "Content-Type": "application/json"}
+            )
+            response.content_length = len(payload)
+            await response.prepare(request)
+            await response.write(payload[: len(payload) // 2])
+        request[DROPPED_ON_PURPOSE] = True
+        assert request.transport is not None
+        request.transport.abort()
+        # aiohttp cancels this handler as soon as it notices the lost
+        # connection; stop() also ends the wait.
+        await self._stopping.wait()
+        return response
+
+    async def _start_sse(self, request: web.Request) -> web.StreamResponse:
+        response = web.StreamResponse(
+            headers={
+                **self._response_headers(),
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+            }
+        )
+        await response.prepare(request)
+        return response
+
+    async def _handle_list_models(self, request: web.Request) -> web.Response:
+        rejection = self._check_auth(request)
+        if rejection is not None:
+            return rejection
+        return web.json_response(
+            {"object": "list", "data": [self._model_json(m) for m in self.models]}
+        )
+
+    async def _handle_get_model(self, request: web.Request) -> web.Response:
+        rejection = self._check_auth(request)
+        if rejection is not None:
+            return rejection
+        model_id = request.match_info["model_id"]
+        if model_id not in self.models:
+            return error_response(
+                404, f"The model '{model_id}' does not exist", param="model", code="model_not_found"
+            )
+        return web.json_response(self._model_json(model_id))
+
+    async def _handle_unknown_route(self, request: web.Request) -> web.Response:
+        """Answer like OpenAI so a wrong endpoint (e.g. /v1/responses) is obvious."""
+        return error_response(404, f"Invalid URL ({request.method} {request.path})")
+
+    # -- validation --------------------------------------------------------
+
+    def _check_auth(self, request: web.Request) -> web.Response | None:
+        if self.api_key is None:
+            return None
+        header = request.headers.get("Authorization", "")
+        scheme, _, key = header.partition(" ")
+        if scheme.lower() != "bearer" or not key:
+            return error_response(
+                401,
+                "You didn't provide an API key. You need to provide your API key in an "
+                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY).",
+            )
+        if key != self.api_key:
+            masked = f"{key[:3]}***{key[-4:]}" if len(key) > 8 else "***"
+            return error_response(
+                401,
+                f"Incorrect API key provided: {masked}. You can find your API key at "
+                "https://platform.openai.com/account/api-keys.",
+                code="invalid_api_key",
+            )
+        return None
+
+    def _check_chat_body(self, body: dict[str, Any]) -> web.Response | None:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return error_response(400, "you must provide a model parameter", param="model")
+        if model not in self.models:
+            return error_response(
+                404,
+                f"The model `{model}` does not exist or you do not have access to it.",
+                code="model_not_found",
+            )
+        if not isinstance(body.get("messages"), list) or not body["messages"]:
+            return error_response(
+                400,
+                "Invalid 'messages': empty array. Expected an array with minimum length 1.",
+                param="messages",
+            )
+        return None
+
+    # -- ids ---------------------------------------------------------------
+
+    def _completion_id(self) -> str:
+        return f"chatcmpl-fake{next(self._ids):06d}"
+
+    def _tool_call_ids(self, reply: Reply) -> list[str]:
+        return [call.id or f"call_fake{next(self._ids):06d}" for call in reply.tool_calls]
+
+    def _response_headers(self) -> dict[str, str]:
+        return {"x-request-id": f"req_fake{next(self._ids):06d}", "openai-processing-ms": "1"}
+
+    @staticmethod
+    def _model_json(model_id: str) -> dict[str, Any]:
+        return {"id": model_id, "object": "model", "created": 1700000000, "owned_by": "fake-openai"}

@@ -1,0 +1,305 @@
+"""Kernel engine against real ipykernel processes."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from slackinterp.engine.events import (
+    CellFinished,
+    CellOutput,
+    FileProduced,
+    Notice,
+    TurnFailed,
+)
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.kernels.execution import Display, Status
+from slackinterp.runtime import Runtime
+from tests.conftest import kernel_children, make_settings, run_turn
+
+A = ThreadKey("T1", "C1", "100.1")
+B = ThreadKey("T1", "C1", "200.2")
+
+
+def code(src: str) -> str:
+    return f"```python\n{textwrap.dedent(src).strip()}\n```"
+
+
+def finished(events: list) -> list[CellFinished]:
+    return [e for e in events if isinstance(e, CellFinished)]
+
+
+def last(events: list) -> CellFinished:
+    cells = finished(events)
+    assert cells, f"no cell ran: {events}"
+    return cells[-1]
+
+
+async def test_state_persists_and_threads_are_isolated(runtime: Runtime) -> None:
+    eng = runtime.engine
+    await run_turn(eng, A, code("x = 41\nimport os; here = os.getcwd()"))
+    events = await run_turn(eng, A, code("print(x + 1, here.endswith('100.1'))"))
+    assert last(events).result.text.strip() == "42 True"
+    other = await run_turn(eng, B, code("print(x)"))
+    result = last(other).result
+    assert result.status is Status.ERROR and result.error.ename == "NameError"
+
+
+async def test_kernel_environment_holds_no_secret(runtime: Runtime) -> None:
+    assert os.environ["SLACK_BOT_TOKEN"]  # planted in the bot's own environment
+    events = await run_turn(
+        runtime.engine,
+        A,
+        code("""
+        import os
+        leaks = [k for k, v in os.environ.items() if 'secret' in v or 'TOKEN' in k or 'KEY' in k]
+        print(sorted(leaks), 'MPLBACKEND' in os.environ)
+        """),
+    )
+    assert last(events).result.text.startswith("[]")
+
+
+async def test_input_fails_cleanly(runtime: Runtime) -> None:
+    events = await run_turn(runtime.engine, A, code("input('name? ')"))
+    result = last(events).result
+    assert result.status is Status.ERROR
+    assert result.error.ename == "StdinNotImplementedError"
+
+
+async def test_plot_yields_png_and_traceback_is_ansi_free(runtime: Runtime) -> None:
+    events = await run_turn(
+        runtime.engine,
+        A,
+        code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"),
+    )
+    displays = [e.output for e in events if isinstance(e, CellOutput)
+                and isinstance(e.output, Display)]
+    assert displays, events
+    png = base64.b64decode(displays[0].data["image/png"])
+    assert png.startswith(b"\x89PNG")
+    events = await run_turn(runtime.engine, A, code("def f():\n    return 1/0\nf()"))
+    error = last(events).result.error
+    assert error.ename == "ZeroDivisionError"
+    assert "\x1b[" not in error.traceback and "1/0" in error.traceback
+
+
+@pytest.fixture
+def short_timeout(tmp_path: Path):
+    return make_settings(tmp_path, exec_timeout=1.5, interrupt_grace=1.0)
+
+
+async def test_timeout_interrupts_and_next_cell_works(short_timeout) -> None:
+    rt = await Runtime.open(short_timeout)
+    await rt.start()
+    try:
+        await run_turn(rt.engine, A, code("kept = 'yes'"))
+        events = await run_turn(rt.engine, A, code("import time\nwhile True: time.sleep(0.01)"))
+        result = last(events).result
+        assert result.status is Status.TIMEOUT and not result.restarted
+        events = await run_turn(rt.engine, A, code("print(kept)"))
+        assert last(events).result.text.strip() == "yes"
+        assert not [e for e in events if isinstance(e, Notice)]  # nothing had to be restored
+
+        # C code ignores SIGINT: escalate to a restart, then the state comes back by replay.
+        events = await run_turn(rt.engine, A, code("sum(range(10**12))"))
+        result = last(events).result
+        assert result.status is Status.TIMEOUT and result.restarted
+        assert any(isinstance(e, Notice) and e.kind == "restarted" for e in events)
+        events = await run_turn(rt.engine, A, code("print(kept)"))
+        notices = [e for e in events if isinstance(e, Notice)]
+        assert notices and notices[0].kind == "restored" and "2 of 2" in notices[0].text
+        assert last(events).result.text.strip() == "yes"
+    finally:
+        await rt.stop()
+
+
+async def test_death_is_reported_and_state_restored(runtime: Runtime) -> None:
+    eng = runtime.engine
+    await run_turn(eng, A, code("data = [1, 2, 3]"))
+    await run_turn(eng, A, code("total = sum(data)"))
+    events = await run_turn(eng, A, code("import os\nos._exit(1)"))
+    assert last(events).result.status is Status.DIED
+    assert any(isinstance(e, Notice) and e.kind == "died" for e in events)
+    events = await run_turn(eng, A, code("print(total)"))
+    notice = next(e for e in events if isinstance(e, Notice))
+    assert notice.kind == "restored" and "2 of 2" in notice.text
+    assert last(events).result.text.strip() == "6"
+
+
+async def test_reaper_stops_idle_kernel_not_busy_one(tmp_path: Path) -> None:
+    rt = await Runtime.open(make_settings(tmp_path, idle_timeout=0.5))
+    await rt.start()
+    heard: list[tuple[str, str]] = []
+
+    async def listener(key, notice):
+        heard.append((key.id, notice.kind))
+
+    rt.engine.notice_listeners.append(listener)
+    try:
+        await run_turn(rt.engine, A, code("v = 'before reap'"))
+        busy = asyncio.create_task(run_turn(rt.engine, B, code("import time; time.sleep(3)")))
+        await asyncio.sleep(1.2)  # A idle for > 0.5 s, B busy
+        reaped = await rt.reaper.run_once()
+        assert reaped == [A.id]
+        assert rt.registry.slot(B.id) is not None
+        assert heard == [(A.id, "reaped")]
+        await busy
+        events = await run_turn(rt.engine, A, code("print(v)"))
+        notice = next(e for e in events if isinstance(e, Notice))
+        assert notice.kind == "restored" and "idle" in notice.text
+        assert last(events).result.text.strip() == "before reap"
+    finally:
+        await rt.stop()
+
+
+async def test_reset_clears_state_but_keeps_files(runtime: Runtime) -> None:
+    eng = runtime.engine
+    await run_turn(eng, A, code("y = 1\nopen('keep.txt', 'w').write('x')"))
+    message = await eng.reset(A)
+    assert "files kept" in message
+    events = await run_turn(eng, A, code("import os\nprint(os.path.exists('keep.txt'))\ny"))
+    result = last(events).result
+    assert "True" in result.text and result.error.ename == "NameError"
+    assert not [e for e in events if isinstance(e, Notice)]  # nothing replayed after reset
+    await eng.reset(A, wipe=True)
+    events = await run_turn(eng, A, code("import os\nprint(os.listdir('.'))"))
+    assert last(events).result.text.strip() == "[]"
+
+
+async def test_lru_cap_and_at_capacity(tmp_path: Path) -> None:
+    rt = await Runtime.open(make_settings(tmp_path, max_kernels=2))
+    await rt.start()
+    C = ThreadKey("T1", "C1", "300.3")
+    try:
+        await run_turn(rt.engine, A, code("a = 1"))
+        await run_turn(rt.engine, B, code("b = 2"))
+        await run_turn(rt.engine, C, code("c = 3"))  # A is least recently used: evicted
+        assert rt.registry.slot(A.id) is None
+        assert rt.registry.slot(B.id) and rt.registry.slot(C.id)
+        # Both live kernels busy → a new thread is told the bot is at capacity.
+        t1 = asyncio.create_task(run_turn(rt.engine, B, code("import time; time.sleep(2)")))
+        t2 = asyncio.create_task(run_turn(rt.engine, C, code("import time; time.sleep(2)")))
+        await asyncio.sleep(0.5)
+        events = await run_turn(rt.engine, A, code("print(a)"))
+        failure = next(e for e in events if isinstance(e, TurnFailed))
+        assert failure.kind == "capacity" and "busy" in failure.message
+        await asyncio.gather(t1, t2)
+        events = await run_turn(rt.engine, A, code("print(a)"))  # room again; restored
+        assert last(events).result.text.strip() == "1"
+    finally:
+        await rt.stop()
+
+
+async def test_produced_files_are_reported(runtime: Runtime) -> None:
+    events = await run_turn(
+        runtime.engine,
+        A,
+        code("""
+        import pandas as pd
+        pd.DataFrame({'a': [1, 2]}).to_csv('out.csv', index=False)
+        open('.hidden', 'w').write('no')
+        """),
+    )
+    produced = [e for e in events if isinstance(e, FileProduced)]
+    assert [p.name for p in produced] == ["out.csv"]
+    assert produced[0].path.read_text().startswith("a\n1")
+    events = await run_turn(runtime.engine, A, code("x = 1"))  # nothing changed
+    assert not [e for e in events if isinstance(e, FileProduced)]
+    events = await run_turn(runtime.engine, A, code("open('out.csv', 'a').write('3\\n')"))
+    assert [e.name for e in events if isinstance(e, FileProduced)] == ["out.csv"]
+
+
+async def test_output_is_bounded_and_spilled(tmp_path: Path) -> None:
+    rt = await Runtime.open(make_settings(tmp_path, max_output_chars=2000))
+    await rt.start()
+    try:
+        events = await run_turn(rt.engine, A, code("for i in range(20000): print(i)"))
+        result = last(events).result
+        assert result.truncated_chars > 0 and len(result.text) < 2200
+        assert result.text.startswith("0\n1\n") and result.text.rstrip().endswith("19999")
+        full = result.full_output.read_text()
+        assert full.splitlines() == [str(i) for i in range(20000)]
+    finally:
+        await rt.stop()
+
+
+async def test_pool_serves_new_threads(tmp_path: Path) -> None:
+    rt = await Runtime.open(make_settings(tmp_path, pool_size=1))
+    await rt.start()
+    try:
+        await rt.registry.wait_pool_ready()
+        pooled = rt.registry.pool[0]
+        events = await run_turn(rt.engine, A, code("import os; print(os.getcwd())"))
+        assert rt.registry.slot(A.id).kernel is pooled
+        assert last(events).result.text.strip().endswith("100.1")
+        await rt.registry.wait_pool_ready()
+        assert len(rt.registry.pool) == 1  # refilled
+    finally:
+        await rt.stop()
+
+
+async def test_no_kernel_outlives_shutdown(tmp_path: Path) -> None:
+    rt = await Runtime.open(make_settings(tmp_path, pool_size=2))
+    await rt.start()
+    await rt.registry.wait_pool_ready()
+    await run_turn(rt.engine, A, code("1"))
+    await run_turn(rt.engine, B, code("1"))
+    pids = [p.pid for p in kernel_children()]
+    assert len(pids) >= 3
+    await rt.stop()
+    await asyncio.sleep(0.2)
+    assert [p.pid for p in kernel_children() if p.pid in pids] == []
+
+
+CRASHER = """
+import asyncio, os, sys, textwrap
+from pathlib import Path
+from slackinterp.config import Settings
+from slackinterp.runtime import Runtime
+async def main():
+    s = Settings(_env_file=None, data_dir=Path(sys.argv[1]), pool_size=1)
+    rt = await Runtime.open(s)
+    await rt.start()
+    await rt.registry.wait_pool_ready()
+    print("ready", rt.registry.pool[0].pid, flush=True)
+    await asyncio.sleep(60)
+asyncio.run(main())
+"""
+
+
+async def test_orphans_of_a_crashed_run_are_cleaned_up(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(data)], stdout=subprocess.PIPE,
+                            text=True)
+    line = await asyncio.to_thread(proc.stdout.readline)
+    assert line.startswith("ready"), line
+    orphan = int(line.split()[1])
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    assert _alive(orphan)  # the killed bot left its kernel behind
+    rt = await Runtime.open(make_settings(tmp_path))
+    killed = await rt.registry.start()
+    await rt.stop()
+    assert killed == 1
+    for _ in range(50):
+        if not _alive(orphan):
+            break
+        await asyncio.sleep(0.05)
+    assert not _alive(orphan)
+
+
+def _alive(pid: int) -> bool:
+    import psutil
+
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
