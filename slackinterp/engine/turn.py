@@ -52,7 +52,10 @@ NO_MODEL_HINT = (
     "No model is configured, so I can only run code: send a ```python block, "
     "or set OPENAI_API_KEY / OPENAI_BASE_URL."
 )
-_FENCE = re.compile(r"^\s*```[ \t]*(python3?|py)?[ \t]*\n(?P<code>.*?)\n?```\s*$", re.S | re.I)
+# Slack users type ```code``` on one line as often as a fenced block with a language tag.
+_FENCE = re.compile(
+    r"^\s*```(?:[ \t]*(?:python3?|py)?[ \t]*\n)?(?P<code>.*?)\n?[ \t]*```\s*$", re.S | re.I
+)
 
 
 def direct_code(text: str) -> str | None:
@@ -226,8 +229,9 @@ class Engine:
                                   f"{self.settings.max_download_mb} MiB "
                                   "(SLACKINTERP_MAX_DOWNLOAD_MB)"))
                 continue
-            incoming_dir = workspace.private_dir(session.workdir) / "incoming"
-            incoming_dir.mkdir(exist_ok=True)
+            # Outside the working directory (code never sees half a file), same file system.
+            incoming_dir = self.settings.data_dir / "incoming"
+            incoming_dir.mkdir(parents=True, exist_ok=True)
             temp = incoming_dir / uuid.uuid4().hex
             try:
                 await incoming.fetch(temp)

@@ -32,10 +32,10 @@ import string
 import time
 import uuid
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, Self
-from urllib.parse import urlencode
+from urllib.parse import quote, urlencode
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, WSCloseCode, WSMsgType, web
 
@@ -547,131 +547,63 @@ def _fault_headers(fault: _Fault) -> dict[str, str]:
 ApiHandler = Callable[[dict[str, Any], str], dict[str, Any]]
 
 
-class FakeSlack:
-    """Slack's Web API, file hosting, Socket Mode and HTTP delivery on 127.0.0.1.
+class _State:
+    """Attributes and helpers shared by the parts of FakeSlack.
 
-    Use ``async with FakeSlack() as fake:`` (or ``start``/``stop``) inside the
-    test's event loop, point clients at ``fake.api_url`` and drive the bot with
-    the envelope senders (``user_message``, ``slash_command``, ...).
+    FakeSlack is split by concern (Web API, files, delivery, senders) into
+    mixins; this base declares the state they share so each part reads on its
+    own.  ``FakeSlack.__init__`` assigns all of it.
     """
 
-    def __init__(
-        self,
-        *,
-        bot_token: str = "xoxb-fake-1-bot",
-        app_token: str = "xapp-fake-1-app",
-        host: str = "127.0.0.1",
-    ) -> None:
-        self.bot_token = bot_token
-        self.app_token = app_token
-        self.host = host
-        self.team_id = "T1"
-        self.team_name = "Fake"
-        self.team_domain = "fake"
-        self.app_id = "A1"
-        self.bot_id = "BBOT"
-        self.bot_user_id = "UBOT"
-        self.bot_name = "slackinterp"
-        self.verification_token = "fake-verification-token"
-        self.scopes: list[str] = list(DEFAULT_SCOPES)
-        self.file_scope_missing = False
-        self.max_text_length = 4000
-        self.echo_bot_messages = False  # Slack does echo them; off keeps envelopes tidy
-
-        self.calls: list[Call] = []
-        self.workspace = Workspace(TsClock(), self.team_id)
-        self.ephemerals: list[dict[str, Any]] = []
-        self.reactions: dict[tuple[str, str], list[str]] = {}
-        self.statuses: list[dict[str, Any]] = []
-        self.uploads: list[Upload] = []
-        self.upload_posts: list[dict[str, Any]] = []
-        self.downloads: list[dict[str, Any]] = []
-        self.streams: dict[str, Stream] = {}
-        self.files: dict[str, dict[str, Any]] = {}
-        self.responses: list[dict[str, Any]] = []
-        self.envelopes: dict[str, Envelope] = {}
-        self.acks: dict[str, Ack] = {}
-        self.duplicate_acks: list[Ack] = []
-        self.users: dict[str, dict[str, Any]] = {}
-        self.channels: dict[str, dict[str, Any]] = {}
-        self.faults = FaultInjector()
-        self.socket_connected = asyncio.Event()
-        self.socket_connects = 0
-        self.version = 0  # bumped on every recorded change
-
-        self._file_bytes: dict[str, bytes] = {}
-        self._pending_uploads: dict[str, _PendingUpload] = {}
-        self._response_targets: dict[str, _ResponseTarget] = {}
-        self._response_ids = itertools.count(1000)
-        self._tickets: set[str] = set()
-        self._sockets: list[web.WebSocketResponse] = []
-        self._outbox: deque[Envelope] = deque()
-        self._http_target: tuple[str, str] | None = None  # (request_url, signing_secret)
-        self._event_times: dict[str, int] = {}
-        self._cond = asyncio.Condition()
-        self._notify_pending = False
-        self._tasks: set[asyncio.Task[Any]] = set()
-        self._runner: web.AppRunner | None = None
-        self._session: ClientSession | None = None
-        self._port: int | None = None
-        self._api: dict[str, ApiHandler] = {
-            "auth.test": self._auth_test,
-            "apps.connections.open": self._apps_connections_open,
-            "chat.postMessage": self._chat_post_message,
-            "chat.update": self._chat_update,
-            "chat.postEphemeral": self._chat_post_ephemeral,
-            "chat.delete": self._chat_delete,
-            "chat.getPermalink": self._chat_get_permalink,
-            "chat.startStream": self._chat_start_stream,
-            "chat.appendStream": self._chat_append_stream,
-            "chat.stopStream": self._chat_stop_stream,
-            "conversations.replies": self._conversations_replies,
-            "conversations.info": self._conversations_info,
-            "users.info": self._users_info,
-            "reactions.add": self._reactions_add,
-            "reactions.remove": self._reactions_remove,
-            "assistant.threads.setStatus": self._assistant_set_status,
-            "files.info": self._files_info,
-            "files.getUploadURLExternal": self._files_get_upload_url,
-            "files.completeUploadExternal": self._files_complete_upload,
-        }
-
-    # ------------------------------------------------------------------ lifecycle
-
-    async def start(self) -> Self:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
-        app.router.add_route("*", "/api/{method}", self._handle_api)
-        app.router.add_post("/upload/v1/{key}", self._handle_upload)
-        app.router.add_get("/files-pri/{team_file}/{name}", self._handle_download)
-        app.router.add_get("/files-pri/{team_file}/download/{name}", self._handle_download)
-        app.router.add_get("/socket", self._handle_socket)
-        app.router.add_post("/commands/{team}/{rid}/{secret}", self._handle_response_url)
-        app.router.add_post("/actions/{team}/{rid}/{secret}", self._handle_response_url)
-        self._runner = web.AppRunner(app, handle_signals=False)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, self.host, 0)
-        await site.start()
-        self._port = self._runner.addresses[0][1]
-        self._session = ClientSession(timeout=ClientTimeout(total=30))
-        return self
-
-    async def stop(self) -> None:
-        for ws in list(self._sockets):
-            await ws.close(code=WSCloseCode.GOING_AWAY)
-        self._sockets.clear()
-        for task in list(self._tasks):
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        if self._session is not None:
-            await self._session.close()
-        if self._runner is not None:
-            await self._runner.cleanup()
-
-    async def __aenter__(self) -> Self:
-        return await self.start()
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.stop()
+    bot_token: str
+    app_token: str
+    host: str
+    team_id: str
+    team_name: str
+    team_domain: str
+    app_id: str
+    bot_id: str
+    bot_user_id: str
+    bot_name: str
+    verification_token: str
+    scopes: list[str]
+    file_scope_missing: bool
+    max_text_length: int
+    echo_bot_messages: bool
+    calls: list[Call]
+    workspace: Workspace
+    ephemerals: list[dict[str, Any]]
+    reactions: dict[tuple[str, str], list[str]]
+    statuses: list[dict[str, Any]]
+    uploads: list[Upload]
+    upload_posts: list[dict[str, Any]]
+    downloads: list[dict[str, Any]]
+    streams: dict[str, Stream]
+    files: dict[str, dict[str, Any]]
+    responses: list[dict[str, Any]]
+    envelopes: dict[str, Envelope]
+    acks: dict[str, Ack]
+    duplicate_acks: list[Ack]
+    users: dict[str, dict[str, Any]]
+    channels: dict[str, dict[str, Any]]
+    faults: FaultInjector
+    socket_connected: asyncio.Event
+    socket_connects: int
+    version: int
+    _file_bytes: dict[str, bytes]
+    _pending_uploads: dict[str, _PendingUpload]
+    _response_targets: dict[str, _ResponseTarget]
+    _response_ids: Iterator[int]
+    _tickets: set[str]
+    _sockets: list[web.WebSocketResponse]
+    _outbox: deque[Envelope]
+    _http_target: tuple[str, str] | None  # (request_url, signing_secret)
+    _event_times: dict[str, int]
+    _cond: asyncio.Condition
+    _notify_pending: bool
+    _tasks: set[asyncio.Task[Any]]
+    _session: ClientSession | None
+    _port: int | None
 
     @property
     def port(self) -> int:
@@ -686,118 +618,6 @@ class FakeSlack:
     @property
     def api_url(self) -> str:
         return f"{self.base_url}/api/"
-
-    # ------------------------------------------------------------ fault helpers
-
-    def fail(
-        self,
-        method: str,
-        status: int | None = None,
-        *,
-        times: int | None = 1,
-        retry_after: int = 1,
-        error: str | None = None,
-    ) -> None:
-        """Fail the next ``times`` requests to ``method`` (None: until clear_faults).
-
-        ``method`` is a Web API method, "upload" (the upload-URL POST),
-        "download" (private file GET) or "response_url".  Without ``status``:
-        429 + Retry-After, or HTTP 200 ``{"ok": false, "error": error}`` if
-        ``error`` is given.
-        """
-        self.faults.fail(method, status, times=times, retry_after=retry_after, error=error)
-
-    def fail_rate(
-        self,
-        p: float,
-        statuses: Iterable[int] = (429, 500),
-        *,
-        seed: int | None = None,
-        retry_after: int = 1,
-        exempt: Iterable[str] = ("apps.connections.open",),
-    ) -> None:
-        """Fail a random fraction ``p`` of Web API calls (chaos tests)."""
-        self.faults.fail_rate(p, statuses, seed=seed, retry_after=retry_after, exempt=exempt)
-
-    def delay(self, method: str, seconds: float) -> None:
-        """Answer every ``method`` request ``seconds`` late (0 removes the delay)."""
-        self.faults.delay(method, seconds)
-
-    def clear_faults(self) -> None:
-        self.faults.clear()
-
-    # ------------------------------------------------------------ state queries
-
-    def calls_to(self, method: str) -> list[dict[str, Any]]:
-        return [c.params for c in self.calls if c.method == method]
-
-    def thread(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
-        """Root + replies (bot's included, ephemerals excluded), oldest first."""
-        return copy.deepcopy(self.workspace.thread(channel, thread_ts))
-
-    def history(self, channel: str) -> list[dict[str, Any]]:
-        return copy.deepcopy(self.workspace.messages.get(channel, []))
-
-    def message(self, channel: str, ts: str) -> dict[str, Any] | None:
-        return copy.deepcopy(self.workspace.find(channel, ts))
-
-    def edits(self, channel: str, ts: str) -> list[dict[str, Any]]:
-        """Earlier versions of a message, oldest first (chat.update history)."""
-        return copy.deepcopy(self.workspace.edits.get((channel, ts), []))
-
-    @property
-    def live_sockets(self) -> int:
-        return len(self._sockets)
-
-    # ------------------------------------------------------------------ waiting
-
-    # The ASYNC109 waivers: tests want "wait up to N seconds" in one call.
-    async def wait_for(
-        self,
-        predicate: Callable[[], Any],
-        timeout: float = 10,  # noqa: ASYNC109
-    ) -> Any:
-        """Wait until ``predicate()`` is truthy and return its value."""
-
-        async def _wait() -> Any:
-            async with self._cond:
-                result = predicate()
-                while not result:
-                    await self._cond.wait()
-                    result = predicate()
-                return result
-
-        try:
-            return await asyncio.wait_for(_wait(), timeout)
-        except TimeoutError:
-            recent = [c.method for c in self.calls[-10:]]
-            raise TimeoutError(
-                f"condition not met within {timeout}s (last calls: {recent})"
-            ) from None
-
-    async def wait_for_call(
-        self,
-        method: str,
-        predicate: Callable[[dict[str, Any]], Any] | None = None,
-        timeout: float = 10,  # noqa: ASYNC109
-    ) -> dict[str, Any]:
-        """Params of the first (possibly already recorded) matching call."""
-
-        def match() -> dict[str, Any] | None:
-            for params in self.calls_to(method):
-                if predicate is None or predicate(params):
-                    return params
-            return None
-
-        return await self.wait_for(match, timeout)
-
-    async def wait_ack(self, envelope_id: str, timeout: float = 10) -> dict[str, Any] | None:  # noqa: ASYNC109
-        """The ack payload (None for an empty ack); details are in ``fake.acks``."""
-        await self.wait_for(lambda: envelope_id in self.acks, timeout)
-        return self.acks[envelope_id].payload
-
-    async def wait_socket_connected(self, timeout: float = 10) -> None:  # noqa: ASYNC109
-        await asyncio.wait_for(self.socket_connected.wait(), timeout)
 
     def _touch(self) -> None:
         """Record that state changed and wake ``wait_for`` callers."""
@@ -819,8 +639,6 @@ class FakeSlack:
         task = asyncio.ensure_future(coro)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
-
-    # ------------------------------------------------------- users and channels
 
     def user_info(self, user_id: str) -> dict[str, Any]:
         if user_id in self.users:
@@ -915,7 +733,29 @@ class FakeSlack:
             },
         }
 
-    # ------------------------------------------------------------------ Web API
+    def _require_scope(self, scope: str) -> None:
+        if scope not in self.scopes:
+            raise SlackError("missing_scope", needed=scope, provided=",".join(self.scopes))
+
+    def _history_scope(self, channel: str, channel_type: str | None = None) -> str:
+        kind = channel_type or {"D": "im", "G": "group"}.get(channel[:1], "channel")
+        return {"im": "im:history", "group": "groups:history", "mpim": "mpim:history"}.get(
+            kind, "channels:history"
+        )
+
+    @staticmethod
+    def _channel_param(params: dict[str, Any], key: str = "channel") -> str:
+        channel = params.get(key)
+        if not channel:
+            raise SlackError("channel_not_found")
+        return str(channel)
+
+    def _bot_posted(self, channel: str, message: dict[str, Any]) -> None:
+        """Hook called after the bot posts; the senders use it to echo like Slack."""
+
+
+class _WebApi(_State):
+    """Web API methods under /api/: auth, chat.*, conversations.*, reactions, streams."""
 
     async def _handle_api(self, request: web.Request) -> web.Response:
         method = request.match_info["method"]
@@ -956,16 +796,6 @@ class FakeSlack:
             raise SlackError("not_allowed_token_type")
         return kind
 
-    def _require_scope(self, scope: str) -> None:
-        if scope not in self.scopes:
-            raise SlackError("missing_scope", needed=scope, provided=",".join(self.scopes))
-
-    def _history_scope(self, channel: str, channel_type: str | None = None) -> str:
-        kind = channel_type or {"D": "im", "G": "group"}.get(channel[:1], "channel")
-        return {"im": "im:history", "group": "groups:history", "mpim": "mpim:history"}.get(
-            kind, "channels:history"
-        )
-
     def _check_message(self, params: dict[str, Any], *, require_content: bool = True) -> None:
         """Slack's size limits: msg_too_long for text, invalid_blocks for blocks."""
         text = params.get("text")
@@ -982,13 +812,6 @@ class FakeSlack:
                     errors=errors,
                     response_metadata={"messages": [f"[ERROR] {e}" for e in errors]},
                 )
-
-    @staticmethod
-    def _channel_param(params: dict[str, Any], key: str = "channel") -> str:
-        channel = params.get(key)
-        if not channel:
-            raise SlackError("channel_not_found")
-        return str(channel)
 
     def _auth_test(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -1023,8 +846,7 @@ class FakeSlack:
             thread_ts=params.get("thread_ts") or None,
             extra={"metadata": params["metadata"]} if params.get("metadata") else None,
         )
-        if self.echo_bot_messages:
-            self._spawn(self._echo_bot_message(channel, message))
+        self._bot_posted(channel, message)
         return {"ok": True, "channel": channel, "ts": message["ts"], "message": message}
 
     def _chat_update(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
@@ -1233,6 +1055,10 @@ class FakeSlack:
         )
         return {"ok": True}
 
+
+class _Files(_State):
+    """files_upload_v2's three steps, files.info, and private file downloads."""
+
     def _files_info(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         self._require_scope("files:read")
         file_obj = self.files.get(str(params.get("file") or ""))
@@ -1244,8 +1070,6 @@ class FakeSlack:
             "comments": [],
             "response_metadata": {"next_cursor": ""},
         }
-
-    # ------------------------------------------------------------- file uploads
 
     def _files_get_upload_url(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         self._require_scope("files:write")
@@ -1372,8 +1196,6 @@ class FakeSlack:
             file_obj["channels" if visibility == "public" else "groups"] = [channel]
             file_obj["is_public"] = visibility == "public"
 
-    # ---------------------------------------------------------- hosted files
-
     def add_user_file(
         self,
         name: str,
@@ -1430,8 +1252,9 @@ class FakeSlack:
             "public_url_shared": False,
             "display_as_bot": False,
             "username": "",
-            "url_private": f"{private}/{name}",
-            "url_private_download": f"{private}/download/{name}",
+            # Slack percent-encodes the name in its file URLs.
+            "url_private": f"{private}/{quote(name, safe='')}",
+            "url_private_download": f"{private}/download/{quote(name, safe='')}",
             "permalink": f"{self.base_url}/files/{user}/{file_id}/{name}",
             "permalink_public": f"{self.base_url}/{self.team_id}-{file_id}-{secrets.token_hex(5)}",
             "channels": [],
@@ -1476,16 +1299,20 @@ class FakeSlack:
             headers={"Content-Disposition": f'attachment; filename="{file_obj["name"]}"'},
         )
 
-    # ------------------------------------------------------------ Socket Mode
+
+class _Delivery(_State):
+    """Getting envelopes to the bot (Socket Mode or HTTP) and its answers back."""
 
     async def _handle_socket(self, request: web.Request) -> web.StreamResponse:
         if request.query.get("ticket") not in self._tickets:
             return web.Response(status=401, text="invalid ticket")
-        ws = web.WebSocketResponse(autoping=True)  # answers the SDK's pings
+        # autoping answers the SDK's pings; a short close timeout keeps drop/stop
+        # quick even when a client never completes the closing handshake.
+        ws = web.WebSocketResponse(autoping=True, timeout=2.0)
         await ws.prepare(request)
+        await ws.send_json(self._hello(len(self._sockets) + 1))  # before any envelope
         self._sockets.append(ws)
         self.socket_connects += 1
-        await ws.send_json(self._hello())
         self.socket_connected.set()
         self._touch()
         await self._flush_outbox()
@@ -1501,10 +1328,10 @@ class FakeSlack:
             self._touch()
         return ws
 
-    def _hello(self) -> dict[str, Any]:
+    def _hello(self, num_connections: int) -> dict[str, Any]:
         return {
             "type": "hello",
-            "num_connections": len(self._sockets),
+            "num_connections": num_connections,
             "debug_info": {
                 "host": "applink-fake-1",
                 "build_number": 1,
@@ -1556,8 +1383,6 @@ class FakeSlack:
                 if ws in self._sockets:
                     self._sockets.remove(ws)
 
-    # --------------------------------------------------------- HTTP delivery
-
     def use_http(self, request_url: str, signing_secret: str) -> None:
         """Deliver envelopes as signed POSTs to the bot's Request URL."""
         self._http_target = (request_url, signing_secret)
@@ -1593,8 +1418,6 @@ class FakeSlack:
                 self._record_ack(envelope.envelope_id, payload, status=resp.status)
         except (ClientError, TimeoutError) as exc:
             self._record_ack(envelope.envelope_id, None, error=repr(exc))
-
-    # -------------------------------------------------------------- delivery
 
     async def _deliver(self, envelope: Envelope) -> str:
         self.envelopes[envelope.envelope_id] = envelope
@@ -1648,7 +1471,97 @@ class FakeSlack:
         )
         return await self._deliver(envelope)
 
-    # ------------------------------------------------------------- senders
+    def _new_response_url(self, kind: str, target: _ResponseTarget) -> str:
+        folder = "commands" if kind == "command" else "actions"
+        url = (
+            f"{self.base_url}/{folder}/{self.team_id}/{next(self._response_ids)}/"
+            f"{secrets.token_urlsafe(12)}"
+        )
+        self._response_targets[url] = target
+        return url
+
+    async def _handle_response_url(self, request: web.Request) -> web.Response:
+        url = f"{self.base_url}{request.path}"
+        target = self._response_targets.get(url)
+        if target is None:
+            return web.Response(status=404, text="no_service", content_type="text/plain")
+        if delay := self.faults.delay_for("response_url"):
+            await asyncio.sleep(delay)
+        fault = self.faults.take("response_url")
+        if fault is not None:
+            return web.Response(
+                status=fault.status, text=fault.error or "error", headers=_fault_headers(fault)
+            )
+        try:
+            body = json.loads(await request.text())
+        except json.JSONDecodeError:
+            return web.Response(status=400, text="invalid_payload", content_type="text/plain")
+        self.responses.append(
+            {
+                "url": url,
+                "kind": target.kind,
+                "channel": target.channel,
+                "user": target.user,
+                "body": body,
+            }
+        )
+        self._apply_response(target, body)
+        self._touch()
+        return web.Response(text="ok", content_type="text/html")
+
+    def _apply_response(self, target: _ResponseTarget, body: dict[str, Any]) -> None:
+        """What Slack does with a response_url post (or a slash-command ack body)."""
+        text = body.get("text") or ""
+        blocks = body.get("blocks")
+        if _truthy(body.get("delete_original")) and target.message_ts:
+            self._delete_original(target)
+        elif _truthy(body.get("replace_original")) and target.message_ts:
+            self._replace_original(target, text, blocks)
+        elif body.get("response_type") == "in_channel":
+            self.workspace.post(
+                target.channel,
+                author=self._bot_author(),
+                text=text,
+                blocks=blocks or None,
+                thread_ts=body.get("thread_ts"),
+            )
+        else:
+            self.ephemerals.append(
+                {
+                    "channel": target.channel,
+                    "user": target.user,
+                    "text": text,
+                    "blocks": blocks or [],
+                    "thread_ts": body.get("thread_ts") or target.thread_ts,
+                    "ts": self.workspace.clock.next(),
+                }
+            )
+
+    def _delete_original(self, target: _ResponseTarget) -> None:
+        if target.is_ephemeral:
+            self.ephemerals[:] = [e for e in self.ephemerals if e["ts"] != target.message_ts]
+        elif self.workspace.find(target.channel, target.message_ts):
+            self.workspace.delete(target.channel, str(target.message_ts))
+
+    def _replace_original(
+        self, target: _ResponseTarget, text: str, blocks: list[dict[str, Any]] | None
+    ) -> None:
+        if target.is_ephemeral:
+            for ephemeral in self.ephemerals:
+                if ephemeral["ts"] == target.message_ts:
+                    ephemeral.update(text=text, blocks=blocks or [])
+        elif self.workspace.find(target.channel, target.message_ts):
+            self.workspace.update(
+                target.channel,
+                str(target.message_ts),
+                text=text,
+                blocks=blocks if blocks is not None else [],
+                editor=self.bot_user_id,
+            )
+
+
+class _Senders(_Delivery):
+    """What Slack sends when users act: events, slash commands, clicks, shortcuts."""
 
     async def send_event(
         self, event: dict[str, Any], *, event_id: str | None = None, retry_attempt: int = 0
@@ -1866,101 +1779,246 @@ class FakeSlack:
             return channel
         return str(info.get("name") or ("directmessage" if info.get("is_im") else channel))
 
-    # ------------------------------------------------------------ response_url
-
-    def _new_response_url(self, kind: str, target: _ResponseTarget) -> str:
-        folder = "commands" if kind == "command" else "actions"
-        url = (
-            f"{self.base_url}/{folder}/{self.team_id}/{next(self._response_ids)}/"
-            f"{secrets.token_urlsafe(12)}"
-        )
-        self._response_targets[url] = target
-        return url
-
-    async def _handle_response_url(self, request: web.Request) -> web.Response:
-        url = f"{self.base_url}{request.path}"
-        target = self._response_targets.get(url)
-        if target is None:
-            return web.Response(status=404, text="no_service", content_type="text/plain")
-        if delay := self.faults.delay_for("response_url"):
-            await asyncio.sleep(delay)
-        fault = self.faults.take("response_url")
-        if fault is not None:
-            return web.Response(
-                status=fault.status, text=fault.error or "error", headers=_fault_headers(fault)
-            )
-        try:
-            body = json.loads(await request.text())
-        except json.JSONDecodeError:
-            return web.Response(status=400, text="invalid_payload", content_type="text/plain")
-        self.responses.append(
-            {
-                "url": url,
-                "kind": target.kind,
-                "channel": target.channel,
-                "user": target.user,
-                "body": body,
-            }
-        )
-        self._apply_response(target, body)
-        self._touch()
-        return web.Response(text="ok", content_type="text/html")
-
-    def _apply_response(self, target: _ResponseTarget, body: dict[str, Any]) -> None:
-        """What Slack does with a response_url post (or a slash-command ack body)."""
-        text = body.get("text") or ""
-        blocks = body.get("blocks")
-        if _truthy(body.get("delete_original")) and target.message_ts:
-            self._delete_original(target)
-        elif _truthy(body.get("replace_original")) and target.message_ts:
-            self._replace_original(target, text, blocks)
-        elif body.get("response_type") == "in_channel":
-            self.workspace.post(
-                target.channel,
-                author=self._bot_author(),
-                text=text,
-                blocks=blocks or None,
-                thread_ts=body.get("thread_ts"),
-            )
-        else:
-            self.ephemerals.append(
-                {
-                    "channel": target.channel,
-                    "user": target.user,
-                    "text": text,
-                    "blocks": blocks or [],
-                    "thread_ts": body.get("thread_ts") or target.thread_ts,
-                    "ts": self.workspace.clock.next(),
-                }
-            )
-
-    def _delete_original(self, target: _ResponseTarget) -> None:
-        if target.is_ephemeral:
-            self.ephemerals[:] = [e for e in self.ephemerals if e["ts"] != target.message_ts]
-        elif self.workspace.find(target.channel, target.message_ts):
-            self.workspace.delete(target.channel, str(target.message_ts))
-
-    def _replace_original(
-        self, target: _ResponseTarget, text: str, blocks: list[dict[str, Any]] | None
-    ) -> None:
-        if target.is_ephemeral:
-            for ephemeral in self.ephemerals:
-                if ephemeral["ts"] == target.message_ts:
-                    ephemeral.update(text=text, blocks=blocks or [])
-        elif self.workspace.find(target.channel, target.message_ts):
-            self.workspace.update(
-                target.channel,
-                str(target.message_ts),
-                text=text,
-                blocks=blocks if blocks is not None else [],
-                editor=self.bot_user_id,
-            )
-
     async def _echo_bot_message(self, channel: str, message: dict[str, Any]) -> None:
         event = copy.deepcopy(message)
         kind = {"D": "im", "G": "group"}.get(channel[:1], "channel")
         event.update(channel=channel, event_ts=message["ts"], channel_type=kind)
         await self.send_event(event)
+
+    def _bot_posted(self, channel: str, message: dict[str, Any]) -> None:
+        if self.echo_bot_messages:
+            self._spawn(self._echo_bot_message(channel, message))
+
+
+class FakeSlack(_WebApi, _Files, _Senders):
+    """Slack's Web API, file hosting, Socket Mode and HTTP delivery on 127.0.0.1.
+
+    Use ``async with FakeSlack() as fake:`` (or ``start``/``stop``) inside the
+    test's event loop, point clients at ``fake.api_url`` and drive the bot with
+    the envelope senders (``user_message``, ``slash_command``, ...).
+    """
+
+    def __init__(
+        self,
+        *,
+        bot_token: str = "xoxb-fake-1-bot",
+        app_token: str = "xapp-fake-1-app",
+        host: str = "127.0.0.1",
+    ) -> None:
+        self.bot_token = bot_token
+        self.app_token = app_token
+        self.host = host
+        self.team_id = "T1"
+        self.team_name = "Fake"
+        self.team_domain = "fake"
+        self.app_id = "A1"
+        self.bot_id = "BBOT"
+        self.bot_user_id = "UBOT"
+        self.bot_name = "slackinterp"
+        self.verification_token = "fake-verification-token"
+        self.scopes: list[str] = list(DEFAULT_SCOPES)
+        self.file_scope_missing = False
+        self.max_text_length = 4000
+        self.echo_bot_messages = False  # Slack does echo them; off keeps envelopes tidy
+
+        self.calls: list[Call] = []
+        self.workspace = Workspace(TsClock(), self.team_id)
+        self.ephemerals: list[dict[str, Any]] = []
+        self.reactions: dict[tuple[str, str], list[str]] = {}
+        self.statuses: list[dict[str, Any]] = []
+        self.uploads: list[Upload] = []
+        self.upload_posts: list[dict[str, Any]] = []
+        self.downloads: list[dict[str, Any]] = []
+        self.streams: dict[str, Stream] = {}
+        self.files: dict[str, dict[str, Any]] = {}
+        self.responses: list[dict[str, Any]] = []
+        self.envelopes: dict[str, Envelope] = {}
+        self.acks: dict[str, Ack] = {}
+        self.duplicate_acks: list[Ack] = []
+        self.users: dict[str, dict[str, Any]] = {}
+        self.channels: dict[str, dict[str, Any]] = {}
+        self.faults = FaultInjector()
+        self.socket_connected = asyncio.Event()
+        self.socket_connects = 0
+        self.version = 0  # bumped on every recorded change
+
+        self._file_bytes: dict[str, bytes] = {}
+        self._pending_uploads: dict[str, _PendingUpload] = {}
+        self._response_targets: dict[str, _ResponseTarget] = {}
+        self._response_ids = itertools.count(1000)
+        self._tickets: set[str] = set()
+        self._sockets: list[web.WebSocketResponse] = []
+        self._outbox: deque[Envelope] = deque()
+        self._http_target: tuple[str, str] | None = None  # (request_url, signing_secret)
+        self._event_times: dict[str, int] = {}
+        self._cond = asyncio.Condition()
+        self._notify_pending = False
+        self._tasks: set[asyncio.Task[Any]] = set()
+        self._runner: web.AppRunner | None = None
+        self._session: ClientSession | None = None
+        self._port: int | None = None
+        self._api: dict[str, ApiHandler] = {
+            "auth.test": self._auth_test,
+            "apps.connections.open": self._apps_connections_open,
+            "chat.postMessage": self._chat_post_message,
+            "chat.update": self._chat_update,
+            "chat.postEphemeral": self._chat_post_ephemeral,
+            "chat.delete": self._chat_delete,
+            "chat.getPermalink": self._chat_get_permalink,
+            "chat.startStream": self._chat_start_stream,
+            "chat.appendStream": self._chat_append_stream,
+            "chat.stopStream": self._chat_stop_stream,
+            "conversations.replies": self._conversations_replies,
+            "conversations.info": self._conversations_info,
+            "users.info": self._users_info,
+            "reactions.add": self._reactions_add,
+            "reactions.remove": self._reactions_remove,
+            "assistant.threads.setStatus": self._assistant_set_status,
+            "files.info": self._files_info,
+            "files.getUploadURLExternal": self._files_get_upload_url,
+            "files.completeUploadExternal": self._files_complete_upload,
+        }
+
+    async def start(self) -> Self:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_route("*", "/api/{method}", self._handle_api)
+        app.router.add_post("/upload/v1/{key}", self._handle_upload)
+        app.router.add_get("/files-pri/{team_file}/{name}", self._handle_download)
+        app.router.add_get("/files-pri/{team_file}/download/{name}", self._handle_download)
+        app.router.add_get("/socket", self._handle_socket)
+        app.router.add_post("/commands/{team}/{rid}/{secret}", self._handle_response_url)
+        app.router.add_post("/actions/{team}/{rid}/{secret}", self._handle_response_url)
+        self._runner = web.AppRunner(app, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, self.host, 0)
+        await site.start()
+        self._port = self._runner.addresses[0][1]
+        self._session = ClientSession(timeout=ClientTimeout(total=30))
+        return self
+
+    async def stop(self) -> None:
+        for ws in list(self._sockets):
+            await ws.close(code=WSCloseCode.GOING_AWAY)
+        self._sockets.clear()
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._session is not None:
+            await self._session.close()
+        if self._runner is not None:
+            await self._runner.cleanup()
+
+    async def __aenter__(self) -> Self:
+        return await self.start()
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.stop()
+
+    def fail(
+        self,
+        method: str,
+        status: int | None = None,
+        *,
+        times: int | None = 1,
+        retry_after: int = 1,
+        error: str | None = None,
+    ) -> None:
+        """Fail the next ``times`` requests to ``method`` (None: until clear_faults).
+
+        ``method`` is a Web API method, "upload" (the upload-URL POST),
+        "download" (private file GET) or "response_url".  Without ``status``:
+        429 + Retry-After, or HTTP 200 ``{"ok": false, "error": error}`` if
+        ``error`` is given.
+        """
+        self.faults.fail(method, status, times=times, retry_after=retry_after, error=error)
+
+    def fail_rate(
+        self,
+        p: float,
+        statuses: Iterable[int] = (429, 500),
+        *,
+        seed: int | None = None,
+        retry_after: int = 1,
+        exempt: Iterable[str] = ("apps.connections.open",),
+    ) -> None:
+        """Fail a random fraction ``p`` of Web API calls (chaos tests)."""
+        self.faults.fail_rate(p, statuses, seed=seed, retry_after=retry_after, exempt=exempt)
+
+    def delay(self, method: str, seconds: float) -> None:
+        """Answer every ``method`` request ``seconds`` late (0 removes the delay)."""
+        self.faults.delay(method, seconds)
+
+    def clear_faults(self) -> None:
+        self.faults.clear()
+
+    def calls_to(self, method: str) -> list[dict[str, Any]]:
+        return [c.params for c in self.calls if c.method == method]
+
+    def thread(self, channel: str, thread_ts: str) -> list[dict[str, Any]]:
+        """Root + replies (bot's included, ephemerals excluded), oldest first."""
+        return copy.deepcopy(self.workspace.thread(channel, thread_ts))
+
+    def history(self, channel: str) -> list[dict[str, Any]]:
+        return copy.deepcopy(self.workspace.messages.get(channel, []))
+
+    def message(self, channel: str, ts: str) -> dict[str, Any] | None:
+        return copy.deepcopy(self.workspace.find(channel, ts))
+
+    def edits(self, channel: str, ts: str) -> list[dict[str, Any]]:
+        """Earlier versions of a message, oldest first (chat.update history)."""
+        return copy.deepcopy(self.workspace.edits.get((channel, ts), []))
+
+    @property
+    def live_sockets(self) -> int:
+        return len(self._sockets)
+
+    # The ASYNC109 waivers: tests want "wait up to N seconds" in one call.
+    async def wait_for(
+        self,
+        predicate: Callable[[], Any],
+        timeout: float = 10,  # noqa: ASYNC109
+    ) -> Any:
+        """Wait until ``predicate()`` is truthy and return its value."""
+
+        async def _wait() -> Any:
+            async with self._cond:
+                result = predicate()
+                while not result:
+                    await self._cond.wait()
+                    result = predicate()
+                return result
+
+        try:
+            return await asyncio.wait_for(_wait(), timeout)
+        except TimeoutError:
+            recent = [c.method for c in self.calls[-10:]]
+            raise TimeoutError(
+                f"condition not met within {timeout}s (last calls: {recent})"
+            ) from None
+
+    async def wait_for_call(
+        self,
+        method: str,
+        predicate: Callable[[dict[str, Any]], Any] | None = None,
+        timeout: float = 10,  # noqa: ASYNC109
+    ) -> dict[str, Any]:
+        """Params of the first (possibly already recorded) matching call."""
+
+        def match() -> dict[str, Any] | None:
+            for params in self.calls_to(method):
+                if predicate is None or predicate(params):
+                    return params
+            return None
+
+        return await self.wait_for(match, timeout)
+
+    async def wait_ack(self, envelope_id: str, timeout: float = 10) -> dict[str, Any] | None:  # noqa: ASYNC109
+        """The ack payload (None for an empty ack); details are in ``fake.acks``."""
+        await self.wait_for(lambda: envelope_id in self.acks, timeout)
+        return self.acks[envelope_id].payload
+
+    async def wait_socket_connected(self, timeout: float = 10) -> None:  # noqa: ASYNC109
+        await asyncio.wait_for(self.socket_connected.wait(), timeout)
 
 
 # --------------------------------------------------------------------------

@@ -1,0 +1,3 @@
+from slackinterp.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,133 @@
+"""Assembles the Slack bot and owns its start/stop order and signals.
+
+Start: store → orphan cleanup → kernel pool → reaper → Slack connection (Socket Mode with an
+app token, else Bolt's aiohttp HTTP server). Stop (SIGTERM/SIGINT): stop intake, stop running
+cells, close the Slack connection, shut every kernel down, close the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import signal
+from dataclasses import dataclass, field
+
+from aiohttp import web
+from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.http_retry.builtin_async_handlers import (
+    AsyncConnectionErrorRetryHandler,
+    AsyncRateLimitErrorRetryHandler,
+    AsyncServerErrorRetryHandler,
+)
+from slack_sdk.web.async_client import AsyncWebClient
+
+from slackinterp.config import Settings
+from slackinterp.runtime import Runtime
+from slackinterp.slack.files import SlackFileFetcher
+from slackinterp.slack.listeners import SlackListeners
+
+log = logging.getLogger(__name__)
+
+DRAIN_SECONDS = 10.0
+
+
+def web_client(token: str | None, settings: Settings) -> AsyncWebClient:
+    """Every Slack client goes to SLACK_API_URL and retries 429 (Retry-After) and 5xx."""
+    return AsyncWebClient(
+        token=token,
+        base_url=settings.slack_api_url,
+        retry_handlers=[
+            AsyncConnectionErrorRetryHandler(max_retry_count=2),
+            AsyncRateLimitErrorRetryHandler(max_retry_count=3),
+            AsyncServerErrorRetryHandler(max_retry_count=2),
+        ],
+    )
+
+
+def build_agent(settings: Settings):  # noqa: ANN201 - llm.agent.Agent | None
+    if not settings.model_configured:
+        return None
+    try:
+        from slackinterp.llm.agent import Agent
+    except ImportError:
+        return None
+    return Agent.from_settings(settings)
+
+
+@dataclass
+class SlackBot:
+    settings: Settings
+    runtime: Runtime
+    app: AsyncApp
+    listeners: SlackListeners
+    fetcher: SlackFileFetcher
+    socket: AsyncSocketModeHandler | None = None
+    http_runner: web.AppRunner | None = None
+    stopped: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @classmethod
+    async def create(cls, settings: Settings) -> SlackBot:
+        runtime = await Runtime.open(settings, agent=build_agent(settings))
+        client = web_client(settings.slack_bot_token, settings)
+        app = AsyncApp(
+            client=client,
+            signing_secret=settings.slack_signing_secret or "",
+            request_verification_enabled=not settings.slack_app_token,
+        )
+        fetcher = SlackFileFetcher(settings.slack_bot_token or "",
+                                   settings.max_download_mb * 1024 * 1024)
+        listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher)
+        listeners.register()
+        return cls(settings, runtime, app, listeners, fetcher)
+
+    async def start(self) -> None:
+        await self.runtime.start()
+        if self.settings.slack_app_token:
+            self.socket = AsyncSocketModeHandler(
+                self.app,
+                self.settings.slack_app_token,
+                web_client=web_client(None, self.settings),
+            )
+            await self.socket.connect_async()
+            log.info("slack.connected mode=socket")
+        else:
+            web_app = self.app.web_app(path="/slack/events", port=self.settings.http_port)
+            web_app.router.add_get("/healthz", _healthz)
+            self.http_runner = web.AppRunner(web_app)
+            await self.http_runner.setup()
+            site = web.TCPSite(self.http_runner, "0.0.0.0", self.settings.http_port)
+            await site.start()
+            log.info("slack.listening mode=http port=%d", self.settings.http_port)
+
+    async def stop(self) -> None:
+        await self.listeners.drain(DRAIN_SECONDS)
+        if self.socket is not None:
+            with contextlib.suppress(Exception):
+                await self.socket.close_async()
+        if self.http_runner is not None:
+            await self.http_runner.cleanup()
+        await self.fetcher.close()
+        await self.runtime.stop()
+        self.stopped.set()
+
+
+async def _healthz(_request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+async def serve(settings: Settings) -> None:
+    """Run the bot until SIGTERM or SIGINT, then shut down cleanly."""
+    bot = await SlackBot.create(settings)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    await bot.start()
+    try:
+        await stop.wait()
+    finally:
+        log.info("bot.stopping")
+        await bot.stop()
+        log.info("bot.stopped")

@@ -1,0 +1,104 @@
+"""`slackinterp run | manifest` — the command line."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from importlib.metadata import PackageNotFoundError, version
+
+from slackinterp.config import Settings, SettingsError, load_settings
+
+HOW_TO_GET = {
+    "SLACK_BOT_TOKEN": "install the app to your workspace and copy the Bot User OAuth Token "
+    "(xoxb-…) under OAuth & Permissions",
+    "SLACK_APP_TOKEN": "create an app-level token with the connections:write scope under "
+    "Basic Information → App-Level Tokens (xapp-…)",
+    "SLACK_SIGNING_SECRET": "copy the Signing Secret under Basic Information (HTTP mode), "
+    "or set SLACK_APP_TOKEN to use Socket Mode",
+}
+
+
+def _version() -> str:
+    try:
+        return version("slackinterp")
+    except PackageNotFoundError:
+        return "0+unknown"
+
+
+def check_run_settings(settings: Settings) -> list[str]:
+    """What `run` needs beyond valid types, each problem with how to fix it."""
+    problems = []
+    token = settings.slack_bot_token
+    if not token:
+        problems.append(f"SLACK_BOT_TOKEN is not set: {HOW_TO_GET['SLACK_BOT_TOKEN']}.")
+    elif not token.startswith("xoxb-"):
+        problems.append("SLACK_BOT_TOKEN should start with xoxb- (a bot token, not a user or app "
+                        f"token): {HOW_TO_GET['SLACK_BOT_TOKEN']}.")
+    app_token = settings.slack_app_token
+    if app_token and not app_token.startswith("xapp-"):
+        problems.append(f"SLACK_APP_TOKEN should start with xapp-: {HOW_TO_GET['SLACK_APP_TOKEN']}.")
+    if not app_token and not settings.slack_signing_secret:
+        problems.append("Neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP "
+                        f"mode) is set: {HOW_TO_GET['SLACK_APP_TOKEN']}.")
+    return problems
+
+
+def _fail(lines: list[str]) -> int:
+    print("slackinterp: cannot start:", file=sys.stderr)
+    for line in lines:
+        print(f"  ✗ {line}", file=sys.stderr)
+    return 2
+
+
+def cmd_run(_args: argparse.Namespace) -> int:
+    from slackinterp import logs
+    from slackinterp.app import serve
+    from slackinterp.store import StoreError
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(exc.problems)
+    problems = check_run_settings(settings)
+    if problems:
+        return _fail(problems)
+    logs.configure(settings.log_level, settings.log_format.value)
+    try:
+        asyncio.run(serve(settings))
+    except StoreError as exc:
+        return _fail([str(exc)])
+    except KeyboardInterrupt:
+        pass
+    return 0
+
+
+def cmd_manifest(args: argparse.Namespace) -> int:
+    from slackinterp.manifest import render_manifest
+
+    sys.stdout.write(render_manifest(name=args.name, command=args.command))
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="slackinterp", description="A code interpreter that lives in Slack."
+    )
+    parser.add_argument("--version", action="version", version=f"slackinterp {_version()}")
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
+    run = sub.add_parser("run", help="run the Slack bot (Socket Mode or HTTP mode)")
+    run.set_defaults(func=cmd_run)
+    manifest = sub.add_parser("manifest", help="print the Slack app manifest")
+    manifest.add_argument("--name", default="interp", help="app and bot name (default: interp)")
+    manifest.add_argument("--command", default="/interp", help="slash command (default: /interp)")
+    manifest.set_defaults(func=cmd_manifest)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if not hasattr(args, "func"):
+        parser.print_help()
+        return 0
+    return int(args.func(args))

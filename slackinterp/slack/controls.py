@@ -1,0 +1,129 @@
+"""The control words (reset, stop, status, files, help) and thread permalinks, for every entry
+point that offers them: mentions, DMs, the slash command, buttons and the shortcut."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from urllib.parse import parse_qs, urlparse
+
+from slackinterp.engine.turn import Engine
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.slack import text as t
+
+WORDS = ("reset", "stop", "status", "files", "help")
+
+
+def help_text(command: str = "/interp", mention: str = "@interp") -> str:
+    return "\n".join(
+        [
+            "*slackinterp* runs Python for this thread in its own Jupyter kernel.",
+            f"• Mention me ({mention}) with a question, or send a ```python block to run it as is.",
+            "• Attach files in the thread: they land in the working directory.",
+            "• Follow-ups in the thread need no mention; variables stay between messages.",
+            f"• `{mention} reset` fresh kernel (files stay) · `{mention} reset wipe` also deletes "
+            "files",
+            f"• `{mention} stop` stop what runs · `{mention} status` kernel state · "
+            f"`{mention} files` list files · `{mention} help`",
+            f"• `{command} reset|stop|status|files [thread link]` does the same from anywhere in "
+            "the channel; without a link it lists the channel's kernels.",
+        ]
+    )
+
+
+def parse_control(text: str) -> tuple[str, str] | None:
+    """('reset', 'wipe') for 'reset wipe'; None when the text is not a control word."""
+    words = text.strip().split()
+    if not words or words[0].lower() not in WORDS:
+        return None
+    if len(words) > 2 or (len(words) == 2 and (words[0].lower(), words[1].lower()) != ("reset", "wipe")):
+        return None
+    return words[0].lower(), (words[1].lower() if len(words) == 2 else "")
+
+
+_PERMALINK_TS = re.compile(r"^p(\d{10})(\d{6})$")
+
+
+@dataclass(frozen=True)
+class ThreadLink:
+    channel: str
+    thread_ts: str
+
+
+def parse_permalink(link: str) -> ThreadLink | None:
+    """A Slack message link → the thread it belongs to (a reply's link names its thread)."""
+    link = link.strip().strip("<>").split("|")[0]
+    parsed = urlparse(link)
+    parts = [p for p in parsed.path.split("/") if p]
+    if len(parts) < 3 or parts[-3] != "archives":
+        return None
+    channel, message = parts[-2], parts[-1]
+    match = _PERMALINK_TS.match(message)
+    if not re.fullmatch(r"[CDG][A-Z0-9]+", channel) or match is None:
+        return None
+    thread_ts = parse_qs(parsed.query).get("thread_ts", [f"{match.group(1)}.{match.group(2)}"])[0]
+    if not re.fullmatch(r"\d{10}\.\d{6}", thread_ts):
+        return None
+    return ThreadLink(channel, thread_ts)
+
+
+async def run_control(engine: Engine, key: ThreadKey, word: str, arg: str, *, command: str,
+                      mention: str) -> str:
+    """Carry out a control word for a thread; returns the mrkdwn answer."""
+    if word == "help":
+        return help_text(command, mention)
+    if word == "reset":
+        return ":arrows_counterclockwise: " + await engine.reset(key, wipe=arg == "wipe")
+    if word == "stop":
+        if engine.stop(key):
+            return ":black_square_for_stop: Stopping what runs in this thread."
+        return "Nothing is running in this thread."
+    if word == "status":
+        return status_text(await engine.status(key))
+    if word == "files":
+        return files_text(engine.files(key))
+    return help_text(command, mention)
+
+
+def status_text(status) -> str:  # noqa: ANN001 - engine.turn.ThreadStatus
+    if status.alive:
+        state = "busy" if status.busy else f"idle for {_duration(status.idle_seconds or 0)}"
+        kernel = f"Kernel: running, {state}"
+        if status.memory_bytes:
+            kernel += f", {status.memory_bytes / 1024 / 1024:.0f} MiB"
+    elif status.replayable:
+        kernel = (f"Kernel: stopped; {status.replayable} cells will be replayed on the next "
+                  "message")
+    else:
+        kernel = "Kernel: not started"
+    lines = [kernel, f"Cells run: {status.cells} · files: {status.files}"]
+    if status.queued:
+        lines.append(f"Queued requests: {status.queued}")
+    return "\n".join(lines)
+
+
+def files_text(files: list[tuple[str, int]]) -> str:
+    if not files:
+        return "No files in this thread's working directory yet."
+    shown = files[:50]
+    lines = [f"• `{t.escape(name)}` ({_bytes(size)})" for name, size in shown]
+    if len(files) > len(shown):
+        lines.append(f"… and {len(files) - len(shown)} more")
+    return "Files in this thread:\n" + "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def _bytes(size: int) -> str:
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"

@@ -1,0 +1,322 @@
+"""Bolt listeners → engine. Ack at once, drop redeliveries and echoes, check the allow-lists,
+then hand the work to a task of our own so Slack never waits on a kernel or a model."""
+
+from __future__ import annotations
+
+import asyncio
+import html
+import logging
+import re
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from slackinterp.config import Settings
+from slackinterp.engine.events import Notice
+from slackinterp.engine.turn import Engine, TurnRequest
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.slack import controls
+from slackinterp.slack import text as t
+from slackinterp.slack.files import SlackFileFetcher
+from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer, buttons
+from slackinterp.store import Store
+
+log = logging.getLogger(__name__)
+
+HANDLED_SUBTYPES = {None, "file_share", "thread_broadcast"}
+SHORTCUT_ID = "reset_kernel"
+MAX_TEXT = 40000
+_LINK = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|([^>]*))?>")
+
+
+def clean_text(text: str, bot_user_id: str | None) -> str:
+    """Slack's message text → what the user typed: no bot mention, links and entities undone."""
+    if bot_user_id:
+        text = re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text)
+    text = _LINK.sub(lambda m: m.group(2) or m.group(1), text)
+    return html.unescape(text).strip()
+
+
+class SlackListeners:
+    """Registers every listener on the Bolt app and owns the turn tasks they start."""
+
+    def __init__(
+        self,
+        app: AsyncApp,
+        engine: Engine,
+        store: Store,
+        settings: Settings,
+        fetcher: SlackFileFetcher,
+    ):
+        self.app = app
+        self.engine = engine
+        self.store = store
+        self.settings = settings
+        self.fetcher = fetcher
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.accepting = True
+        self.bot_user_id: str | None = None
+        engine.notice_listeners.append(self.on_notice)
+
+    def register(self) -> None:
+        app = self.app
+        app.event("app_mention")(self.on_mention)
+        app.event("message")(self.on_message)
+        app.command(self.settings.command)(self.on_command)
+        app.shortcut(SHORTCUT_ID)(self.on_shortcut)
+        app.action(STOP_ACTION)(self.on_button)
+        app.action(RESET_ACTION)(self.on_button)
+
+    # --- helpers -------------------------------------------------------------------------
+    def allowed(self, channel: str | None, user: str | None) -> bool:
+        channels, users = self.settings.allowed_channels, self.settings.allowed_users
+        if channels and channel not in channels:
+            return False
+        return not (users and user not in users)
+
+    async def refuse(self, client: AsyncWebClient, channel: str, user: str,
+                     thread_ts: str | None = None) -> None:
+        log.info("access.refused channel=%s user=%s", channel, user)
+        try:
+            await client.chat_postEphemeral(
+                channel=channel,
+                user=user,
+                thread_ts=thread_ts,
+                text="Sorry, slackinterp is not enabled for you in this channel. "
+                "Ask whoever runs it to add you (SLACKINTERP_ALLOWED_USERS / "
+                "SLACKINTERP_ALLOWED_CHANNELS).",
+            )
+        except SlackApiError as exc:
+            log.warning("access.refuse_failed error=%s", exc.response.get("error"))
+
+    async def first_time(self, body: dict[str, Any]) -> bool:
+        event_id = body.get("event_id")
+        if not event_id:
+            return True
+        if await self.store.first_sighting(event_id):
+            return True
+        log.info("event.redelivery_ignored event_id=%s", event_id)
+        return False
+
+    def spawn(self, coro: Any, name: str) -> None:
+        task = asyncio.create_task(coro, name=name)
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def _mention(self) -> str:
+        return f"<@{self.bot_user_id}>" if self.bot_user_id else "@interp"
+
+    # --- events --------------------------------------------------------------------------
+    async def on_mention(self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient,
+                         context: Any) -> None:
+        self.bot_user_id = context.get("bot_user_id") or self.bot_user_id
+        if str(event.get("channel", "")).startswith("D"):
+            return  # DMs arrive as message.im; handled there
+        if event.get("bot_id") or not await self.first_time(body):
+            return
+        await self._accept(body, event, client, mentioned=True)
+
+    async def on_message(self, body: dict[str, Any], event: dict[str, Any],
+                         client: AsyncWebClient, context: Any) -> None:
+        self.bot_user_id = context.get("bot_user_id") or self.bot_user_id
+        subtype = event.get("subtype")
+        if subtype not in HANDLED_SUBTYPES or event.get("bot_id") or event.get("hidden"):
+            return
+        if event.get("user") in (None, self.bot_user_id):
+            return
+        is_dm = event.get("channel_type") == "im"
+        text = event.get("text") or ""
+        if not is_dm:
+            if self.bot_user_id and f"<@{self.bot_user_id}" in text:
+                return  # the app_mention event carries this one
+            thread_ts = event.get("thread_ts")
+            if not thread_ts:
+                return
+            key = ThreadKey(self._team(body, event), event["channel"], thread_ts)
+            if not await self.engine.has_thread(key):
+                return
+        if not await self.first_time(body):
+            return
+        await self._accept(body, event, client, mentioned=is_dm)
+
+    async def _accept(self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient,
+                      *, mentioned: bool) -> None:
+        if not self.accepting:
+            return
+        channel, user = event["channel"], event.get("user", "")
+        thread_ts = event.get("thread_ts") or event["ts"]
+        if not self.allowed(channel, user):
+            await self.refuse(client, channel, user, thread_ts)
+            return
+        key = ThreadKey(self._team(body, event), channel, thread_ts)
+        text = clean_text(event.get("text") or "", self.bot_user_id)
+        files = event.get("files") or []
+        if mentioned and not files:
+            control = controls.parse_control(text)
+            if control is not None:
+                self.spawn(self._control(client, key, *control), f"control-{key.id}")
+                return
+        if len(text) > MAX_TEXT:
+            await self._reply(client, key, f":warning: That message is {len(text):,} characters; "
+                              f"I take at most {MAX_TEXT:,}. Attach long text as a file instead.")
+            return
+        if not text and not files:
+            await self._reply(client, key, controls.help_text(self.settings.command,
+                                                             self._mention()))
+            return
+        request = TurnRequest(key, text, user, self.fetcher.incoming(files))
+        self.spawn(self._run(client, key, request, event["ts"]), f"turn-{key.id}")
+
+    async def _run(self, client: AsyncWebClient, key: ThreadKey, request: TurnRequest,
+                   user_ts: str) -> None:
+        renderer = TurnRenderer(client, channel=key.channel, thread_ts=key.thread_ts,
+                                key_id=key.id, user_message_ts=user_ts,
+                                exec_timeout=self.settings.exec_timeout)
+        async for event in self.engine.submit(request):
+            await renderer.handle(event)
+
+    async def _control(self, client: AsyncWebClient, key: ThreadKey, word: str, arg: str) -> None:
+        answer = await controls.run_control(self.engine, key, word, arg,
+                                            command=self.settings.command,
+                                            mention=self._mention())
+        await self._reply(client, key, answer)
+
+    async def _reply(self, client: AsyncWebClient, key: ThreadKey, text: str) -> None:
+        try:
+            await client.chat_postMessage(channel=key.channel, thread_ts=key.thread_ts, text=text)
+        except SlackApiError as exc:
+            log.warning("slack.reply_failed error=%s", exc.response.get("error"))
+
+    @staticmethod
+    def _team(body: dict[str, Any], event: dict[str, Any]) -> str:
+        return str(event.get("team") or body.get("team_id") or "T")
+
+    async def on_notice(self, key: ThreadKey, notice: Notice) -> None:
+        """Reaper and eviction notices, posted into their thread."""
+        await self._reply(self.app.client, key, f":information_source: {t.escape(notice.text)}")
+
+    # --- slash command -------------------------------------------------------------------
+    async def on_command(self, ack: Any, body: dict[str, Any], respond: Any,
+                         client: AsyncWebClient) -> None:
+        words = (body.get("text") or "").split()
+        word = words[0].lower() if words else "help"
+        channel, user = body.get("channel_id", ""), body.get("user_id", "")
+        command = self.settings.command
+        if word not in controls.WORDS:
+            await ack(response_type="ephemeral",
+                      text=f"Unknown command `{t.escape(word)}`.\n"
+                      + controls.help_text(command, self._mention()))
+            return
+        if word == "help":
+            await ack(response_type="ephemeral", text=controls.help_text(command, self._mention()))
+            return
+        await ack()
+        if not self.allowed(channel, user):
+            await respond(response_type="ephemeral", text="Sorry, slackinterp is not enabled for "
+                          "you in this channel.")
+            return
+        link_text = next((w for w in words[1:] if "/archives/" in w), None)
+        arg = "wipe" if "wipe" in [w.lower() for w in words[1:]] else ""
+        if link_text is None:
+            await respond(**self._kernel_list(body.get("team_id", "T"), channel))
+            return
+        link = controls.parse_permalink(link_text)
+        if link is None:
+            await respond(response_type="ephemeral",
+                          text="That does not look like a link to a Slack message. Use "
+                          "“Copy link” on a message of the thread.")
+            return
+        if not self.allowed(link.channel, user) or (link.channel != channel
+                                                      and not self.settings.allowed_channels):
+            await respond(response_type="ephemeral",
+                          text="That thread is in another channel; run the command there.")
+            return
+        key = ThreadKey(body.get("team_id", "T"), link.channel, link.thread_ts)
+        if not await self.engine.has_thread(key):
+            await respond(response_type="ephemeral", text="I have no session in that thread.")
+            return
+        answer = await controls.run_control(self.engine, key, word, arg, command=command,
+                                            mention=self._mention())
+        await respond(response_type="ephemeral", text=answer)
+
+    def _kernel_list(self, team: str, channel: str) -> dict[str, Any]:
+        live = [
+            s for s in self.engine.sessions.values()
+            if s.key.channel == channel and s.key.team == team
+            and (self.engine.registry.slot(s.key.id) is not None or s.busy)
+        ]
+        if not live:
+            return {"response_type": "ephemeral",
+                    "text": "No kernels are running in this channel. Slash commands cannot see "
+                    "threads; add a thread link (“Copy link”) to act on a stopped one."}
+        blocks: list[dict[str, Any]] = [
+            {"type": "section", "text": {"type": "mrkdwn",
+                                         "text": f"*{len(live)} kernel(s) in this channel*"}}
+        ]
+        for session in live[:20]:
+            state = "busy" if session.busy else "idle"
+            blocks.append({"type": "section", "text": {
+                "type": "mrkdwn", "text": f"Thread {session.key.thread_ts} — {state}"}})
+            blocks.append(buttons(session.key.id, running=True) | {
+                "block_id": f"k{len(blocks)}"})
+        return {"response_type": "ephemeral", "text": f"{len(live)} kernel(s)", "blocks": blocks}
+
+    # --- interactivity -------------------------------------------------------------------
+    async def on_button(self, ack: Any, body: dict[str, Any], action: dict[str, Any],
+                        respond: Any, client: AsyncWebClient) -> None:
+        await ack()
+        user = (body.get("user") or {}).get("id", "")
+        container = body.get("container") or {}
+        channel = container.get("channel_id") or (body.get("channel") or {}).get("id", "")
+        try:
+            key = ThreadKey.parse(str(action.get("value", "")))
+        except ValueError:
+            return
+        if key.channel != channel:
+            return  # a forged button value pointing at another channel's thread
+        if not self.allowed(channel, user):
+            await respond(response_type="ephemeral", replace_original=False,
+                          text="Sorry, slackinterp is not enabled for you in this channel.")
+            return
+        if action.get("action_id") == STOP_ACTION:
+            if self.engine.stop(key):
+                await self._reply(client, key, f":black_square_for_stop: <@{user}> pressed Stop.")
+            else:
+                await respond(response_type="ephemeral", replace_original=False,
+                              text="Nothing is running in that thread.")
+            return
+        self.spawn(self._reset_from(client, key, user), f"reset-{key.id}")
+
+    async def _reset_from(self, client: AsyncWebClient, key: ThreadKey, user: str) -> None:
+        answer = await self.engine.reset(key)
+        await self._reply(client, key, f":arrows_counterclockwise: <@{user}>: {answer}")
+
+    async def on_shortcut(self, ack: Any, body: dict[str, Any], client: AsyncWebClient,
+                          respond: Any) -> None:
+        await ack()
+        message = body.get("message") or {}
+        channel = (body.get("channel") or {}).get("id", "")
+        user = (body.get("user") or {}).get("id", "")
+        team = (body.get("team") or {}).get("id") or body.get("team_id") or "T"
+        if not self.allowed(channel, user):
+            await respond(response_type="ephemeral",
+                          text="Sorry, slackinterp is not enabled for you in this channel.")
+            return
+        thread_ts = message.get("thread_ts") or message.get("ts")
+        if not thread_ts:
+            return
+        key = ThreadKey(team, channel, thread_ts)
+        self.spawn(self._reset_from(client, key, user), f"reset-{key.id}")
+
+    # --- shutdown ------------------------------------------------------------------------
+    async def drain(self, timeout: float) -> None:
+        """Stop intake, stop running cells, and wait a little for turns to report."""
+        self.accepting = False
+        for session in self.engine.sessions.values():
+            session.request_stop("shutdown")
+        if self.tasks:
+            await asyncio.wait(list(self.tasks), timeout=timeout)
+        for task in list(self.tasks):
+            task.cancel()

@@ -1,0 +1,143 @@
+"""Text for Slack: escaping, code blocks, head-and-tail truncation, Markdown → mrkdwn.
+
+Everything that came from a kernel, a file or the model passes through `escape` before Slack
+sees it, so printed `<!channel>` or `<@U…>` pings nobody.
+"""
+
+from __future__ import annotations
+
+import re
+
+# Slack's practical limits (see NOTES): section text ≤ 3,000; message text ≈ 4,000.
+SECTION_LIMIT = 3000
+MESSAGE_BUDGET = 2900
+
+
+def escape(text: str) -> str:
+    """Slack's three control characters; the only escaping Slack defines."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _defuse_fences(text: str) -> str:
+    # A ``` inside a code block would close it early and let the rest render as markup.
+    return text.replace("```", "`\u200b`\u200b`")
+
+
+def code_block(text: str) -> str:
+    """Escaped, fence-safe code block; an empty text renders as a visible placeholder."""
+    body = _defuse_fences(escape(text.rstrip("\n"))) or " "
+    return f"```\n{body}\n```"
+
+
+def head_tail(text: str, limit: int) -> tuple[str, bool]:
+    """Keep the first and last lines within `limit` characters; True when shortened."""
+    if len(text) <= limit:
+        return text, False
+    marker = "\n… {n} characters omitted …\n"
+    room = max(limit - len(marker) - 8, 20)
+    head_room = room * 2 // 3
+    tail_room = room - head_room
+    head = text[:head_room]
+    cut = head.rfind("\n")
+    if cut > head_room // 2:
+        head = head[:cut]
+    tail = text[-tail_room:]
+    cut = tail.find("\n")
+    if 0 <= cut < tail_room // 2:
+        tail = tail[cut + 1 :]
+    omitted = len(text) - len(head) - len(tail)
+    return head + marker.format(n=f"{omitted:,}") + tail, True
+
+
+def shorten_code(code: str, max_lines: int = 30, max_chars: int = 1200) -> tuple[str, bool]:
+    """The first lines of long code, with a note of how much is hidden."""
+    lines = code.splitlines()
+    if len(lines) <= max_lines and len(code) <= max_chars:
+        return code, False
+    kept: list[str] = []
+    size = 0
+    for line in lines[:max_lines]:
+        if size + len(line) + 1 > max_chars:
+            break
+        kept.append(line)
+        size += len(line) + 1
+    hidden = len(lines) - len(kept)
+    return "\n".join(kept) + f"\n# … {hidden} more line{'s' if hidden != 1 else ''}", True
+
+
+_BOLD = re.compile(r"\*\*(?=\S)(.+?)(?<=\S)\*\*")
+_ITALIC_UNDERSCORE = re.compile(r"(?<![\w*])__(?=\S)(.+?)(?<=\S)__(?![\w*])")
+_LINK = re.compile(r"\[([^\]\n]+)\]\((https?://[^)\s]+)\)")
+_HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
+_STRIKE = re.compile(r"~~(.+?)~~")
+_BULLET = re.compile(r"^(\s*)[-*+]\s+", re.M)
+_FENCE_SPLIT = re.compile(r"(```.*?```)", re.S)
+
+
+def markdown_to_mrkdwn(markdown: str) -> str:
+    """Common Markdown as Slack mrkdwn, escaped. Code spans and blocks are left as they are."""
+    parts = _FENCE_SPLIT.split(markdown)
+    out = []
+    for i, part in enumerate(parts):
+        if i % 2 == 1:  # fenced code: drop the language tag Slack would print literally
+            inner = part[3:-3]
+            first, nl, rest = inner.partition("\n")
+            if nl and re.fullmatch(r"[\w+-]*", first.strip()):
+                inner = rest
+            out.append("```\n" + _defuse_fences(escape(inner.strip("\n"))) + "\n```")
+            continue
+        out.append(_inline(part))
+    return "".join(out)
+
+
+def _inline(text: str) -> str:
+    pieces = re.split(r"(`[^`\n]+`)", text)
+    converted = []
+    for j, piece in enumerate(pieces):
+        if j % 2 == 1:
+            converted.append(escape(piece))
+            continue
+        links: list[str] = []
+
+        def keep_link(m: re.Match[str]) -> str:
+            links.append(f"<{m.group(2)}|{escape(m.group(1))}>")
+            return f"\x00{len(links) - 1}\x00"
+
+        piece = _LINK.sub(keep_link, piece)
+        piece = escape(piece)
+        piece = _HEADING.sub(lambda m: f"*{m.group(1)}*", piece)
+        piece = _BOLD.sub(lambda m: f"*{m.group(1)}*", piece)
+        piece = _ITALIC_UNDERSCORE.sub(lambda m: f"_{m.group(1)}_", piece)
+        piece = _STRIKE.sub(lambda m: f"~{m.group(1)}~", piece)
+        piece = _BULLET.sub(lambda m: f"{m.group(1)}• ", piece)
+        piece = re.sub(r"\x00(\d+)\x00", lambda m: links[int(m.group(1))], piece)
+        converted.append(piece)
+    return "".join(converted)
+
+
+def split_message(text: str, limit: int = MESSAGE_BUDGET) -> list[str]:
+    """Split long mrkdwn into messages at paragraph or line breaks, keeping code fences whole."""
+    if len(text) <= limit:
+        return [text]
+    chunks: list[str] = []
+    current = ""
+    in_fence = False
+    for line in text.split("\n"):
+        piece = line + "\n"
+        while len(piece) > limit:  # a single enormous line
+            room = limit - len(current)
+            if room <= 0:
+                chunks.append(current)
+                current = ""
+                room = limit
+            current += piece[:room]
+            piece = piece[room:]
+        if len(current) + len(piece) > limit - 4:
+            chunks.append(current + ("```" if in_fence else ""))
+            current = "```\n" if in_fence else ""
+        current += piece
+        if line.strip().startswith("```"):
+            in_fence = not in_fence
+    if current.strip():
+        chunks.append(current)
+    return [c.rstrip("\n") for c in chunks if c.strip()]

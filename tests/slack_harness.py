@@ -1,0 +1,72 @@
+"""Running the real bot (Bolt, slack_sdk, kernels) against the loopback fake Slack."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+from slackinterp.app import SlackBot
+from tests.conftest import make_settings
+from tests.fakes.slack import FakeSlack
+
+CHANNEL = "C1"
+
+
+@asynccontextmanager
+async def running_bot(fake: FakeSlack, tmp_path: Path, **overrides: Any) -> AsyncIterator[SlackBot]:
+    values: dict[str, Any] = {
+        "slack_bot_token": fake.bot_token,
+        "slack_app_token": fake.app_token,
+        "slack_api_url": fake.api_url,
+    }
+    values.update(overrides)
+    bot = await SlackBot.create(make_settings(tmp_path, **values))
+    await bot.start()
+    await fake.wait_socket_connected()
+    try:
+        yield bot
+    finally:
+        await bot.stop()
+
+
+def bot_messages(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict[str, Any]]:
+    return [m for m in fake.thread(channel, thread_ts) if m.get("bot_id")]
+
+
+def all_text(message: dict[str, Any]) -> str:
+    """Text of a message and its blocks, as a person would read it."""
+    return message.get("text", "") + "\n" + json.dumps(message.get("blocks") or [],
+                                                       ensure_ascii=False)
+
+
+def cell_messages(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict[str, Any]]:
+    return [m for m in bot_messages(fake, thread_ts, channel)
+            if m.get("text", "").startswith("Cell:")]
+
+
+def finished_cells(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict]:
+    return [m for m in cell_messages(fake, thread_ts, channel) if "running…" not in m["text"]]
+
+
+async def wait_cells(fake: FakeSlack, thread_ts: str, n: int, channel: str = CHANNEL,
+                     timeout: float = 30) -> list[dict[str, Any]]:
+    return await fake.wait_for(
+        lambda: (cells := finished_cells(fake, thread_ts, channel)) and len(cells) >= n and cells,
+        timeout=timeout,
+    )
+
+
+async def wait_text(fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL,
+                    timeout: float = 30) -> dict[str, Any]:
+    return await fake.wait_for(
+        lambda: next((m for m in bot_messages(fake, thread_ts, channel)
+                      if needle in all_text(m)), None),
+        timeout=timeout,
+    )
+
+
+def code(src: str) -> str:
+    return f"<@UBOT> ```{src}```"
