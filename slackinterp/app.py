@@ -46,16 +46,6 @@ def web_client(token: str | None, settings: Settings) -> AsyncWebClient:
     )
 
 
-def build_agent(settings: Settings):  # noqa: ANN201 - llm.agent.Agent | None
-    if not settings.model_configured:
-        return None
-    try:
-        from slackinterp.llm.agent import Agent
-    except ImportError:
-        return None
-    return Agent.from_settings(settings)
-
-
 @dataclass
 class SlackBot:
     settings: Settings
@@ -69,15 +59,16 @@ class SlackBot:
 
     @classmethod
     async def create(cls, settings: Settings) -> SlackBot:
-        runtime = await Runtime.open(settings, agent=build_agent(settings))
+        runtime = await Runtime.open(settings)
         client = web_client(settings.slack_bot_token, settings)
         app = AsyncApp(
             client=client,
             signing_secret=settings.slack_signing_secret or "",
             request_verification_enabled=not settings.slack_app_token,
         )
-        fetcher = SlackFileFetcher(settings.slack_bot_token or "",
-                                   settings.max_download_mb * 1024 * 1024)
+        fetcher = SlackFileFetcher(
+            settings.slack_bot_token or "", settings.max_download_mb * 1024 * 1024
+        )
         listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher)
         listeners.register()
         return cls(settings, runtime, app, listeners, fetcher)

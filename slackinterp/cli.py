@@ -33,14 +33,20 @@ def check_run_settings(settings: Settings) -> list[str]:
     if not token:
         problems.append(f"SLACK_BOT_TOKEN is not set: {HOW_TO_GET['SLACK_BOT_TOKEN']}.")
     elif not token.startswith("xoxb-"):
-        problems.append("SLACK_BOT_TOKEN should start with xoxb- (a bot token, not a user or app "
-                        f"token): {HOW_TO_GET['SLACK_BOT_TOKEN']}.")
+        problems.append(
+            "SLACK_BOT_TOKEN should start with xoxb- (a bot token, not a user or app "
+            f"token): {HOW_TO_GET['SLACK_BOT_TOKEN']}."
+        )
     app_token = settings.slack_app_token
     if app_token and not app_token.startswith("xapp-"):
-        problems.append(f"SLACK_APP_TOKEN should start with xapp-: {HOW_TO_GET['SLACK_APP_TOKEN']}.")
+        problems.append(
+            f"SLACK_APP_TOKEN should start with xapp-: {HOW_TO_GET['SLACK_APP_TOKEN']}."
+        )
     if not app_token and not settings.slack_signing_secret:
-        problems.append("Neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP "
-                        f"mode) is set: {HOW_TO_GET['SLACK_APP_TOKEN']}.")
+        problems.append(
+            "Neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP "
+            f"mode) is set: {HOW_TO_GET['SLACK_APP_TOKEN']}."
+        )
     return problems
 
 

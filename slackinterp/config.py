@@ -42,7 +42,7 @@ CommaList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
-    """Runtime configuration. Field descriptions are the docs (README table is checked against them)."""
+    """Runtime configuration. Field descriptions are the docs; the README table is checked."""
 
     model_config = SettingsConfigDict(
         env_prefix=PREFIX,
@@ -141,6 +141,20 @@ class Settings(BaseSettings):
     command: str = Field("/interp", description="Slash command name the app registers.")
     # Agent
     max_rounds: int = Field(8, ge=1, le=100, description="Model rounds (tool calls) per turn.")
+    model_timeout: float = _seconds(
+        120, "Seconds to wait for the model server before giving up on a call."
+    )
+    model_stream: bool = Field(
+        True, description="Stream answers as they are generated (off for servers that cannot)."
+    )
+    history_budget: int = Field(
+        60000, ge=4000, description="Characters of thread history sent to the model at most."
+    )
+    kernel_network: bool = Field(
+        True,
+        description="Whether kernels may use the network (told to the model; enforced "
+        "by the sandbox).",
+    )
     system_prompt: str | None = Field(
         None, description="Replaces the built-in system prompt (text, or @path to a file)."
     )

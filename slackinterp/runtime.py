@@ -12,7 +12,7 @@ import os
 from dataclasses import dataclass
 
 from slackinterp.config import Settings
-from slackinterp.engine.turn import Engine, TurnAgent
+from slackinterp.engine.turn import Engine
 from slackinterp.kernels.backend import LocalBackend
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
@@ -31,7 +31,7 @@ class Runtime:
     engine: Engine
 
     @classmethod
-    async def open(cls, settings: Settings, agent: TurnAgent | None = None) -> Runtime:
+    async def open(cls, settings: Settings) -> Runtime:
         data_dir = settings.data_dir
         try:
             data_dir.mkdir(parents=True, exist_ok=True)
@@ -77,6 +77,11 @@ class Runtime:
             busy_cap=settings.busy_cap,
             forget_events=store.forget_events_before,
         )
+        agent = None
+        if settings.model_configured:
+            from slackinterp.llm.agent import Agent
+
+            agent = Agent.from_settings(settings, store)
         engine = Engine(settings, store, registry, agent)
         return cls(settings, store, registry, reaper, engine)
 
@@ -87,6 +92,8 @@ class Runtime:
     async def stop(self) -> None:
         self.reaper.stop()
         await self.registry.shutdown()
+        if self.engine.agent is not None:
+            await self.engine.agent.close()
         await self.store.close()
 
 

@@ -231,7 +231,9 @@ class Store:
         """Record an event id; False when it was seen before (a redelivery)."""
         try:
             async with self._engine.begin() as conn:
-                await conn.execute(insert(seen_events).values(event_id=event_id, seen_at=time.time()))
+                await conn.execute(
+                    insert(seen_events).values(event_id=event_id, seen_at=time.time())
+                )
             return True
         except IntegrityError:
             return False

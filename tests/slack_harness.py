@@ -38,35 +38,57 @@ def bot_messages(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> lis
 
 def all_text(message: dict[str, Any]) -> str:
     """Text of a message and its blocks, as a person would read it."""
-    return message.get("text", "") + "\n" + json.dumps(message.get("blocks") or [],
-                                                       ensure_ascii=False)
+    return (
+        message.get("text", "") + "\n" + json.dumps(message.get("blocks") or [], ensure_ascii=False)
+    )
 
 
 def cell_messages(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict[str, Any]]:
-    return [m for m in bot_messages(fake, thread_ts, channel)
-            if m.get("text", "").startswith("Cell:")]
+    return [
+        m for m in bot_messages(fake, thread_ts, channel) if m.get("text", "").startswith("Cell:")
+    ]
 
 
 def finished_cells(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict]:
     return [m for m in cell_messages(fake, thread_ts, channel) if "running…" not in m["text"]]
 
 
-async def wait_cells(fake: FakeSlack, thread_ts: str, n: int, channel: str = CHANNEL,
-                     timeout: float = 30) -> list[dict[str, Any]]:
+async def wait_cells(
+    fake: FakeSlack, thread_ts: str, n: int, channel: str = CHANNEL, timeout: float = 30
+) -> list[dict[str, Any]]:
     return await fake.wait_for(
         lambda: (cells := finished_cells(fake, thread_ts, channel)) and len(cells) >= n and cells,
         timeout=timeout,
     )
 
 
-async def wait_text(fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL,
-                    timeout: float = 30) -> dict[str, Any]:
+async def wait_text(
+    fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
+) -> dict[str, Any]:
     return await fake.wait_for(
-        lambda: next((m for m in bot_messages(fake, thread_ts, channel)
-                      if needle in all_text(m)), None),
+        lambda: next(
+            (m for m in bot_messages(fake, thread_ts, channel) if needle in all_text(m)), None
+        ),
         timeout=timeout,
     )
 
 
 def code(src: str) -> str:
     return f"<@UBOT> ```{src}```"
+
+
+async def wait_final(
+    fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
+) -> dict[str, Any]:
+    """A bot message containing `needle` that is no longer streaming (no trailing “ …”)."""
+    return await fake.wait_for(
+        lambda: next(
+            (
+                m
+                for m in bot_messages(fake, thread_ts, channel)
+                if needle in all_text(m) and not m.get("text", "").endswith(" …")
+            ),
+            None,
+        ),
+        timeout=timeout,
+    )

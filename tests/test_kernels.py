@@ -80,8 +80,9 @@ async def test_plot_yields_png_and_traceback_is_ansi_free(runtime: Runtime) -> N
         A,
         code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"),
     )
-    displays = [e.output for e in events if isinstance(e, CellOutput)
-                and isinstance(e.output, Display)]
+    displays = [
+        e.output for e in events if isinstance(e, CellOutput) and isinstance(e.output, Display)
+    ]
     assert displays, events
     png = base64.b64decode(displays[0].data["image/png"])
     assert png.startswith(b"\x89PNG")
@@ -277,8 +278,9 @@ asyncio.run(main())
 
 async def test_orphans_of_a_crashed_run_are_cleaned_up(tmp_path: Path) -> None:
     data = tmp_path / "data"
-    proc = subprocess.Popen([sys.executable, "-c", CRASHER, str(data)], stdout=subprocess.PIPE,
-                            text=True)
+    proc = subprocess.Popen(  # noqa: ASYNC220 - a stand-in bot, SIGKILLed below
+        [sys.executable, "-c", CRASHER, str(data)], stdout=subprocess.PIPE, text=True
+    )
     line = await asyncio.to_thread(proc.stdout.readline)
     assert line.startswith("ready"), line
     orphan = int(line.split()[1])

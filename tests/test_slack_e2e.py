@@ -60,15 +60,17 @@ async def test_no_model_hint_and_help(tmp_path: Path) -> None:
 async def test_output_is_escaped_bounded_and_attached(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path):
         ts, _ = await fake.user_message(
-            CHANNEL, "<@UBOT> ```print('<!channel> <@U999> & ```')\nfor i in range(5000): print(i)```"
+            CHANNEL,
+            "<@UBOT> ```print('<!channel> <@U999> & ```')\nfor i in range(5000): print(i)```",
         )
         cells = await wait_cells(fake, ts, 1)
         text = all_text(cells[0])
         assert "<!channel>" not in text and "&lt;!channel&gt;" in text
         assert "<@U999>" not in text
         assert "4999" in text and "characters omitted" in text
-        upload = await fake.wait_for(lambda: next(
-            (u for u in fake.uploads if u.filename.startswith("output-")), None))
+        upload = await fake.wait_for(
+            lambda: next((u for u in fake.uploads if u.filename.startswith("output-")), None)
+        )
         assert upload.thread_ts == ts
         assert upload.content.decode().rstrip().endswith("4999")
 
@@ -93,10 +95,13 @@ async def test_plot_and_produced_files_are_uploaded(tmp_path: Path) -> None:
 
 async def test_files_in_are_sanitised_and_readable(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path, max_download_mb=1):
-        data = fake.add_user_file("sales.csv", b"month,revenue\njan,10\nfeb,20\n", "text/csv", "csv")
+        data = fake.add_user_file(
+            "sales.csv", b"month,revenue\njan,10\nfeb,20\n", "text/csv", "csv"
+        )
         evil = fake.add_user_file("../../etc/passwd", b"root:x:0:0", "text/plain")
-        big = fake.add_user_file("big.bin", b"0" * (2 * 1024 * 1024), "application/octet-stream",
-                                 "binary")
+        big = fake.add_user_file(
+            "big.bin", b"0" * (2 * 1024 * 1024), "application/octet-stream", "binary"
+        )
         ts, _ = await fake.user_message(CHANNEL, "<@UBOT>", files=[data, evil, big])
         await wait_text(fake, ts, "Received `sales.csv`")
         await wait_text(fake, ts, "Received `passwd`")
@@ -123,7 +128,9 @@ async def test_download_without_files_read_scope_says_so(tmp_path: Path) -> None
 
 async def test_controls_by_mention(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path):
-        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```v = 7\nopen('f.txt','w').write('hi')```")
+        ts, _ = await fake.user_message(
+            CHANNEL, "<@UBOT> ```v = 7\nopen('f.txt','w').write('hi')```"
+        )
         await wait_cells(fake, ts, 1)
         await fake.user_message(CHANNEL, "<@UBOT> status", thread_ts=ts)
         status = await wait_text(fake, ts, "Kernel: running")
@@ -141,17 +148,20 @@ async def test_stop_button_interrupts_and_reset_button(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path):
         ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```import time\ntime.sleep(30)```")
         running = await fake.wait_for(lambda: next(iter(cell_messages(fake, ts)), None))
-        await fake.click_button("interp_stop", f"T1:{CHANNEL}:{ts}", message=running["ts"],
-                                channel=CHANNEL)
+        await fake.click_button(
+            "interp_stop", f"T1:{CHANNEL}:{ts}", message=running["ts"], channel=CHANNEL
+        )
         cells = await wait_cells(fake, ts, 1, timeout=10)
         assert "stopped" in cells[0]["text"]
         await wait_text(fake, ts, "pressed Stop")
-        await fake.click_button("interp_reset", f"T1:{CHANNEL}:{ts}", message=cells[0]["ts"],
-                                channel=CHANNEL)
+        await fake.click_button(
+            "interp_reset", f"T1:{CHANNEL}:{ts}", message=cells[0]["ts"], channel=CHANNEL
+        )
         await wait_text(fake, ts, "reset")
         # A forged button value naming another channel's thread does nothing.
-        await fake.click_button("interp_reset", "T1:C999:1.1", message=cells[0]["ts"],
-                                channel=CHANNEL)
+        await fake.click_button(
+            "interp_reset", "T1:C999:1.1", message=cells[0]["ts"], channel=CHANNEL
+        )
         await asyncio.sleep(0.5)
         assert not [m for m in bot_messages(fake, ts) if "C999" in all_text(m)]
 
@@ -161,17 +171,20 @@ async def test_slash_command_and_shortcut(tmp_path: Path) -> None:
         ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```w = 1```")
         await wait_cells(fake, ts, 1)
         await fake.slash_command("/interp", "frobnicate", channel=CHANNEL)
-        await fake.wait_for(lambda: any("Unknown command" in (e.get("text") or "")
-                                        for e in fake.ephemerals))
+        await fake.wait_for(
+            lambda: any("Unknown command" in (e.get("text") or "") for e in fake.ephemerals)
+        )
         await fake.slash_command("/interp", "status", channel=CHANNEL)
-        listing = await fake.wait_for(lambda: next(
-            (r for r in fake.responses if "kernel(s)" in str(r)), None))
+        listing = await fake.wait_for(
+            lambda: next((r for r in fake.responses if "kernel(s)" in str(r)), None)
+        )
         assert f"T1:{CHANNEL}:{ts}" in str(listing)
         link = fake.permalink(CHANNEL, ts)
         await fake.slash_command("/interp", f"status {link}", channel=CHANNEL)
         await fake.wait_for(lambda: any("Kernel: running" in str(r) for r in fake.responses))
-        await fake.slash_command("/interp", f"status {link.replace(CHANNEL, 'C777')}",
-                                 channel=CHANNEL)
+        await fake.slash_command(
+            "/interp", f"status {link.replace(CHANNEL, 'C777')}", channel=CHANNEL
+        )
         await fake.wait_for(lambda: any("another channel" in str(r) for r in fake.responses))
         await fake.message_shortcut("reset_kernel", message=ts, channel=CHANNEL)
         await wait_text(fake, ts, "Kernel reset")
@@ -180,8 +193,9 @@ async def test_slash_command_and_shortcut(tmp_path: Path) -> None:
 async def test_access_control_refuses_quietly(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path, allowed_users=["U1"]):
         ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```print('hi')```", user="U2")
-        await fake.wait_for(lambda: any("not enabled" in (e.get("text") or "")
-                                        for e in fake.ephemerals))
+        await fake.wait_for(
+            lambda: any("not enabled" in (e.get("text") or "") for e in fake.ephemerals)
+        )
         await asyncio.sleep(0.5)
         assert bot_messages(fake, ts) == []
 
@@ -195,7 +209,9 @@ async def test_dm_runs_code(tmp_path: Path) -> None:
 
 async def test_queued_turns_run_in_order(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path):
-        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```import time\ntime.sleep(1.5)\nn = 1```")
+        ts, _ = await fake.user_message(
+            CHANNEL, "<@UBOT> ```import time\ntime.sleep(1.5)\nn = 1```"
+        )
         await fake.wait_for(lambda: cell_messages(fake, ts))
         await fake.user_message(CHANNEL, "```print(n + 1)```", thread_ts=ts)
         await wait_text(fake, ts, "Queued")
@@ -208,9 +224,11 @@ async def test_slack_faults_lose_no_output(tmp_path: Path) -> None:
         fake.fail("chat.postMessage", 429, retry_after=1)
         fake.fail("upload", 500)
         ts, _ = await fake.user_message(
-            CHANNEL, "<@UBOT> ```open('out.txt','w').write('data')\nprint('done')```")
+            CHANNEL, "<@UBOT> ```open('out.txt','w').write('data')\nprint('done')```"
+        )
         cells = await wait_cells(fake, ts, 1)
         assert "done" in all_text(cells[0])
-        upload = await fake.wait_for(lambda: next(
-            (u for u in fake.uploads if u.filename == "out.txt"), None))
+        upload = await fake.wait_for(
+            lambda: next((u for u in fake.uploads if u.filename == "out.txt"), None)
+        )
         assert upload.content == b"data"

@@ -44,6 +44,7 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellControl, CellResult, Output, Status, run_cell
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, RestoreReport
+from slackinterp.llm.agent import ModelError
 from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
@@ -101,17 +102,16 @@ class ThreadStatus:
     replayable: int
 
 
-class AgentHooks(Protocol):
-    """What the agent may do inside a turn (see llm/agent.py)."""
-
-    async def run_python(self, code: str) -> CellResult: ...
-
-    async def answer_delta(self, text: str) -> None: ...
-
-
 class TurnAgent(Protocol):
+    """The model loop (llm/agent.py); it acts on the turn only through the hooks."""
+
     async def run_turn(
-        self, key: str, text: str, files: list[FileReceived], workdir: Path, hooks: Any,
+        self,
+        key: str,
+        text: str,
+        files: list[FileReceived],
+        workdir: Path,
+        hooks: Any,
         stop: asyncio.Event,
     ) -> str: ...
 
@@ -198,23 +198,34 @@ class Engine:
             elif request.text.strip() or received:
                 hooks = _Hooks(self, session, emit, produced)
                 answer = await self.agent.run_turn(
-                    session.key.id, request.text, received, session.workdir, hooks,
+                    session.key.id,
+                    request.text,
+                    received,
+                    session.workdir,
+                    hooks,
                     session.stop_requested,
                 )
                 if answer:
                     emit(AssistantText(answer))
+        except ModelError as exc:
+            emit(TurnFailed(exc.message, kind=exc.kind))
         except AtCapacity as exc:
             emit(TurnFailed(f"At capacity: {exc}.", kind="capacity"))
         except KernelStartError as exc:
             emit(TurnFailed(f"Could not start a kernel: {exc}", kind="kernel_start"))
         except Exception as exc:
             log.exception("turn.failed thread=%s", session.key.id)
-            emit(TurnFailed(f"Something went wrong on my side ({type(exc).__name__}: {exc}).",
-                            kind="internal"))
+            emit(
+                TurnFailed(
+                    f"Something went wrong on my side ({type(exc).__name__}: {exc}).",
+                    kind="internal",
+                )
+            )
         finally:
             session.control = None
-            emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started,
-                              produced))
+            emit(
+                TurnFinished(session.cells_run - cells_before, time.monotonic() - started, produced)
+            )
 
     # --- files in ------------------------------------------------------------------------
     async def _receive_files(
@@ -225,9 +236,14 @@ class Engine:
         for incoming in files:
             name = workspace.sanitize_filename(incoming.name)
             if incoming.size > limit:
-                emit(FileRejected(incoming.name, f"it is {_size(incoming.size)}; the limit is "
-                                  f"{self.settings.max_download_mb} MiB "
-                                  "(SLACKINTERP_MAX_DOWNLOAD_MB)"))
+                emit(
+                    FileRejected(
+                        incoming.name,
+                        f"it is {_size(incoming.size)}; the limit is "
+                        f"{self.settings.max_download_mb} MiB "
+                        "(SLACKINTERP_MAX_DOWNLOAD_MB)",
+                    )
+                )
                 continue
             # Outside the working directory (code never sees half a file), same file system.
             incoming_dir = self.settings.data_dir / "incoming"
@@ -313,21 +329,60 @@ class Engine:
         )
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
-            key, cell_id, result.status.value, result.duration,
+            key,
+            cell_id,
+            result.status.value,
+            result.duration,
         )
         emit(CellFinished(cell_id, code, result))
         self._lifecycle_notice(result, emit)
         self._report_files(session, cell_id, before, emit, produced)
         return result
 
+    async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
+        """Run a helper silently in the thread's kernel and return what it printed."""
+        key = session.key.id
+        lease = await self.registry.acquire(key, session.workdir)
+        if lease.restore is not None:
+            emit(restore_notice(lease.restore))
+        self.registry.mark_busy(key)
+        result: CellResult | None = None
+        try:
+            result = await run_cell(
+                lease.kernel,
+                code,
+                timeout=min(30.0, self.settings.exec_timeout),
+                grace=self.settings.interrupt_grace,
+                max_output_chars=200_000,
+                silent=True,
+            )
+        finally:
+            self.registry.mark_idle(
+                key, state_lost="restarted" if result and result.restarted else ""
+            )
+        if not result.ok:
+            log.warning("hidden.failed thread=%s status=%s", key, result.status.value)
+            return ""
+        return result.text
+
     def _lifecycle_notice(self, result: CellResult, emit: Emit) -> None:
         if result.status is Status.DIED:
-            emit(Notice("died", "The kernel died (out of memory, or the code exited it). "
-                                "A new one starts with the next cell and earlier cells are "
-                                "replayed to restore the state."))
+            emit(
+                Notice(
+                    "died",
+                    "The kernel died (out of memory, or the code exited it). "
+                    "A new one starts with the next cell and earlier cells are "
+                    "replayed to restore the state.",
+                )
+            )
         elif result.restarted:
-            emit(Notice("restarted", "The cell would not stop when interrupted, so the kernel "
-                                     "was restarted; the state is restored on the next cell."))
+            emit(
+                Notice(
+                    "restarted",
+                    "The cell would not stop when interrupted, so the kernel "
+                    "was restarted; the state is restored on the next cell.",
+                )
+            )
 
     def _report_files(
         self,
@@ -344,13 +399,25 @@ class Engine:
         for name in names:
             size = after[name][0]
             if size > limit:
-                emit(FileSkipped(cell_id, name, f"{_size(size)} is over the "
-                                 f"{self.settings.max_upload_mb} MiB upload limit "
-                                 "(SLACKINTERP_MAX_UPLOAD_MB); it stays in the working directory"))
+                emit(
+                    FileSkipped(
+                        cell_id,
+                        name,
+                        f"{_size(size)} is over the "
+                        f"{self.settings.max_upload_mb} MiB upload limit "
+                        "(SLACKINTERP_MAX_UPLOAD_MB); it stays in the working directory",
+                    )
+                )
                 continue
             if sent >= self.settings.max_files_per_cell:
-                emit(FileSkipped(cell_id, name, f"only {self.settings.max_files_per_cell} files "
-                                 "are uploaded per cell (SLACKINTERP_MAX_FILES_PER_CELL)"))
+                emit(
+                    FileSkipped(
+                        cell_id,
+                        name,
+                        f"only {self.settings.max_files_per_cell} files "
+                        "are uploaded per cell (SLACKINTERP_MAX_FILES_PER_CELL)",
+                    )
+                )
                 continue
             sent += 1
             if produced is not None:
@@ -403,11 +470,15 @@ class Engine:
         key = ThreadKey.parse(key_id)
         minutes = self.settings.idle_timeout / 60
         if what == "reaped":
-            text = (f"Kernel stopped after {minutes:g} min idle; files kept; the state "
-                    "restores on your next message.")
+            text = (
+                f"Kernel stopped after {minutes:g} min idle; files kept; the state "
+                "restores on your next message."
+            )
         elif what == "evicted":
-            text = ("Kernel stopped to make room for another thread (SLACKINTERP_MAX_KERNELS); "
-                    "files kept; the state restores on your next message.")
+            text = (
+                "Kernel stopped to make room for another thread (SLACKINTERP_MAX_KERNELS); "
+                "files kept; the state restores on your next message."
+            )
         else:
             return
         notice = Notice(what, text)
@@ -419,7 +490,7 @@ class Engine:
 
 
 class _Hooks:
-    """The agent's handle on a turn: run code as cells, stream answer text."""
+    """The agent's handle on a turn: run code as cells, look at the kernel, stream text."""
 
     def __init__(self, engine: Engine, session: ThreadSession, emit: Emit, produced: list[str]):
         self.engine = engine
@@ -430,27 +501,48 @@ class _Hooks:
     async def run_python(self, code: str) -> CellResult:
         return await self.engine.run_code(self.session, code, "model", self.emit, self.produced)
 
+    async def run_hidden(self, code: str) -> str:
+        """Inspect the kernel (file previews, variables): not shown, not replayed."""
+        return await self.engine.run_hidden(self.session, code, self.emit)
+
     async def answer_delta(self, text: str) -> None:
         self.emit(AssistantDelta(text))
+
+    async def answer_done(self, text: str) -> None:
+        self.emit(AssistantText(text))
 
     async def notice(self, kind: str, text: str) -> None:
         self.emit(Notice(kind, text))
 
-    async def variables(self) -> str:
-        return ""
+    def files(self) -> list[tuple[str, int]]:
+        return self.engine.files(self.session.key)
+
+    def produced_mark(self) -> int:
+        return len(self.produced)
+
+    def produced_since(self, mark: int) -> list[str]:
+        return self.produced[mark:]
 
 
 def restore_notice(report: RestoreReport) -> Notice:
-    why = {"died": "after the kernel died", "reaped": "after the idle stop",
-           "restarted": "after the restart", "new process": "after the bot restarted"}
-    text = (f"Restored state by replaying {report.replayed} of {report.total} "
-            f"cell{'s' if report.total != 1 else ''} ({report.seconds:.1f} s) "
-            f"{why.get(report.reason, '')}.").replace(" .", ".")
+    why = {
+        "died": "after the kernel died",
+        "reaped": "after the idle stop",
+        "restarted": "after the restart",
+        "new process": "after the bot restarted",
+    }
+    text = (
+        f"Restored state by replaying {report.replayed} of {report.total} "
+        f"cell{'s' if report.total != 1 else ''} ({report.seconds:.1f} s) "
+        f"{why.get(report.reason, '')}."
+    ).replace(" .", ".")
     if report.failed:
         failed = ", ".join(f"#{i} ({name})" for i, name in report.failed[:5])
         text += f" These failed on replay: {failed}."
     if report.out_of_time:
-        text += " The replay ran out of time (SLACKINTERP_RESTORE_TIMEOUT); later cells were skipped."
+        text += (
+            " The replay ran out of time (SLACKINTERP_RESTORE_TIMEOUT); later cells were skipped."
+        )
     return Notice("restored", text)
 
 

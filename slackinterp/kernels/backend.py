@@ -131,10 +131,8 @@ class LocalKernel:
         await self._apply_cwd()
 
     async def _apply_cwd(self) -> None:
-        code = (
-            "import os as __o; __o.chdir(%r); __o.environ['HOME'] = %r; del __o"
-            % (str(self.cwd), str(self.cwd))
-        )
+        where = str(self.cwd)
+        code = f"import os as __o; __o.chdir({where!r}); __o.environ['HOME'] = {where!r}; del __o"
         msg_id = self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
         # Wait for that request's reply so the next cell surely runs in the new directory.
         deadline = time.monotonic() + 10

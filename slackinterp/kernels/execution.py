@@ -194,7 +194,9 @@ def output_from_iopub(msg: dict[str, Any]) -> Output | None:
         return Stream(content.get("name", "stdout"), content.get("text", ""))
     if kind == "display_data":
         transient = content.get("transient") or {}
-        return Display(content.get("data", {}), content.get("metadata", {}), transient.get("display_id"))
+        return Display(
+            content.get("data", {}), content.get("metadata", {}), transient.get("display_id")
+        )
     if kind == "update_display_data":
         transient = content.get("transient") or {}
         return Display(

@@ -232,7 +232,9 @@ class KernelRegistry:
                 report.out_of_time = True
                 break
             if not result.ok:
-                report.failed.append((index + 1, result.error.ename if result.error else result.status))
+                report.failed.append(
+                    (index + 1, result.error.ename if result.error else result.status)
+                )
                 if result.restarted or result.status.value == "died":
                     break
                 continue

@@ -59,9 +59,11 @@ def limiter(limits: Limits) -> Callable[[], None]:
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-        wanted = limits.max_processes if hard == resource.RLIM_INFINITY else min(
-            limits.max_processes, hard
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        wanted = (
+            limits.max_processes
+            if hard == resource.RLIM_INFINITY
+            else min(limits.max_processes, hard)
         )
         resource.setrlimit(resource.RLIMIT_NPROC, (wanted, wanted))
 

@@ -36,7 +36,9 @@ def parse_control(text: str) -> tuple[str, str] | None:
     words = text.strip().split()
     if not words or words[0].lower() not in WORDS:
         return None
-    if len(words) > 2 or (len(words) == 2 and (words[0].lower(), words[1].lower()) != ("reset", "wipe")):
+    if len(words) > 2 or (
+        len(words) == 2 and (words[0].lower(), words[1].lower()) != ("reset", "wipe")
+    ):
         return None
     return words[0].lower(), (words[1].lower() if len(words) == 2 else "")
 
@@ -67,8 +69,9 @@ def parse_permalink(link: str) -> ThreadLink | None:
     return ThreadLink(channel, thread_ts)
 
 
-async def run_control(engine: Engine, key: ThreadKey, word: str, arg: str, *, command: str,
-                      mention: str) -> str:
+async def run_control(
+    engine: Engine, key: ThreadKey, word: str, arg: str, *, command: str, mention: str
+) -> str:
     """Carry out a control word for a thread; returns the mrkdwn answer."""
     if word == "help":
         return help_text(command, mention)
@@ -85,15 +88,14 @@ async def run_control(engine: Engine, key: ThreadKey, word: str, arg: str, *, co
     return help_text(command, mention)
 
 
-def status_text(status) -> str:  # noqa: ANN001 - engine.turn.ThreadStatus
+def status_text(status) -> str:
     if status.alive:
         state = "busy" if status.busy else f"idle for {_duration(status.idle_seconds or 0)}"
         kernel = f"Kernel: running, {state}"
         if status.memory_bytes:
             kernel += f", {status.memory_bytes / 1024 / 1024:.0f} MiB"
     elif status.replayable:
-        kernel = (f"Kernel: stopped; {status.replayable} cells will be replayed on the next "
-                  "message")
+        kernel = f"Kernel: stopped; {status.replayable} cells will be replayed on the next message"
     else:
         kernel = "Kernel: not started"
     lines = [kernel, f"Cells run: {status.cells} · files: {status.files}"]

@@ -53,7 +53,7 @@ class SlackFileFetcher:
             )
         return result
 
-    def _fetcher(self, url: str):  # noqa: ANN202 - returns the fetch coroutine function
+    def _fetcher(self, url: str):
         async def fetch(target: Path) -> None:
             headers = {"Authorization": f"Bearer {self.token}"}
             try:
@@ -82,7 +82,7 @@ class SlackFileFetcher:
         return fetch
 
 
-def _unavailable(info: dict[str, Any]):  # noqa: ANN202
+def _unavailable(info: dict[str, Any]):
     mode = info.get("mode", "")
 
     async def fetch(_target: Path) -> None:

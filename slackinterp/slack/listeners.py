@@ -76,8 +76,9 @@ class SlackListeners:
             return False
         return not (users and user not in users)
 
-    async def refuse(self, client: AsyncWebClient, channel: str, user: str,
-                     thread_ts: str | None = None) -> None:
+    async def refuse(
+        self, client: AsyncWebClient, channel: str, user: str, thread_ts: str | None = None
+    ) -> None:
         log.info("access.refused channel=%s user=%s", channel, user)
         try:
             await client.chat_postEphemeral(
@@ -109,8 +110,9 @@ class SlackListeners:
         return f"<@{self.bot_user_id}>" if self.bot_user_id else "@interp"
 
     # --- events --------------------------------------------------------------------------
-    async def on_mention(self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient,
-                         context: Any) -> None:
+    async def on_mention(
+        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient, context: Any
+    ) -> None:
         self.bot_user_id = context.get("bot_user_id") or self.bot_user_id
         if str(event.get("channel", "")).startswith("D"):
             return  # DMs arrive as message.im; handled there
@@ -118,8 +120,9 @@ class SlackListeners:
             return
         await self._accept(body, event, client, mentioned=True)
 
-    async def on_message(self, body: dict[str, Any], event: dict[str, Any],
-                         client: AsyncWebClient, context: Any) -> None:
+    async def on_message(
+        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient, context: Any
+    ) -> None:
         self.bot_user_id = context.get("bot_user_id") or self.bot_user_id
         subtype = event.get("subtype")
         if subtype not in HANDLED_SUBTYPES or event.get("bot_id") or event.get("hidden"):
@@ -141,8 +144,14 @@ class SlackListeners:
             return
         await self._accept(body, event, client, mentioned=is_dm)
 
-    async def _accept(self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient,
-                      *, mentioned: bool) -> None:
+    async def _accept(
+        self,
+        body: dict[str, Any],
+        event: dict[str, Any],
+        client: AsyncWebClient,
+        *,
+        mentioned: bool,
+    ) -> None:
         if not self.accepting:
             return
         channel, user = event["channel"], event.get("user", "")
@@ -159,28 +168,39 @@ class SlackListeners:
                 self.spawn(self._control(client, key, *control), f"control-{key.id}")
                 return
         if len(text) > MAX_TEXT:
-            await self._reply(client, key, f":warning: That message is {len(text):,} characters; "
-                              f"I take at most {MAX_TEXT:,}. Attach long text as a file instead.")
+            await self._reply(
+                client,
+                key,
+                f":warning: That message is {len(text):,} characters; "
+                f"I take at most {MAX_TEXT:,}. Attach long text as a file instead.",
+            )
             return
         if not text and not files:
-            await self._reply(client, key, controls.help_text(self.settings.command,
-                                                             self._mention()))
+            await self._reply(
+                client, key, controls.help_text(self.settings.command, self._mention())
+            )
             return
         request = TurnRequest(key, text, user, self.fetcher.incoming(files))
         self.spawn(self._run(client, key, request, event["ts"]), f"turn-{key.id}")
 
-    async def _run(self, client: AsyncWebClient, key: ThreadKey, request: TurnRequest,
-                   user_ts: str) -> None:
-        renderer = TurnRenderer(client, channel=key.channel, thread_ts=key.thread_ts,
-                                key_id=key.id, user_message_ts=user_ts,
-                                exec_timeout=self.settings.exec_timeout)
+    async def _run(
+        self, client: AsyncWebClient, key: ThreadKey, request: TurnRequest, user_ts: str
+    ) -> None:
+        renderer = TurnRenderer(
+            client,
+            channel=key.channel,
+            thread_ts=key.thread_ts,
+            key_id=key.id,
+            user_message_ts=user_ts,
+            exec_timeout=self.settings.exec_timeout,
+        )
         async for event in self.engine.submit(request):
             await renderer.handle(event)
 
     async def _control(self, client: AsyncWebClient, key: ThreadKey, word: str, arg: str) -> None:
-        answer = await controls.run_control(self.engine, key, word, arg,
-                                            command=self.settings.command,
-                                            mention=self._mention())
+        answer = await controls.run_control(
+            self.engine, key, word, arg, command=self.settings.command, mention=self._mention()
+        )
         await self._reply(client, key, answer)
 
     async def _reply(self, client: AsyncWebClient, key: ThreadKey, text: str) -> None:
@@ -198,24 +218,29 @@ class SlackListeners:
         await self._reply(self.app.client, key, f":information_source: {t.escape(notice.text)}")
 
     # --- slash command -------------------------------------------------------------------
-    async def on_command(self, ack: Any, body: dict[str, Any], respond: Any,
-                         client: AsyncWebClient) -> None:
+    async def on_command(
+        self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
+    ) -> None:
         words = (body.get("text") or "").split()
         word = words[0].lower() if words else "help"
         channel, user = body.get("channel_id", ""), body.get("user_id", "")
         command = self.settings.command
         if word not in controls.WORDS:
-            await ack(response_type="ephemeral",
-                      text=f"Unknown command `{t.escape(word)}`.\n"
-                      + controls.help_text(command, self._mention()))
+            await ack(
+                response_type="ephemeral",
+                text=f"Unknown command `{t.escape(word)}`.\n"
+                + controls.help_text(command, self._mention()),
+            )
             return
         if word == "help":
             await ack(response_type="ephemeral", text=controls.help_text(command, self._mention()))
             return
         await ack()
         if not self.allowed(channel, user):
-            await respond(response_type="ephemeral", text="Sorry, slackinterp is not enabled for "
-                          "you in this channel.")
+            await respond(
+                response_type="ephemeral",
+                text="Sorry, slackinterp is not enabled for you in this channel.",
+            )
             return
         link_text = next((w for w in words[1:] if "/archives/" in w), None)
         arg = "wipe" if "wipe" in [w.lower() for w in words[1:]] else ""
@@ -224,48 +249,69 @@ class SlackListeners:
             return
         link = controls.parse_permalink(link_text)
         if link is None:
-            await respond(response_type="ephemeral",
-                          text="That does not look like a link to a Slack message. Use "
-                          "“Copy link” on a message of the thread.")
+            await respond(
+                response_type="ephemeral",
+                text="That does not look like a link to a Slack message. Use "
+                "“Copy link” on a message of the thread.",
+            )
             return
-        if not self.allowed(link.channel, user) or (link.channel != channel
-                                                      and not self.settings.allowed_channels):
-            await respond(response_type="ephemeral",
-                          text="That thread is in another channel; run the command there.")
+        if not self.allowed(link.channel, user) or (
+            link.channel != channel and not self.settings.allowed_channels
+        ):
+            await respond(
+                response_type="ephemeral",
+                text="That thread is in another channel; run the command there.",
+            )
             return
         key = ThreadKey(body.get("team_id", "T"), link.channel, link.thread_ts)
         if not await self.engine.has_thread(key):
             await respond(response_type="ephemeral", text="I have no session in that thread.")
             return
-        answer = await controls.run_control(self.engine, key, word, arg, command=command,
-                                            mention=self._mention())
+        answer = await controls.run_control(
+            self.engine, key, word, arg, command=command, mention=self._mention()
+        )
         await respond(response_type="ephemeral", text=answer)
 
     def _kernel_list(self, team: str, channel: str) -> dict[str, Any]:
         live = [
-            s for s in self.engine.sessions.values()
-            if s.key.channel == channel and s.key.team == team
+            s
+            for s in self.engine.sessions.values()
+            if s.key.channel == channel
+            and s.key.team == team
             and (self.engine.registry.slot(s.key.id) is not None or s.busy)
         ]
         if not live:
-            return {"response_type": "ephemeral",
-                    "text": "No kernels are running in this channel. Slash commands cannot see "
-                    "threads; add a thread link (“Copy link”) to act on a stopped one."}
+            return {
+                "response_type": "ephemeral",
+                "text": "No kernels are running in this channel. Slash commands cannot see "
+                "threads; add a thread link (“Copy link”) to act on a stopped one.",
+            }
         blocks: list[dict[str, Any]] = [
-            {"type": "section", "text": {"type": "mrkdwn",
-                                         "text": f"*{len(live)} kernel(s) in this channel*"}}
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": f"*{len(live)} kernel(s) in this channel*"},
+            }
         ]
         for session in live[:20]:
             state = "busy" if session.busy else "idle"
-            blocks.append({"type": "section", "text": {
-                "type": "mrkdwn", "text": f"Thread {session.key.thread_ts} — {state}"}})
-            blocks.append(buttons(session.key.id, running=True) | {
-                "block_id": f"k{len(blocks)}"})
+            blocks.append(
+                {
+                    "type": "section",
+                    "text": {"type": "mrkdwn", "text": f"Thread {session.key.thread_ts} — {state}"},
+                }
+            )
+            blocks.append(buttons(session.key.id, running=True) | {"block_id": f"k{len(blocks)}"})
         return {"response_type": "ephemeral", "text": f"{len(live)} kernel(s)", "blocks": blocks}
 
     # --- interactivity -------------------------------------------------------------------
-    async def on_button(self, ack: Any, body: dict[str, Any], action: dict[str, Any],
-                        respond: Any, client: AsyncWebClient) -> None:
+    async def on_button(
+        self,
+        ack: Any,
+        body: dict[str, Any],
+        action: dict[str, Any],
+        respond: Any,
+        client: AsyncWebClient,
+    ) -> None:
         await ack()
         user = (body.get("user") or {}).get("id", "")
         container = body.get("container") or {}
@@ -277,15 +323,21 @@ class SlackListeners:
         if key.channel != channel:
             return  # a forged button value pointing at another channel's thread
         if not self.allowed(channel, user):
-            await respond(response_type="ephemeral", replace_original=False,
-                          text="Sorry, slackinterp is not enabled for you in this channel.")
+            await respond(
+                response_type="ephemeral",
+                replace_original=False,
+                text="Sorry, slackinterp is not enabled for you in this channel.",
+            )
             return
         if action.get("action_id") == STOP_ACTION:
             if self.engine.stop(key):
                 await self._reply(client, key, f":black_square_for_stop: <@{user}> pressed Stop.")
             else:
-                await respond(response_type="ephemeral", replace_original=False,
-                              text="Nothing is running in that thread.")
+                await respond(
+                    response_type="ephemeral",
+                    replace_original=False,
+                    text="Nothing is running in that thread.",
+                )
             return
         self.spawn(self._reset_from(client, key, user), f"reset-{key.id}")
 
@@ -293,16 +345,19 @@ class SlackListeners:
         answer = await self.engine.reset(key)
         await self._reply(client, key, f":arrows_counterclockwise: <@{user}>: {answer}")
 
-    async def on_shortcut(self, ack: Any, body: dict[str, Any], client: AsyncWebClient,
-                          respond: Any) -> None:
+    async def on_shortcut(
+        self, ack: Any, body: dict[str, Any], client: AsyncWebClient, respond: Any
+    ) -> None:
         await ack()
         message = body.get("message") or {}
         channel = (body.get("channel") or {}).get("id", "")
         user = (body.get("user") or {}).get("id", "")
         team = (body.get("team") or {}).get("id") or body.get("team_id") or "T"
         if not self.allowed(channel, user):
-            await respond(response_type="ephemeral",
-                          text="Sorry, slackinterp is not enabled for you in this channel.")
+            await respond(
+                response_type="ephemeral",
+                text="Sorry, slackinterp is not enabled for you in this channel.",
+            )
             return
         thread_ts = message.get("thread_ts") or message.get("ts")
         if not thread_ts:

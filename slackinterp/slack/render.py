@@ -183,7 +183,7 @@ class TurnRenderer:
     async def handle(self, event: Event) -> None:
         try:
             await self._dispatch(event)
-        except Exception as exc:  # noqa: BLE001 - never let rendering stop the turn
+        except Exception as exc:
             log.exception("render.failed event=%s error=%s", type(event).__name__, exc)
 
     async def _dispatch(self, event: Event) -> None:
@@ -239,15 +239,20 @@ class TurnRenderer:
 
     async def edit(self, ts: str, text: str, blocks: list[dict[str, Any]] | None = None) -> bool:
         try:
-            await self.client.chat_update(channel=self.channel, ts=ts, text=text[:3900],
-                                          blocks=blocks)
+            await self.client.chat_update(
+                channel=self.channel, ts=ts, text=text[:3900], blocks=blocks
+            )
             return True
         except SlackApiError as exc:
             self._failed("chat.update", exc)
             return False
 
     async def upload(
-        self, path: Path | None, name: str, *, content: bytes | None = None,
+        self,
+        path: Path | None,
+        name: str,
+        *,
+        content: bytes | None = None,
         comment: str | None = None,
     ) -> bool:
         try:
@@ -276,8 +281,11 @@ class TurnRenderer:
         try:
             await self.client.api_call(
                 "assistant.threads.setStatus",
-                json={"channel_id": self.channel, "thread_ts": self.thread_ts,
-                      "status": STATUS_TEXT},
+                json={
+                    "channel_id": self.channel,
+                    "thread_ts": self.thread_ts,
+                    "status": STATUS_TEXT,
+                },
             )
             self.status_kind = "status"
             return
@@ -286,7 +294,9 @@ class TurnRenderer:
         if self.user_message_ts:
             with contextlib.suppress(SlackApiError):
                 await self.client.reactions_add(
-                    channel=self.channel, timestamp=self.user_message_ts, name="hourglass_flowing_sand"
+                    channel=self.channel,
+                    timestamp=self.user_message_ts,
+                    name="hourglass_flowing_sand",
                 )
                 self.status_kind = "reaction"
 
@@ -300,7 +310,9 @@ class TurnRenderer:
         elif self.status_kind == "reaction" and self.user_message_ts:
             with contextlib.suppress(SlackApiError):
                 await self.client.reactions_remove(
-                    channel=self.channel, timestamp=self.user_message_ts, name="hourglass_flowing_sand"
+                    channel=self.channel,
+                    timestamp=self.user_message_ts,
+                    name="hourglass_flowing_sand",
                 )
         self.status_kind = None
         await self._delete_queued()

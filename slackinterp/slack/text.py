@@ -98,21 +98,22 @@ def _inline(text: str) -> str:
             converted.append(escape(piece))
             continue
         links: list[str] = []
-
-        def keep_link(m: re.Match[str]) -> str:
-            links.append(f"<{m.group(2)}|{escape(m.group(1))}>")
-            return f"\x00{len(links) - 1}\x00"
-
-        piece = _LINK.sub(keep_link, piece)
+        piece = _LINK.sub(lambda m, found=links: _keep_link(m, found), piece)
         piece = escape(piece)
         piece = _HEADING.sub(lambda m: f"*{m.group(1)}*", piece)
         piece = _BOLD.sub(lambda m: f"*{m.group(1)}*", piece)
         piece = _ITALIC_UNDERSCORE.sub(lambda m: f"_{m.group(1)}_", piece)
         piece = _STRIKE.sub(lambda m: f"~{m.group(1)}~", piece)
         piece = _BULLET.sub(lambda m: f"{m.group(1)}• ", piece)
-        piece = re.sub(r"\x00(\d+)\x00", lambda m: links[int(m.group(1))], piece)
+        piece = re.sub(r"\x00(\d+)\x00", lambda m, found=links: found[int(m.group(1))], piece)
         converted.append(piece)
     return "".join(converted)
+
+
+def _keep_link(match: re.Match[str], found: list[str]) -> str:
+    """Park a Markdown link as a placeholder so escaping does not touch its URL."""
+    found.append(f"<{match.group(2)}|{escape(match.group(1))}>")
+    return f"\x00{len(found) - 1}\x00"
 
 
 def split_message(text: str, limit: int = MESSAGE_BUDGET) -> list[str]:

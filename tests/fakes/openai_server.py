@@ -536,7 +536,7 @@ class FakeOpenAI:
     async def wait_until(
         self,
         predicate: Callable[[], bool],
-        timeout: float = 10,  # noqa: ASYNC109
+        timeout: float = 10,
     ) -> None:
         """Wait (without polling) until ``predicate()`` holds after some request event."""
         try:
@@ -549,7 +549,7 @@ class FakeOpenAI:
     async def wait_for_requests(
         self,
         n: int,
-        timeout: float = 10,  # noqa: ASYNC109
+        timeout: float = 10,
     ) -> list[RecordedRequest]:
         """Wait until at least ``n`` chat requests have arrived; returns them all."""
         await self.wait_until(lambda: len(self.requests) >= n, timeout)
@@ -558,14 +558,14 @@ class FakeOpenAI:
     async def wait_for_cancelled(
         self,
         n: int = 1,
-        timeout: float = 10,  # noqa: ASYNC109
+        timeout: float = 10,
     ) -> None:
         """Wait until ``n`` requests were abandoned by the client mid-response."""
         await self.wait_until(lambda: self.cancelled >= n, timeout)
 
     async def wait_for_idle(
         self,
-        timeout: float = 10,  # noqa: ASYNC109
+        timeout: float = 10,
     ) -> None:
         """Wait until no chat request is being served."""
         await self.wait_until(lambda: self.in_flight == 0, timeout)

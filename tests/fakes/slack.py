@@ -1976,7 +1976,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
     async def wait_for(
         self,
         predicate: Callable[[], Any],
-        timeout: float = 10,  # noqa: ASYNC109
+        timeout: float = 10,
     ) -> Any:
         """Wait until ``predicate()`` is truthy and return its value."""
 
@@ -2000,7 +2000,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
         self,
         method: str,
         predicate: Callable[[dict[str, Any]], Any] | None = None,
-        timeout: float = 10,  # noqa: ASYNC109
+        timeout: float = 10,
     ) -> dict[str, Any]:
         """Params of the first (possibly already recorded) matching call."""
 
@@ -2012,12 +2012,12 @@ class FakeSlack(_WebApi, _Files, _Senders):
 
         return await self.wait_for(match, timeout)
 
-    async def wait_ack(self, envelope_id: str, timeout: float = 10) -> dict[str, Any] | None:  # noqa: ASYNC109
+    async def wait_ack(self, envelope_id: str, timeout: float = 10) -> dict[str, Any] | None:
         """The ack payload (None for an empty ack); details are in ``fake.acks``."""
         await self.wait_for(lambda: envelope_id in self.acks, timeout)
         return self.acks[envelope_id].payload
 
-    async def wait_socket_connected(self, timeout: float = 10) -> None:  # noqa: ASYNC109
+    async def wait_socket_connected(self, timeout: float = 10) -> None:
         await asyncio.wait_for(self.socket_connected.wait(), timeout)
 
 
