@@ -49,6 +49,7 @@ import psutil
 from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.config import Settings
+from slackinterp.engine.events import CellFinished
 from slackinterp.engine.turn import TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.backend import wait_gone
@@ -225,7 +226,7 @@ def python_block(code: str) -> str:
 async def engine_turn(rt: Runtime, key: ThreadKey, code: str) -> None:
     """One turn through engine.submit; fails loudly if the cell did not succeed."""
     events = [e async for e in rt.engine.submit(TurnRequest(key, python_block(code)))]
-    results = [e.result for e in events if type(e).__name__ == "CellFinished"]
+    results = [e.result for e in events if isinstance(e, CellFinished)]
     if not results or not results[-1].ok:
         raise RuntimeError(f"engine cell failed: {code!r}: {events}")
 
@@ -394,9 +395,12 @@ def kernel_children() -> list[psutil.Process]:
 
 
 async def leftover_kernels() -> list[int]:
-    pids = [p.pid for p in kernel_children()]
-    await wait_gone(pids, timeout=10)
-    return [p.pid for p in kernel_children()]
+    """Pids of kernels still running after shutdown (a failure); they are killed here."""
+    await wait_gone([p.pid for p in kernel_children()], timeout=10)
+    leftovers = kernel_children()
+    for process in leftovers:
+        process.kill()
+    return [p.pid for p in leftovers]
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -456,7 +460,7 @@ def table_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
 
 
 def print_table(r: dict[str, Any]) -> None:
-    header = ("figure", "slackinterp", "raw jupyter_client", "ratio", "target")
+    header = ("figure", "slackinterp", "raw jupyter_client", "ratio / diff", "target")
     rows = [header, *table_rows(r)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(header))]
     met = r["targets_met"]
@@ -469,7 +473,9 @@ def print_table(r: dict[str, Any]) -> None:
         print(f"  {'PASS' if ok else 'MISS'}  {name}")
     print(f"  leftover kernel processes: {r['leftover_kernel_pids'] or 'none'}")
     print(f"  total {r['total_seconds']:.0f} s, {r['runs']} samples for (a)/(c), "
-          f"{r['iters']} iterations for (b), pool_size={POOL_SIZE}, {psutil.cpu_count()} CPUs")
+          f"{r['iters']} iterations for (b), pool_size={POOL_SIZE}, {psutil.cpu_count()} CPUs, "
+          f"load average before/after {r['load_before']:.2f}/{r['load_after']:.2f} "
+          "(other work on the machine skews every figure)")
 
 
 # --- main -------------------------------------------------------------------------------------
@@ -494,6 +500,7 @@ async def measure(runs: int, iters: int, scratch: Path) -> dict[str, Any]:
 
 async def main(runs: int, iters: int) -> int:
     began = time.perf_counter()
+    load_before = psutil.getloadavg()[0]
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-"))
     try:
         results = await measure(runs, iters, scratch)
@@ -506,6 +513,8 @@ async def main(runs: int, iters: int) -> int:
         pool_size=POOL_SIZE,
         leftover_kernel_pids=leftovers,
         total_seconds=time.perf_counter() - began,
+        load_before=load_before,
+        load_after=psutil.getloadavg()[0],
     )
     results["targets_met"] = verdicts(results)
     print_table(results)

@@ -23,6 +23,7 @@ from slack_sdk.http_retry.builtin_async_handlers import (
 )
 from slack_sdk.web.async_client import AsyncWebClient
 
+from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.runtime import Runtime
 from slackinterp.slack.files import SlackFileFetcher
@@ -83,14 +84,20 @@ class SlackBot:
             )
             await self.socket.connect_async()
             log.info("slack.connected mode=socket")
+            if self.settings.metrics_port:
+                web_app = web.Application()
+                metrics.add_routes(web_app)
+                await self._serve(web_app, self.settings.metrics_port)
         else:
             web_app = self.app.web_app(path="/slack/events", port=self.settings.http_port)
-            web_app.router.add_get("/healthz", _healthz)
-            self.http_runner = web.AppRunner(web_app)
-            await self.http_runner.setup()
-            site = web.TCPSite(self.http_runner, "0.0.0.0", self.settings.http_port)
-            await site.start()
+            metrics.add_routes(web_app)
+            await self._serve(web_app, self.settings.http_port)
             log.info("slack.listening mode=http port=%d", self.settings.http_port)
+
+    async def _serve(self, web_app: web.Application, port: int) -> None:
+        self.http_runner = web.AppRunner(web_app)
+        await self.http_runner.setup()
+        await web.TCPSite(self.http_runner, "0.0.0.0", port).start()
 
     async def stop(self) -> None:
         await self.listeners.drain(DRAIN_SECONDS)
@@ -102,10 +109,6 @@ class SlackBot:
         await self.fetcher.close()
         await self.runtime.stop()
         self.stopped.set()
-
-
-async def _healthz(_request: web.Request) -> web.Response:
-    return web.json_response({"ok": True})
 
 
 async def serve(settings: Settings) -> None:

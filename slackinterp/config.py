@@ -135,6 +135,9 @@ class Settings(BaseSettings):
     max_download_mb: int = Field(
         100, ge=1, description="Largest user upload downloaded into a thread, in MiB."
     )
+    metrics_port: int = Field(
+        0, ge=0, le=65535, description="Port for /metrics and /healthz in Socket Mode (0 = off)."
+    )
     http_port: int = Field(
         3000, ge=1, le=65535, description="Port of the HTTP-mode server (events, commands)."
     )
@@ -244,3 +247,52 @@ def load_settings(**overrides: Any) -> Settings:
         return Settings(**overrides)
     except ValidationError as exc:
         raise SettingsError([_describe(e) for e in exc.errors()]) from None
+
+
+def _default_text(field: str) -> str:
+    info = Settings.model_fields[field]
+    if info.default_factory is not None:
+        value = info.default_factory()  # type: ignore[call-arg]
+    else:
+        value = info.default
+    if value is None or value == []:
+        return "—"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def settings_rows() -> list[tuple[str, str, str]]:
+    """(environment variable, default, meaning) for every setting, in declaration order."""
+    return [
+        (env_name(name), _default_text(name), info.description or "")
+        for name, info in Settings.model_fields.items()
+    ]
+
+
+def settings_table() -> str:
+    """The README's settings table; a test keeps the README equal to it."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{env}` | `{default}` | {meaning} |" for env, default, meaning in settings_rows()]
+    return "\n".join(lines)
+
+
+def env_example() -> str:
+    """`.env.example`: every setting with its default, secrets left blank."""
+    lines = [
+        "# slackinterp settings. Copy to .env and fill in; every line is optional except the",
+        "# Slack tokens for `slackinterp run`. Defaults are shown commented out.",
+        "",
+    ]
+    for env, default, meaning in settings_rows():
+        lines.append(f"# {meaning}")
+        if env in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"):
+            lines.append(f"{env}=")
+        else:
+            lines.append(f"# {env}={'' if default == '—' else default}")
+        lines.append("")
+    return "\n".join(lines)

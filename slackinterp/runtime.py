@@ -11,6 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 
+from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels.backend import LocalBackend
@@ -86,6 +87,7 @@ class Runtime:
         return cls(settings, store, registry, reaper, engine)
 
     async def start(self) -> None:
+        metrics.track_kernels(lambda: len(self.registry.slots), lambda: len(self.registry.pool))
         await self.registry.start()
         self.reaper.start()
 

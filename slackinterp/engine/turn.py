@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 import psutil
 
+from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import workspace
 from slackinterp.engine.events import (
@@ -208,6 +209,7 @@ class Engine:
                 if answer:
                     emit(AssistantText(answer))
         except ModelError as exc:
+            metrics.TURNS_FAILED.labels(exc.kind).inc()
             emit(TurnFailed(exc.message, kind=exc.kind))
         except AtCapacity as exc:
             emit(TurnFailed(f"At capacity: {exc}.", kind="capacity"))
@@ -223,6 +225,7 @@ class Engine:
             )
         finally:
             session.control = None
+            metrics.TURN_SECONDS.observe(time.monotonic() - started)
             emit(
                 TurnFinished(session.cells_run - cells_before, time.monotonic() - started, produced)
             )
@@ -320,6 +323,8 @@ class Engine:
             self.registry.mark_idle(key, state_lost=lost)
             lease.kernel.control = None
         session.cells_run += 1
+        metrics.CELLS.labels(result.status.value).inc()
+        metrics.CELL_SECONDS.observe(result.duration)
         await self.store.add_cell(
             key,
             code,

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slackinterp import metrics
 from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.execution import run_cell
 
@@ -240,6 +241,7 @@ class KernelRegistry:
                 continue
             report.replayed += 1
         report.seconds = time.monotonic() - started
+        metrics.RESTORES.inc()
         log.info(
             "kernels.restored thread=%s replayed=%d total=%d seconds=%.2f",
             slot.key,
@@ -274,6 +276,7 @@ class KernelRegistry:
         await slot.kernel.shutdown()
         log.info("kernels.released thread=%s why=%s", key, why)
         if why in ("reaped", "evicted"):
+            metrics.REAPS.labels(why).inc()
             await self._tell(key, why)
         self.refill_pool()
         return True

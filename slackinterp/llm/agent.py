@@ -18,6 +18,7 @@ from typing import Any, Protocol
 import openai
 from openai import AsyncOpenAI
 
+from slackinterp import metrics
 from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
 from slackinterp.llm import prompts
 from slackinterp.llm.history import HistoryStore, fit_to_budget
@@ -84,7 +85,6 @@ class Agent:
         self.client = client
         self.config = config
         self.history = history
-        self.metrics: dict[str, int] = {"model_calls": 0, "model_errors": 0}
 
     @classmethod
     def from_settings(cls, settings: Settings, history: HistoryStore) -> Agent:
@@ -224,7 +224,7 @@ class Agent:
         )
 
     async def _complete(self, messages: list[dict[str, Any]], hooks: Hooks) -> Reply:
-        self.metrics["model_calls"] += 1
+        metrics.MODEL_CALLS.inc()
         started = time.monotonic()
         kwargs: dict[str, Any] = {
             "model": self.config.model,
@@ -344,9 +344,14 @@ class Agent:
         return text, code, not result.ok, ""
 
     def _error(self, exc: openai.OpenAIError) -> ModelError:
-        self.metrics["model_errors"] += 1
         model, url = self.config.model, self.config.base_url
         log.warning("model.error type=%s", type(exc).__name__)
+        error = self._explain(exc, model, url)
+        metrics.MODEL_ERRORS.labels(error.kind).inc()
+        return error
+
+    @staticmethod
+    def _explain(exc: openai.OpenAIError, model: str, url: str) -> ModelError:
         if isinstance(exc, openai.APITimeoutError):
             return ModelError(
                 f"The model server at {url} did not answer in time "

@@ -21,6 +21,7 @@ import aiohttp
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
+from slackinterp import metrics
 from slackinterp.engine.events import (
     AssistantDelta,
     AssistantText,
@@ -274,6 +275,7 @@ class TurnRenderer:
     def _failed(self, method: str, exc: Exception) -> None:
         reason = _reason(exc)
         self.failures.append(f"{method}: {reason}")
+        metrics.SLACK_ERRORS.labels(method).inc()
         log.warning("slack.call_failed method=%s error=%s", method, reason)
 
     # --- status indicator ----------------------------------------------------------------

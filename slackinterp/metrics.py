@@ -1,0 +1,46 @@
+"""Prometheus metrics: one module, imported by whoever counts something.
+
+Served at /metrics (HTTP mode: beside the Slack endpoint; Socket Mode: on
+SLACKINTERP_METRICS_PORT when set), with /healthz for liveness probes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from aiohttp import web
+from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+_TIME_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+
+LIVE_KERNELS = Gauge("slackinterp_live_kernels", "Kernels assigned to threads")
+POOL_KERNELS = Gauge("slackinterp_pool_kernels", "Warm kernels waiting in the pool")
+CELLS = Counter("slackinterp_cells_total", "Cells run, by outcome", ["status"])
+CELL_SECONDS = Histogram("slackinterp_cell_seconds", "Cell run time", buckets=_TIME_BUCKETS)
+TURN_SECONDS = Histogram("slackinterp_turn_seconds", "Turn time", buckets=_TIME_BUCKETS)
+TURNS_FAILED = Counter("slackinterp_turns_failed_total", "Turns that ended in an error", ["kind"])
+MODEL_CALLS = Counter("slackinterp_model_calls_total", "Chat Completions requests")
+MODEL_ERRORS = Counter("slackinterp_model_errors_total", "Failed model calls", ["kind"])
+REAPS = Counter("slackinterp_reaps_total", "Kernels stopped by the reaper or evicted", ["why"])
+RESTORES = Counter("slackinterp_restores_total", "Thread states restored by replay")
+SLACK_ERRORS = Counter("slackinterp_slack_api_errors_total", "Failed Slack calls", ["method"])
+
+
+def track_kernels(live: Callable[[], float], pool: Callable[[], float]) -> None:
+    """Gauges read the registry when scraped, so they are never stale."""
+    LIVE_KERNELS.set_function(live)
+    POOL_KERNELS.set_function(pool)
+
+
+async def metrics_handler(_request: web.Request) -> web.Response:
+    body = generate_latest()
+    return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+
+async def health_handler(_request: web.Request) -> web.Response:
+    return web.json_response({"ok": True})
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_get("/metrics", metrics_handler)
+    app.router.add_get("/healthz", health_handler)
