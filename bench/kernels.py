@@ -428,11 +428,20 @@ def table_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
     start, exec_, restore, mem = r["start"], r["exec"], r["restore"], r["memory"]
     pool, cold = start["pool_acquire"], start["raw_cold_start"]
     rows = [
-        ("(a) new thread: ready kernel p50", f"{pool['p50_ms']:.2f} ms",
-         f"{cold['p50_ms']:.0f} ms", f"{cold['p50_ms'] / pool['p50_ms']:.0f}x faster",
-         f"<= {TARGET_START_MS:g} ms, >= {TARGET_START_SPEEDUP:g}x"),
-        ("(a) new thread: ready kernel p95", f"{pool['p95_ms']:.2f} ms",
-         f"{cold['p95_ms']:.0f} ms", f"{cold['p95_ms'] / pool['p95_ms']:.0f}x faster", "-"),
+        (
+            "(a) new thread: ready kernel p50",
+            f"{pool['p50_ms']:.2f} ms",
+            f"{cold['p50_ms']:.0f} ms",
+            f"{cold['p50_ms'] / pool['p50_ms']:.0f}x faster",
+            f"<= {TARGET_START_MS:g} ms, >= {TARGET_START_SPEEDUP:g}x",
+        ),
+        (
+            "(a) new thread: ready kernel p95",
+            f"{pool['p95_ms']:.2f} ms",
+            f"{cold['p95_ms']:.0f} ms",
+            f"{cold['p95_ms'] / pool['p95_ms']:.0f}x faster",
+            "-",
+        ),
     ]
     raw = exec_["raw"]
     variants = (
@@ -445,17 +454,36 @@ def table_rows(r: dict[str, Any]) -> list[tuple[str, str, str, str, str]]:
         target = f"<= +{TARGET_EXEC_ADDED_MS:g} ms" if name == "run_cell" else "- (info)"
         for p in ("p50", "p95"):
             added = ours[f"{p}_ms"] - raw[f"{p}_ms"]
-            rows.append((f"(b) 1+1 via {label} {p}", f"{ours[f'{p}_ms']:.2f} ms",
-                         f"{raw[f'{p}_ms']:.2f} ms", f"{added:+.2f} ms",
-                         target if p == "p50" else "-"))
+            rows.append(
+                (
+                    f"(b) 1+1 via {label} {p}",
+                    f"{ours[f'{p}_ms']:.2f} ms",
+                    f"{raw[f'{p}_ms']:.2f} ms",
+                    f"{added:+.2f} ms",
+                    target if p == "p50" else "-",
+                )
+            )
     raw_run = restore["raw_fresh_20_cells"]["p50_ms"]
     for name, label in (("report_seconds", "RestoreReport"), ("acquire_wall", "acquire wall")):
         ours = restore[name]["p50_ms"]
-        rows.append((f"(c) restore 20 cells p50, {label}", f"{ours:.0f} ms", f"{raw_run:.0f} ms",
-                     f"{ours / raw_run:.2f}x", f"<= {TARGET_RESTORE_RATIO:g}x"))
-    rows.append(("(d) PSS of an idle kernel", f"{mem['pooled_pss_mib']:.1f} MiB",
-                 f"{mem['raw_pss_mib']:.1f} MiB",
-                 f"{mem['pooled_pss_mib'] / mem['raw_pss_mib']:.2f}x", "- (info)"))
+        rows.append(
+            (
+                f"(c) restore 20 cells p50, {label}",
+                f"{ours:.0f} ms",
+                f"{raw_run:.0f} ms",
+                f"{ours / raw_run:.2f}x",
+                f"<= {TARGET_RESTORE_RATIO:g}x",
+            )
+        )
+    rows.append(
+        (
+            "(d) PSS of an idle kernel",
+            f"{mem['pooled_pss_mib']:.1f} MiB",
+            f"{mem['raw_pss_mib']:.1f} MiB",
+            f"{mem['pooled_pss_mib'] / mem['raw_pss_mib']:.2f}x",
+            "- (info)",
+        )
+    )
     return rows
 
 
@@ -472,10 +500,12 @@ def print_table(r: dict[str, Any]) -> None:
     for name, ok in met.items():
         print(f"  {'PASS' if ok else 'MISS'}  {name}")
     print(f"  leftover kernel processes: {r['leftover_kernel_pids'] or 'none'}")
-    print(f"  total {r['total_seconds']:.0f} s, {r['runs']} samples for (a)/(c), "
-          f"{r['iters']} iterations for (b), pool_size={POOL_SIZE}, {psutil.cpu_count()} CPUs, "
-          f"load average before/after {r['load_before']:.2f}/{r['load_after']:.2f} "
-          "(other work on the machine skews every figure)")
+    print(
+        f"  total {r['total_seconds']:.0f} s, {r['runs']} samples for (a)/(c), "
+        f"{r['iters']} iterations for (b), pool_size={POOL_SIZE}, {psutil.cpu_count()} CPUs, "
+        f"load average before/after {r['load_before']:.2f}/{r['load_after']:.2f} "
+        "(other work on the machine skews every figure)"
+    )
 
 
 # --- main -------------------------------------------------------------------------------------

@@ -86,6 +86,16 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_doctor(_args: argparse.Namespace) -> int:
+    from slackinterp import doctor
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return doctor.main(None, exc)
+    return doctor.main(settings)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slackinterp", description="A code interpreter that lives in Slack."
@@ -94,6 +104,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     run = sub.add_parser("run", help="run the Slack bot (Socket Mode or HTTP mode)")
     run.set_defaults(func=cmd_run)
+    doctor = sub.add_parser("doctor", help="check settings, Slack, the model and kernels")
+    doctor.set_defaults(func=cmd_doctor)
     manifest = sub.add_parser("manifest", help="print the Slack app manifest")
     manifest.add_argument("--name", default="interp", help="app and bot name (default: interp)")
     manifest.add_argument("--command", default="/interp", help="slash command (default: /interp)")

@@ -105,6 +105,13 @@ class Settings(BaseSettings):
     restore_timeout: float = _seconds(
         60, "Seconds the replay of a thread's cells may take when its state is restored."
     )
+    sandbox: SandboxMode = Field(
+        SandboxMode.AUTO,
+        description="auto (bubblewrap when it works), bwrap (required) or none.",
+    )
+    workspace_quota_mb: int = Field(
+        2048, ge=1, description="Disk space a thread's working directory may use, in MiB."
+    )
     pool_size: int = Field(2, ge=0, le=64, description="Warm kernels kept ready.")
     max_kernels: int = Field(
         50, ge=1, description="Live kernels at most; the least recently used idle one goes first."
@@ -154,9 +161,8 @@ class Settings(BaseSettings):
         60000, ge=4000, description="Characters of thread history sent to the model at most."
     )
     kernel_network: bool = Field(
-        True,
-        description="Whether kernels may use the network (told to the model; enforced "
-        "by the sandbox).",
+        False,
+        description="Let sandboxed kernels use the network (without a sandbox they always can).",
     )
     system_prompt: str | None = Field(
         None, description="Replaces the built-in system prompt (text, or @path to a file)."

@@ -10,10 +10,12 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import dataclass
+from pathlib import Path
 
 from slackinterp import metrics
-from slackinterp.config import Settings
+from slackinterp.config import SandboxMode, Settings
 from slackinterp.engine.turn import Engine
+from slackinterp.kernels import sandbox
 from slackinterp.kernels.backend import LocalBackend
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
@@ -46,6 +48,7 @@ class Runtime:
                 "set SLACKINTERP_DATA_DIR to a writable directory"
             ) from None
         store = await Store.open(sqlite_url(settings.db_path.resolve()))
+        bwrap = resolve_sandbox(settings)
         backend = LocalBackend(
             kernel_name=settings.kernel_name,
             cache_dir=(data_dir / "cache").resolve(),
@@ -56,6 +59,9 @@ class Runtime:
                 max_file_bytes=settings.max_file_size_mb * MIB,
             ),
             recorder=store,
+            bwrap=bwrap,
+            network=settings.kernel_network,
+            hidden=hidden_paths(settings),
         )
 
         async def replay_source(key: str) -> list[str]:
@@ -82,7 +88,9 @@ class Runtime:
         if settings.model_configured:
             from slackinterp.llm.agent import Agent
 
-            agent = Agent.from_settings(settings, store)
+            agent = Agent.from_settings(
+                settings, store, network=network_allowed(settings, bwrap is not None)
+            )
         engine = Engine(settings, store, registry, agent)
         return cls(settings, store, registry, reaper, engine)
 
@@ -99,9 +107,41 @@ class Runtime:
         await self.store.close()
 
 
-def _runtime_dir(settings: Settings):
+class SandboxUnavailable(StoreError):
+    """SLACKINTERP_SANDBOX=bwrap but bubblewrap cannot run here."""
+
+
+def resolve_sandbox(settings: Settings) -> str | None:
+    """The bwrap binary to wrap kernels with, or None for no sandbox."""
+    if settings.sandbox == SandboxMode.NONE:
+        return None
+    works, detail = sandbox.bwrap_works()
+    if works:
+        log.info("sandbox.enabled kind=bwrap network=%s", settings.kernel_network)
+        return detail
+    if settings.sandbox == SandboxMode.BWRAP:
+        raise SandboxUnavailable(f"SLACKINTERP_SANDBOX=bwrap, but {detail}")
+    log.warning("sandbox.disabled reason=%s", detail.replace(" ", "_")[:80])
+    return None
+
+
+def hidden_paths(settings: Settings) -> list[Path]:
+    """What a sandboxed kernel must not see: the bot's data (other threads), the bot's own
+    directory (its .env) and home directories. The interpreter is re-exposed read-only."""
+    unique: list[Path] = []
+    for path in (settings.data_dir.resolve(), Path.cwd(), Path.home(), Path("/root")):
+        if path not in unique and path != Path("/"):
+            unique.append(path)
+    return unique
+
+
+def network_allowed(settings: Settings, sandboxed: bool) -> bool:
+    """Without a sandbox nothing stops a kernel from using the network."""
+    return settings.kernel_network or not sandboxed
+
+
+def _runtime_dir(settings: Settings) -> Path:
     """Short socket paths: IPC socket names must fit in 107 bytes."""
-    from pathlib import Path
 
     path = (settings.data_dir / "run").resolve()
     if len(str(path)) > 60:

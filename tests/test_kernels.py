@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -45,9 +46,10 @@ def last(events: list) -> CellFinished:
 
 async def test_state_persists_and_threads_are_isolated(runtime: Runtime) -> None:
     eng = runtime.engine
-    await run_turn(eng, A, code("x = 41\nimport os; here = os.getcwd()"))
-    events = await run_turn(eng, A, code("print(x + 1, here.endswith('100.1'))"))
-    assert last(events).result.text.strip() == "42 True"
+    await run_turn(eng, A, code("x = 41\nopen('marker.txt', 'w').write('a')"))
+    events = await run_turn(eng, A, code("print(x + 1)"))
+    assert last(events).result.text.strip() == "42"
+    assert (eng.session(A).workdir / "marker.txt").read_text() == "a"
     other = await run_turn(eng, B, code("print(x)"))
     result = last(other).result
     assert result.status is Status.ERROR and result.error.ename == "NameError"
@@ -147,7 +149,8 @@ async def test_reaper_stops_idle_kernel_not_busy_one(tmp_path: Path) -> None:
     try:
         await run_turn(rt.engine, A, code("v = 'before reap'"))
         busy = asyncio.create_task(run_turn(rt.engine, B, code("import time; time.sleep(3)")))
-        await asyncio.sleep(1.2)  # A idle for > 0.5 s, B busy
+        await wait_until(lambda: (s := rt.registry.slot(B.id)) is not None and s.busy)
+        await asyncio.sleep(0.6)  # A idle for > 0.5 s, B busy
         reaped = await rt.reaper.run_once()
         assert reaped == [A.id]
         assert rt.registry.slot(B.id) is not None
@@ -171,7 +174,9 @@ async def test_reset_clears_state_but_keeps_files(runtime: Runtime) -> None:
     assert "True" in result.text and result.error.ename == "NameError"
     assert not [e for e in events if isinstance(e, Notice)]  # nothing replayed after reset
     await eng.reset(A, wipe=True)
-    events = await run_turn(eng, A, code("import os\nprint(os.listdir('.'))"))
+    events = await run_turn(
+        eng, A, code("import os\nprint([n for n in os.listdir('.') if n[0] != '.'])")
+    )
     assert last(events).result.text.strip() == "[]"
 
 
@@ -188,7 +193,7 @@ async def test_lru_cap_and_at_capacity(tmp_path: Path) -> None:
         # Both live kernels busy → a new thread is told the bot is at capacity.
         t1 = asyncio.create_task(run_turn(rt.engine, B, code("import time; time.sleep(2)")))
         t2 = asyncio.create_task(run_turn(rt.engine, C, code("import time; time.sleep(2)")))
-        await asyncio.sleep(0.5)
+        await wait_until(lambda: all(rt.registry.slot(k.id).busy for k in (B, C)))
         events = await run_turn(rt.engine, A, code("print(a)"))
         failure = next(e for e in events if isinstance(e, TurnFailed))
         assert failure.kind == "capacity" and "busy" in failure.message
@@ -238,9 +243,9 @@ async def test_pool_serves_new_threads(tmp_path: Path) -> None:
     try:
         await rt.registry.wait_pool_ready()
         pooled = rt.registry.pool[0]
-        events = await run_turn(rt.engine, A, code("import os; print(os.getcwd())"))
+        await run_turn(rt.engine, A, code("open('here.txt', 'w').write('pooled')"))
         assert rt.registry.slot(A.id).kernel is pooled
-        assert last(events).result.text.strip().endswith("100.1")
+        assert (rt.engine.session(A).workdir / "here.txt").read_text() == "pooled"
         await rt.registry.wait_pool_ready()
         assert len(rt.registry.pool) == 1  # refilled
     finally:
@@ -266,7 +271,7 @@ from pathlib import Path
 from slackinterp.config import Settings
 from slackinterp.runtime import Runtime
 async def main():
-    s = Settings(_env_file=None, data_dir=Path(sys.argv[1]), pool_size=1)
+    s = Settings(_env_file=None, data_dir=Path(sys.argv[1]), pool_size=1, sandbox=sys.argv[2])
     rt = await Runtime.open(s)
     await rt.start()
     await rt.registry.wait_pool_ready()
@@ -276,26 +281,40 @@ asyncio.run(main())
 """
 
 
-async def test_orphans_of_a_crashed_run_are_cleaned_up(tmp_path: Path) -> None:
-    data = tmp_path / "data"
+async def crash_bot(data: Path, sandbox: str) -> int:
+    """Start a stand-in bot with one pooled kernel, SIGKILL it; returns the kernel's pid."""
     proc = subprocess.Popen(  # noqa: ASYNC220 - a stand-in bot, SIGKILLed below
-        [sys.executable, "-c", CRASHER, str(data)], stdout=subprocess.PIPE, text=True
+        [sys.executable, "-c", CRASHER, str(data), sandbox], stdout=subprocess.PIPE, text=True
     )
     line = await asyncio.to_thread(proc.stdout.readline)
     assert line.startswith("ready"), line
-    orphan = int(line.split()[1])
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    return int(line.split()[1])
+
+
+async def test_orphans_of_a_crashed_run_are_cleaned_up(tmp_path: Path) -> None:
+    orphan = await crash_bot(tmp_path / "data", "none")
     assert _alive(orphan)  # the killed bot left its kernel behind
-    rt = await Runtime.open(make_settings(tmp_path))
+    rt = await Runtime.open(make_settings(tmp_path, sandbox="none"))
     killed = await rt.registry.start()
     await rt.stop()
     assert killed == 1
-    for _ in range(50):
-        if not _alive(orphan):
-            break
-        await asyncio.sleep(0.05)
-    assert not _alive(orphan)
+    await wait_until(lambda: not _alive(orphan), timeout=3)
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed")
+async def test_sandboxed_kernels_die_with_the_bot(tmp_path: Path) -> None:
+    orphan = await crash_bot(tmp_path / "data", "bwrap")
+    await wait_until(lambda: not _alive(orphan), timeout=3)
+
+
+async def wait_until(predicate, timeout: float = 20.0) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if predicate():
+            return
+        await asyncio.sleep(0.02)
+    raise TimeoutError("condition not met")
 
 
 def _alive(pid: int) -> bool:

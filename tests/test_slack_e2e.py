@@ -110,7 +110,7 @@ async def test_files_in_are_sanitised_and_readable(tmp_path: Path) -> None:
         await fake.user_message(
             CHANNEL,
             "```import pandas as pd, os\nprint(pd.read_csv('sales.csv').revenue.sum(), "
-            "sorted(os.listdir('.')))```",
+            "sorted(n for n in os.listdir('.') if n[0] != '.'))```",
             thread_ts=ts,
         )
         cells = await wait_cells(fake, ts, 1)

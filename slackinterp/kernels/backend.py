@@ -8,9 +8,11 @@ Jupyter Kernel/Enterprise Gateway) can implement the same protocol later.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -73,6 +75,20 @@ class ProcessRecorder(Protocol):
     async def recorded_kernels(self) -> list[tuple[int, int, str]]: ...
 
 
+class SandboxedKernelManager(AsyncKernelManager):
+    """Launches the kernel inside bubblewrap; the command is rebuilt on every (re)start, so a
+    pooled kernel that moved to its thread's directory restarts there."""
+
+    bwrap_spec: sandbox.BwrapSpec | None = None
+    bwrap_bin: str = "bwrap"
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        cmd = super().format_kernel_cmd(extra_arguments)
+        if self.bwrap_spec is None:
+            return cmd
+        return self.bwrap_spec.command(self.bwrap_bin, cmd)
+
+
 class LocalKernel:
     """An ipykernel process on this machine and the client talking to it."""
 
@@ -118,17 +134,36 @@ class LocalKernel:
     async def interrupt(self) -> None:
         await self.km.interrupt_kernel()
 
+    @property
+    def sandboxed(self) -> bool:
+        return getattr(self.km, "bwrap_spec", None) is not None
+
     async def restart(self) -> None:
         """A fresh process with the same connection; its cwd is reapplied."""
         await self.km.restart_kernel(now=True)
         await self._client.wait_for_ready(timeout=READY_TIMEOUT)
-        await self._apply_cwd()
+        if not self.sandboxed:
+            await self._apply_cwd()
         await self._record()
 
     async def move_to(self, cwd: Path) -> None:
-        """Point a pooled kernel at its thread's directory."""
+        """Give a pooled kernel its thread's directory.
+
+        Unsandboxed: chdir inside the kernel. Sandboxed, the kernel's mount is fixed, so the
+        directory moves instead: the thread's files go into the pooled directory, which then
+        takes the thread directory's name (renames on one file system; the bind mount follows).
+        """
+        old = self.cwd
+        if self.sandboxed:
+            await asyncio.to_thread(_adopt, old, cwd)
+            self.km.bwrap_spec.workdir = cwd  # type: ignore[attr-defined]
+            self.km._launch_args["cwd"] = str(cwd)  # restarts launch from the new place
+            self.cwd = cwd
+            return
         self.cwd = cwd
         await self._apply_cwd()
+        with contextlib.suppress(OSError):
+            old.rmdir()  # the empty per-kernel pool directory
 
     async def _apply_cwd(self) -> None:
         where = str(self.cwd)
@@ -153,6 +188,9 @@ class LocalKernel:
         if self._recorder is not None and self._recorded_pid is not None:
             await self._recorder.forget_kernel(self._recorded_pid)
             self._recorded_pid = None
+        runtime = getattr(self, "runtime_subdir", None)
+        if runtime is not None:
+            await asyncio.to_thread(shutil.rmtree, runtime, True)
 
 
 class LocalBackend:
@@ -166,30 +204,61 @@ class LocalBackend:
         limits: sandbox.Limits,
         runtime_dir: Path,
         recorder: ProcessRecorder | None = None,
+        bwrap: str | None = None,
+        network: bool = True,
+        hidden: list[Path] | None = None,
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
         self.limits = limits
         self.recorder = recorder
         self.runtime_dir = runtime_dir
+        self.bwrap = bwrap
+        self.network = network
+        self.hidden = hidden or []
+        self._font_cache_ready = False
         runtime_dir.mkdir(parents=True, exist_ok=True)
         sandbox.prepare_cache(cache_dir)
 
+    async def _prepare_sandbox(self, km: SandboxedKernelManager, cwd: Path, runtime: Path) -> None:
+        if not self._font_cache_ready:
+            await asyncio.to_thread(sandbox.build_font_cache, self.cache_dir / "matplotlib")
+            self._font_cache_ready = True
+        await asyncio.to_thread(sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd)
+        argv0 = km.kernel_spec.argv[0] if km.kernel_spec and km.kernel_spec.argv else None
+        km.bwrap_bin = self.bwrap or "bwrap"
+        km.bwrap_spec = sandbox.BwrapSpec(
+            workdir=cwd,
+            runtime_dir=runtime,
+            hidden=self.hidden,
+            readonly=sandbox.python_prefixes(argv0),
+            network=self.network,
+        )
+        # A signal would hit bwrap, not the kernel: interrupt over the control channel.
+        km.kernel_spec.interrupt_mode = "message"
+
     async def start_kernel(self, cwd: Path) -> LocalKernel:
         cwd.mkdir(parents=True, exist_ok=True)
-        # IPC sockets instead of TCP: no loopback ports to guess, and they work under bubblewrap.
-        km = AsyncKernelManager(
+        # One runtime directory per kernel (connection file + IPC sockets): a sandboxed kernel
+        # sees only its own, so it cannot read another kernel's key and drive it.
+        runtime = self.runtime_dir / f"k{os.getpid()}-{next(_serial)}"
+        runtime.mkdir(parents=True, exist_ok=True)
+        km = SandboxedKernelManager(
             kernel_name=self.kernel_name,
             transport="ipc",
-            ip=str(self.runtime_dir / f"k{next(_serial)}"),
-            connection_file=str(self.runtime_dir / f"kernel-{os.getpid()}-{next(_serial)}.json"),
+            ip=str(runtime / "s"),
+            connection_file=str(runtime / "kernel.json"),
         )
+        env = sandbox.kernel_env(cwd, self.cache_dir)
         try:
+            if self.bwrap is not None:
+                await self._prepare_sandbox(km, cwd, runtime)
+                env = sandbox.sandbox_env()
             await km.start_kernel(
                 cwd=str(cwd),
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.DEVNULL,
-                env=sandbox.kernel_env(cwd, self.cache_dir),
+                env=env,
                 extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
                 preexec_fn=sandbox.limiter(self.limits),
             )
@@ -200,6 +269,7 @@ class LocalBackend:
                 "is installed in that environment."
             ) from exc
         kernel = LocalKernel(km, cwd, self.recorder)
+        kernel.runtime_subdir = runtime  # type: ignore[attr-defined]
         try:
             await kernel.connect()
         except BaseException:
@@ -219,6 +289,8 @@ class LocalBackend:
                 _kill_group(pid)
                 killed += 1
             Path(connection_file).unlink(missing_ok=True)
+            with contextlib.suppress(OSError):
+                Path(connection_file).parent.rmdir()
             await self.recorder.forget_kernel(pid)
         return killed
 
@@ -259,3 +331,18 @@ def _running(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+def _adopt(pooled: Path, target: Path) -> None:
+    """Move `target`'s entries into the pooled kernel's directory, then rename it to `target`."""
+    if target.exists():
+        for entry in list(target.iterdir()):
+            dest = pooled / entry.name
+            if dest.exists():  # only the seeded .cache can collide: the thread's own wins
+                if dest.is_dir():
+                    shutil.rmtree(dest)
+                else:
+                    dest.unlink()
+            entry.rename(dest)
+        target.rmdir()
+    pooled.rename(target)

@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import logging
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -145,7 +146,8 @@ class KernelRegistry:
                 return
             self._starting += 1
             try:
-                kernel = await self.backend.start_kernel(self.pool_dir)
+                # Each pooled kernel gets its own directory (a sandboxed one keeps it).
+                kernel = await self.backend.start_kernel(self.pool_dir / uuid.uuid4().hex[:12])
             except Exception as exc:
                 log.error("kernels.pool_start_failed error=%s", exc)
                 return

@@ -8,9 +8,11 @@ from __future__ import annotations
 
 import os
 import resource
+import shutil
+import subprocess
 import sys
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 MIB = 1024 * 1024
@@ -72,3 +74,110 @@ def limiter(limits: Limits) -> Callable[[], None]:
 
 # IPython's history database is a shared SQLite file; concurrent kernels would contend on it.
 KERNEL_ARGUMENTS = ["--HistoryManager.enabled=False", "--HistoryManager.hist_file=:memory:"]
+
+
+# --- bubblewrap ----------------------------------------------------------------------------
+
+SANDBOX_HOME = "/home/interp"  # where the thread's working directory appears inside
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def bwrap_works() -> tuple[bool, str]:
+    """Whether bubblewrap can create the namespaces it needs on this machine."""
+    path = bwrap_path()
+    if path is None:
+        return False, "bwrap is not installed (apt-get install bubblewrap)"
+    probe = subprocess.run(
+        [path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    if probe.returncode != 0:
+        return False, f"bwrap cannot create namespaces here: {probe.stderr.strip()[:200]}"
+    return True, path
+
+
+@dataclass
+class BwrapSpec:
+    """What one sandboxed kernel sees. `workdir` moves when a pooled kernel is assigned."""
+
+    workdir: Path
+    runtime_dir: Path  # this kernel's connection file and IPC sockets, nothing else
+    hidden: list[Path] = field(default_factory=list)  # replaced by empty directories
+    readonly: list[Path] = field(default_factory=list)  # re-exposed inside hidden ones
+    network: bool = False
+
+    def command(self, bwrap: str, kernel_cmd: list[str]) -> list[str]:
+        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
+                "--tmpfs", "/tmp", "--tmpfs", "/home"]
+        for path in self.hidden:
+            if path.exists() and str(path) not in ("/", "/home"):
+                args += ["--tmpfs", str(path)]
+        for path in self.readonly:
+            if path.exists():
+                args += ["--ro-bind", str(path), str(path)]
+        args += ["--bind", str(self.runtime_dir), str(self.runtime_dir)]
+        args += ["--bind", str(self.workdir), SANDBOX_HOME, "--chdir", SANDBOX_HOME]
+        args += ["--unshare-all", "--die-with-parent", "--new-session"]
+        if self.network:
+            args.append("--share-net")
+        # ipykernel's parent poller would see the sandbox as an orphaning and exit.
+        args += ["--unsetenv", "JPY_PARENT_PID", "--"]
+        return args + kernel_cmd
+
+
+def sandbox_env(cache_home: str = SANDBOX_HOME) -> dict[str, str]:
+    """The environment inside the sandbox: caches live in the thread's hidden .cache."""
+    bin_dir = str(Path(sys.executable).parent)
+    cache = f"{cache_home}/.cache"
+    return {
+        "PATH": os.pathsep.join([bin_dir, *_SAFE_SYSTEM_PATH]),
+        "HOME": cache_home,
+        "LANG": "C.UTF-8",
+        "LC_ALL": "C.UTF-8",
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "MPLCONFIGDIR": f"{cache}/matplotlib",
+        "IPYTHONDIR": f"{cache}/ipython",
+        "XDG_CACHE_HOME": cache,
+        "TMPDIR": "/tmp",
+        "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        "TERM": "dumb",
+    }
+
+
+def python_prefixes(kernel_argv0: str | None = None) -> list[Path]:
+    """Directories the kernel's interpreter needs, to re-expose inside hidden paths."""
+    found = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)}
+    if kernel_argv0:
+        real = Path(os.path.realpath(kernel_argv0))
+        found.add(real.parent.parent)
+    return sorted(found)
+
+
+def seed_font_cache(shared: Path, workdir: Path) -> None:
+    """Copy matplotlib's font list into a kernel's private cache: saves a ~1 s rebuild."""
+    target = workdir / ".cache" / "matplotlib"
+    target.mkdir(parents=True, exist_ok=True)
+    for item in shared.glob("fontlist-*.json"):
+        if not (target / item.name).exists():
+            shutil.copy2(item, target / item.name)
+
+
+def build_font_cache(shared: Path) -> None:
+    """Build matplotlib's font list once, outside any sandbox."""
+    if any(shared.glob("fontlist-*.json")):
+        return
+    shared.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [sys.executable, "-c", "import matplotlib.font_manager"],
+        env={**kernel_env(shared, shared.parent), "MPLCONFIGDIR": str(shared)},
+        capture_output=True,
+        timeout=120,
+        check=False,
+    )

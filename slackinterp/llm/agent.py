@@ -87,7 +87,7 @@ class Agent:
         self.history = history
 
     @classmethod
-    def from_settings(cls, settings: Settings, history: HistoryStore) -> Agent:
+    def from_settings(cls, settings: Settings, history: HistoryStore, *, network: bool) -> Agent:
         client = AsyncOpenAI(
             api_key=settings.openai_api_key or NO_KEY_PLACEHOLDER,
             base_url=settings.openai_base_url or None,
@@ -97,7 +97,7 @@ class Agent:
             model=settings.openai_model,
             max_rounds=settings.max_rounds,
             exec_timeout=settings.exec_timeout,
-            network=settings.kernel_network,
+            network=network,
             history_budget=settings.history_budget,
             system_prompt=prompts.load_system_prompt(settings.system_prompt),
             stream=settings.model_stream,

@@ -1,0 +1,330 @@
+"""`slackinterp chat` driven through a real pseudo-terminal: input, streaming, Ctrl-C, restore.
+
+Each test runs `python -m slackinterp.console` as a child process with its own data directory,
+no warm pool and no model (unless a test starts the fake model server), and talks to it as a
+person at a terminal would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+import signal
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+import pexpect
+import psutil
+import pytest
+
+from slackinterp.console import InputBuffer
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+
+TIMEOUT = 30
+PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
+OK = r"✓ \d+\.\d s"
+
+
+class Chat:
+    """One `chat` process in a pseudo-terminal."""
+
+    def __init__(self, data_dir: Path, cwd: Path, env: dict[str, str] | None = None):
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+        environ.update(
+            SLACKINTERP_DATA_DIR=str(data_dir),
+            SLACKINTERP_POOL_SIZE="0",
+            SLACKINTERP_EXEC_TIMEOUT="25",
+            SLACKINTERP_INTERRUPT_GRACE="1.5",
+        )
+        environ.update(env or {})
+        self.child = pexpect.spawn(
+            sys.executable,
+            ["-m", "slackinterp.console"],
+            env=environ,
+            cwd=str(cwd),
+            encoding="utf-8",
+            timeout=TIMEOUT,
+            dimensions=(50, 250),
+        )
+        self.child.expect_exact(">>> ")
+
+    def send(self, *lines: str) -> None:
+        for line in lines:
+            self.child.sendline(line)
+
+    def code(self, source: str) -> None:
+        """A fenced block, typed line by line."""
+        self.send("```", *source.splitlines(), "```")
+
+    def expect(self, pattern: str) -> re.Match[str]:
+        self.child.expect(pattern, timeout=TIMEOUT)
+        return self.child.match
+
+    def descendants(self) -> list[psutil.Process]:
+        return psutil.Process(self.child.pid).children(recursive=True)
+
+    def kernels(self) -> list[psutil.Process]:
+        found = []
+        for proc in self.descendants():
+            try:
+                if "ipykernel" in " ".join(proc.cmdline()):
+                    found.append(proc)
+            except psutil.Error:
+                continue
+        return found
+
+    def wait_exit(self) -> int:
+        self.child.expect(pexpect.EOF, timeout=TIMEOUT)
+        self.child.close()
+        return self.child.exitstatus
+
+    def close(self) -> None:
+        """SIGTERM (a clean exit), then force; a failed test must not leave kernels behind."""
+        if not self.child.isalive():
+            return
+        left = self.descendants()
+        self.child.kill(signal.SIGTERM)
+        with contextlib.suppress(pexpect.ExceptionPexpect):
+            self.child.expect(pexpect.EOF, timeout=15)
+        self.child.close(force=True)
+        for proc in running(left):
+            with contextlib.suppress(psutil.Error):
+                proc.kill()
+
+
+def running(procs: list[psutil.Process]) -> list[psutil.Process]:
+    alive = []
+    for proc in procs:
+        try:
+            if proc.is_running() and proc.status() != psutil.STATUS_ZOMBIE:
+                alive.append(proc)
+        except psutil.Error:
+            continue
+    return alive
+
+
+@pytest.fixture
+def open_chat(tmp_path: Path) -> Iterator:
+    chats: list[Chat] = []
+
+    def start(env: dict[str, str] | None = None) -> Chat:
+        chat = Chat(tmp_path / "data", tmp_path, env)
+        chats.append(chat)
+        return chat
+
+    yield start
+    for chat in chats:
+        chat.close()
+
+
+# --- input joining, without a process ------------------------------------------------------
+
+
+def test_fences_and_backslashes_join_lines() -> None:
+    buffer = InputBuffer()
+    assert buffer.feed("```python") is None and buffer.prompt == "... "
+    assert buffer.feed("x = 1 + \\") is None  # Python's own continuation, kept inside a fence
+    assert buffer.feed("    2") is None
+    assert buffer.feed("```") == "```python\nx = 1 + \\\n    2\n```"
+    assert buffer.prompt == ">>> "
+    assert buffer.feed("plot it\\") is None
+    assert buffer.feed("please") == "plot it\nplease"
+    assert buffer.feed("```print(1)```") == "```print(1)```"
+    assert buffer.feed("look: ```") is None and buffer.feed("```") == "look: ```\n```"
+
+
+# --- the terminal --------------------------------------------------------------------------
+
+
+def test_direct_code_streams_output_and_status(open_chat) -> None:
+    chat = open_chat()
+    chat.code("print(6*7)")
+    chat.expect("starting kernel…")
+    chat.expect(r"── cell [0-9a-f]{8}")
+    chat.expect(r"\r\n42\r\n")
+    chat.expect(OK)
+    chat.code("1/0")
+    chat.expect("ZeroDivisionError: division by zero")
+    chat.expect(r"✗ ZeroDivisionError \(\d+\.\d s\)")
+    chat.code("6*7")  # a result's text/plain
+    chat.expect(r"\r\n42\r\n")
+    chat.expect(OK)
+
+
+def test_state_persists_between_inputs(open_chat) -> None:
+    chat = open_chat()
+    chat.code("x = 41")
+    chat.expect(OK)
+    chat.send("```print(x + 1)```")
+    chat.expect(r"\r\n42\r\n")
+    chat.expect(OK)
+
+
+def test_plot_is_saved_as_png_in_the_session_directory(open_chat, tmp_path: Path) -> None:
+    chat = open_chat()
+    chat.code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()")
+    match = chat.expect(r"figure: (\S+\.png)\r\n")
+    chat.expect(OK)
+    path = Path(match.group(1))
+    assert path.is_file() and path.read_bytes().startswith(PNG_SIGNATURE)
+    assert path.parent == (tmp_path / "data" / "threads" / "local-console-default").resolve()
+
+
+def test_reset_forgets_variables(open_chat) -> None:
+    chat = open_chat()
+    chat.code("secret = 7")
+    chat.expect(OK)
+    chat.send(":reset")
+    chat.expect("Kernel reset: variables and history are gone, files kept.")
+    chat.code("print(secret)")
+    chat.expect("NameError")
+    chat.expect(r"✗ NameError")
+
+
+def test_files_lists_what_the_code_wrote(open_chat) -> None:
+    chat = open_chat()
+    chat.code("open('report.csv', 'w').write('a,b\\n1,2\\n')")
+    chat.expect(OK)
+    match = chat.expect(r"file: (\S+report\.csv) \(8 B\)")
+    assert Path(match.group(1)).read_text() == "a,b\n1,2\n"
+    chat.send(":files")
+    chat.expect(r"Files in \S+local-console-default:\r\n  report\.csv  8 B\r\n")
+
+
+def test_text_without_a_model_gets_the_hint(open_chat) -> None:
+    chat = open_chat()
+    chat.send("plot revenue by month \\", "from the file")
+    chat.expect("No model is configured, so I can only run code")
+    chat.child.expect_exact(">>> ")
+    chat.send(":status")
+    chat.expect(r"kernel: not running")  # no kernel was started for that
+
+
+def test_second_process_restores_state_by_replay(open_chat) -> None:
+    first = open_chat()
+    first.code("x = 1000 * 1234")
+    first.expect(OK)
+    first.code("1/0")  # failed cells are not replayed
+    first.expect("✗ ZeroDivisionError")
+    first.send(":quit")
+    assert first.wait_exit() == 0
+
+    second = open_chat()
+    second.code("print(x)")
+    second.expect(r"starting kernel and restoring state \(replaying 1 cell\)…")
+    second.expect(r"Restored state by replaying 1 of 1 cell")
+    second.expect(r"\r\n1234000\r\n")
+    second.expect(OK)
+
+
+def test_quit_leaves_no_kernel(open_chat) -> None:
+    chat = open_chat()
+    chat.code("print('up')")
+    chat.expect(OK)
+    kernels = chat.kernels()
+    assert kernels, "a kernel should be running"
+    everything = chat.descendants()
+    chat.send(":quit")
+    assert chat.wait_exit() == 0
+    assert running(everything) == []
+
+
+def test_ctrl_c_stops_a_running_cell_and_twice_at_the_prompt_leaves(open_chat) -> None:
+    chat = open_chat()
+    chat.code("y = 5")
+    chat.expect(OK)
+    chat.code("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+    chat.expect(r"\r\nsleeping\r\n")
+    chat.child.sendintr()
+    chat.expect("stopping…")
+    chat.expect(r"■ stopped after \d+\.\d s")
+    chat.send("```print(y * 2)```")  # the session survived the interrupt
+    chat.expect(r"\r\n10\r\n")
+    chat.expect(OK)
+    chat.send(":reset")
+    chat.expect("Kernel reset")
+    chat.send("```import time; time.sleep(60)```")
+    chat.expect("starting kernel…")
+    chat.child.sendintr()  # before the cell started, perhaps before the turn had begun
+    chat.expect(r"■ stopped after \d+\.\d s")
+    everything = chat.descendants()
+    assert everything, "the kernel started for the stopped cell should be running"
+    chat.child.expect_exact(">>> ")
+    chat.child.send("half a line")
+    chat.child.sendintr()  # clears the line, does not leave
+    chat.expect(r"Ctrl-C again or :quit to leave")
+    chat.child.expect_exact(">>> ")
+    chat.child.sendintr()
+    assert chat.wait_exit() == 0
+    assert running(everything) == []
+
+
+def test_stop_command_and_typing_ahead_while_a_cell_runs(open_chat) -> None:
+    chat = open_chat()
+    chat.code("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+    chat.expect(r"\r\nsleeping\r\n")
+    chat.send("```print(2 ** 10)```")  # typed ahead: runs after this turn
+    chat.send(":stop")
+    chat.expect(r"■ stopped after \d+\.\d s")
+    chat.expect(r"\r\n1024\r\n")
+    chat.expect(OK)
+
+
+def test_sigterm_while_a_cell_runs_exits_cleanly(open_chat) -> None:
+    chat = open_chat()
+    chat.code("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+    chat.expect(r"\r\nsleeping\r\n")
+    everything = chat.descendants()
+    assert any("ipykernel" in " ".join(p.cmdline()) for p in running(everything))
+    chat.child.kill(signal.SIGTERM)
+    assert chat.wait_exit() == 0
+    assert running(everything) == []
+
+
+# --- with a model --------------------------------------------------------------------------
+
+
+@pytest.fixture
+def fake_model() -> Iterator[tuple[FakeOpenAI, asyncio.AbstractEventLoop]]:
+    """The fake OpenAI server on its own loop in a thread; the test itself stays synchronous."""
+    loop = asyncio.new_event_loop()
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    fake = FakeOpenAI()
+    asyncio.run_coroutine_threadsafe(fake.start(), loop).result(TIMEOUT)
+    try:
+        yield fake, loop
+    finally:
+        asyncio.run_coroutine_threadsafe(fake.stop(), loop).result(TIMEOUT)
+        loop.call_soon_threadsafe(loop.stop)
+        thread.join(TIMEOUT)
+        loop.close()
+
+
+def test_model_cells_and_streamed_answer(open_chat, fake_model) -> None:
+    fake, loop = fake_model
+    loop.call_soon_threadsafe(
+        fake.script,
+        Reply(tool_calls=[ToolCall("python", {"code": "print(6 * 7)"})]),
+        Reply(text="The answer is forty-two.", chunk_delay=0.01),
+    )
+    chat = open_chat(
+        {
+            "OPENAI_BASE_URL": fake.base_url,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_MODEL": "test-model",
+            "SLACKINTERP_MODEL_TIMEOUT": "10",
+        }
+    )
+    chat.send("what is six times seven?")
+    chat.expect("starting kernel…")
+    chat.expect(r"── cell [0-9a-f]{8} \(written by the model\)")
+    chat.expect(r"  print\(6 \* 7\)\r\n")
+    chat.expect(r"\r\n42\r\n")
+    chat.expect(OK)
+    chat.expect(r"The answer is forty-two\.\r\n")
+    chat.child.expect_exact(">>> ")
