@@ -3,7 +3,10 @@
 Run by hand (it is not a test; it starts real kernels and takes one to three minutes):
 
     . .venv/bin/activate
-    python bench/kernels.py [--runs N] [--iters N]
+    python bench/kernels.py [--runs N] [--iters N] [--sandbox auto|bwrap|none]
+
+--sandbox is passed to Settings (default: the setting's own default, auto: bubblewrap when it
+works here). The footer says whether the kernels actually ran sandboxed.
 
 Every figure is measured in the same run as its baseline, which uses raw jupyter_client
 (AsyncKernelManager + AsyncKernelClient, default settings, tcp):
@@ -23,7 +26,8 @@ Every figure is measured in the same run as its baseline, which uses raw jupyter
               reported, against executing the same 20 cells in a fresh raw kernel.
               Target: within 1.2x of the raw run.
 (d) memory    PSS (psutil memory_full_info().pss) of each idle pooled kernel and of an idle raw
-              kernel, measured at the same moment.
+              kernel, measured at the same moment; a kernel counts with its whole process tree
+              (bwrap + ipykernel when sandboxed).
 
 It prints a table and, last, one JSON line with every figure. Everything runs in a temporary
 data directory; at the end every kernel is shut down and the script checks with psutil that no
@@ -197,9 +201,11 @@ def _is_idle(msg: dict[str, Any]) -> bool:
 # --- the slackinterp runtime -----------------------------------------------------------------
 
 
-def bench_settings(data_dir: Path) -> Settings:
+def bench_settings(data_dir: Path, sandbox: str | None = None) -> Settings:
+    chosen = {"sandbox": sandbox} if sandbox else {}
     return Settings(
         _env_file=None,  # type: ignore[call-arg]
+        **chosen,  # type: ignore[arg-type]
         data_dir=data_dir,
         pool_size=POOL_SIZE,
         max_kernels=20,
@@ -357,9 +363,12 @@ async def bench_restore(rt: Runtime, scratch: Path, runs: int) -> dict[str, Any]
 
 
 def pss_mib(pid: int | None) -> float:
+    """PSS of the process and everything below it (bwrap → ipykernel when sandboxed)."""
     if pid is None:
         raise RuntimeError("kernel has no pid")
-    return psutil.Process(pid).memory_full_info().pss / MIB
+    root = psutil.Process(pid)
+    tree = [root, *root.children(recursive=True)]
+    return sum(p.memory_full_info().pss for p in tree) / MIB
 
 
 async def bench_memory(rt: Runtime, scratch: Path) -> dict[str, Any]:
@@ -500,6 +509,8 @@ def print_table(r: dict[str, Any]) -> None:
     for name, ok in met.items():
         print(f"  {'PASS' if ok else 'MISS'}  {name}")
     print(f"  leftover kernel processes: {r['leftover_kernel_pids'] or 'none'}")
+    print(f"  slackinterp kernels: {'sandboxed (bwrap)' if r['sandboxed'] else 'no sandbox'}; "
+          "raw kernels: jupyter_client defaults")
     print(
         f"  total {r['total_seconds']:.0f} s, {r['runs']} samples for (a)/(c), "
         f"{r['iters']} iterations for (b), pool_size={POOL_SIZE}, {psutil.cpu_count()} CPUs, "
@@ -511,10 +522,12 @@ def print_table(r: dict[str, Any]) -> None:
 # --- main -------------------------------------------------------------------------------------
 
 
-async def measure(runs: int, iters: int, scratch: Path) -> dict[str, Any]:
-    rt = await Runtime.open(bench_settings(scratch / "data"))
+async def measure(runs: int, iters: int, scratch: Path, sandbox: str | None) -> dict[str, Any]:
+    rt = await Runtime.open(bench_settings(scratch / "data", sandbox))
     await rt.start()
     try:
+        await rt.registry.wait_pool_ready(timeout=READY_TIMEOUT)
+        sandboxed = any(getattr(k, "sandboxed", False) for k in rt.registry.pool)
         print("(a) start …", file=sys.stderr, flush=True)
         start = await bench_start(rt, scratch, runs)
         print("(b) exec …", file=sys.stderr, flush=True)
@@ -525,15 +538,21 @@ async def measure(runs: int, iters: int, scratch: Path) -> dict[str, Any]:
         memory = await bench_memory(rt, scratch)
     finally:
         await rt.stop()
-    return {"start": start, "exec": exec_, "restore": restore, "memory": memory}
+    return {
+        "start": start,
+        "exec": exec_,
+        "restore": restore,
+        "memory": memory,
+        "sandboxed": sandboxed,
+    }
 
 
-async def main(runs: int, iters: int) -> int:
+async def main(runs: int, iters: int, sandbox: str | None) -> int:
     began = time.perf_counter()
     load_before = psutil.getloadavg()[0]
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-"))
     try:
-        results = await measure(runs, iters, scratch)
+        results = await measure(runs, iters, scratch, sandbox)
     finally:
         leftovers = await leftover_kernels()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -556,9 +575,12 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=10, help="samples for (a) and (c)")
     parser.add_argument("--iters", type=int, default=200, help="timed iterations for (b)")
+    parser.add_argument(
+        "--sandbox", choices=("auto", "bwrap", "none"), help="SLACKINTERP_SANDBOX for this run"
+    )
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     args = parse_args()
-    sys.exit(asyncio.run(main(max(2, args.runs), max(10, args.iters))))
+    sys.exit(asyncio.run(main(max(2, args.runs), max(10, args.iters), args.sandbox)))

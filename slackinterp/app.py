@@ -76,6 +76,7 @@ class SlackBot:
 
     async def start(self) -> None:
         await self.runtime.start()
+        interrupted = await self.runtime.store.take_interrupted_turns()
         if self.settings.slack_app_token:
             self.socket = AsyncSocketModeHandler(
                 self.app,
@@ -93,6 +94,9 @@ class SlackBot:
             metrics.add_routes(web_app)
             await self._serve(web_app, self.settings.http_port)
             log.info("slack.listening mode=http port=%d", self.settings.http_port)
+        if interrupted:
+            log.warning("bot.interrupted_turns count=%d", len(interrupted))
+            self.listeners.spawn(self.listeners.tell_interrupted(interrupted), "interrupted")
 
     async def _serve(self, web_app: web.Application, port: int) -> None:
         self.http_runner = web.AppRunner(web_app)

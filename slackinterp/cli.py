@@ -86,6 +86,16 @@ def cmd_manifest(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_chat(args: argparse.Namespace) -> int:
+    from slackinterp import console
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(exc.problems)
+    return console.main(settings, session=args.session)
+
+
 def cmd_doctor(_args: argparse.Namespace) -> int:
     from slackinterp import doctor
 
@@ -104,6 +114,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     run = sub.add_parser("run", help="run the Slack bot (Socket Mode or HTTP mode)")
     run.set_defaults(func=cmd_run)
+    chat = sub.add_parser("chat", help="the same engine in this terminal (no Slack needed)")
+    chat.add_argument("--session", default="default", help="session name (default: default)")
+    chat.set_defaults(func=cmd_chat)
     doctor = sub.add_parser("doctor", help="check settings, Slack, the model and kernels")
     doctor.set_defaults(func=cmd_doctor)
     manifest = sub.add_parser("manifest", help="print the Slack app manifest")

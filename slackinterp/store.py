@@ -81,6 +81,14 @@ seen_events = Table(
     Column("seen_at", Float, nullable=False, index=True),
 )
 
+# Turns that started and have not finished: after a crash, their threads are told.
+inflight = Table(
+    "inflight",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("started_at", Float, nullable=False),
+)
+
 kernel_procs = Table(
     "kernel_procs",
     metadata,
@@ -242,6 +250,23 @@ class Store:
         async with self._engine.begin() as conn:
             result = await conn.execute(delete(seen_events).where(seen_events.c.seen_at < cutoff))
             return int(result.rowcount or 0)
+
+    # turns in flight (crash notices) -------------------------------------------------------
+    async def turn_started(self, key: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(inflight).where(inflight.c.thread_key == key))
+            await conn.execute(insert(inflight).values(thread_key=key, started_at=time.time()))
+
+    async def turn_finished(self, key: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(inflight).where(inflight.c.thread_key == key))
+
+    async def take_interrupted_turns(self) -> list[str]:
+        """Threads whose turn a previous run never finished; forgotten once read."""
+        async with self._engine.begin() as conn:
+            rows = (await conn.execute(select(inflight.c.thread_key))).all()
+            await conn.execute(delete(inflight))
+        return [r.thread_key for r in rows]
 
     # kernel processes (crash cleanup) ------------------------------------------------------
     async def record_kernel(self, pid: int, owner_pid: int, connection_file: str) -> None:

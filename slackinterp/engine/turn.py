@@ -69,6 +69,10 @@ def direct_code(text: str) -> str | None:
     return code if code.strip() else None
 
 
+class QuotaExceeded(Exception):
+    """The thread's working directory is over SLACKINTERP_WORKSPACE_QUOTA_MB."""
+
+
 class FileFetchError(Exception):
     """A user's file could not be fetched; the message is for the user."""
 
@@ -189,6 +193,7 @@ class Engine:
         produced: list[str] = []
         try:
             await self.store.touch_thread(session.key.id)
+            await self.store.turn_started(session.key.id)
             received = await self._receive_files(session, request.files, emit)
             code = direct_code(request.text)
             if code is not None:
@@ -211,6 +216,8 @@ class Engine:
         except ModelError as exc:
             metrics.TURNS_FAILED.labels(exc.kind).inc()
             emit(TurnFailed(exc.message, kind=exc.kind))
+        except QuotaExceeded as exc:
+            emit(TurnFailed(str(exc), kind="quota"))
         except AtCapacity as exc:
             emit(TurnFailed(f"At capacity: {exc}.", kind="capacity"))
         except KernelStartError as exc:
@@ -226,6 +233,7 @@ class Engine:
         finally:
             session.control = None
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
+            await self.store.turn_finished(session.key.id)
             emit(
                 TurnFinished(session.cells_run - cells_before, time.monotonic() - started, produced)
             )
@@ -288,6 +296,12 @@ class Engine:
         produced: list[str] | None = None,
     ) -> CellResult:
         key = session.key.id
+        used = await asyncio.to_thread(workspace.total_size, session.workdir)
+        if used > self.quota_bytes:
+            raise QuotaExceeded(
+                self._quota_text(used) + " Delete files before running more "
+                "code (`reset wipe` deletes them all)."
+            )
         lease = await self.registry.acquire(key, session.workdir)
         if lease.restore is not None:
             emit(restore_notice(lease.restore))
@@ -342,7 +356,25 @@ class Engine:
         emit(CellFinished(cell_id, code, result))
         self._lifecycle_notice(result, emit)
         self._report_files(session, cell_id, before, emit, produced)
+        used = await asyncio.to_thread(workspace.total_size, session.workdir)
+        if used > self.quota_bytes:
+            emit(
+                Notice(
+                    "quota",
+                    self._quota_text(used) + " New cells will not run until files are deleted.",
+                )
+            )
         return result
+
+    @property
+    def quota_bytes(self) -> int:
+        return self.settings.workspace_quota_mb * 1024 * 1024
+
+    def _quota_text(self, used: int) -> str:
+        return (
+            f"This thread's files use {_size(used)}, over its "
+            f"{self.settings.workspace_quota_mb} MiB quota (SLACKINTERP_WORKSPACE_QUOTA_MB)."
+        )
 
     async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
@@ -552,11 +584,20 @@ def restore_notice(report: RestoreReport) -> Notice:
 
 
 def _memory(pid: int) -> int | None:
-    with contextlib.suppress(psutil.Error, OSError, AttributeError):
-        return int(psutil.Process(pid).memory_full_info().pss)
-    with contextlib.suppress(psutil.Error, OSError):
-        return int(psutil.Process(pid).memory_info().rss)
-    return None
+    """PSS of the kernel and its children (under bwrap the pid is the sandbox's)."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except (psutil.Error, OSError):
+        return None
+    total = 0
+    for proc in procs:
+        with contextlib.suppress(psutil.Error, OSError, AttributeError):
+            total += int(proc.memory_full_info().pss)
+            continue
+        with contextlib.suppress(psutil.Error, OSError):
+            total += int(proc.memory_info().rss)
+    return total or None
 
 
 def _size(size: int) -> str:

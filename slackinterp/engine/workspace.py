@@ -115,6 +115,22 @@ def changed(before: Snapshot, after: Snapshot) -> list[str]:
     return [name for name, sig in after.items() if before.get(name) != sig]
 
 
+def total_size(root: Path) -> int:
+    """Bytes used by everything in a working directory, hidden files included (bounded walk)."""
+    total = 0
+    seen = 0
+    for dirpath, _dirnames, filenames in os.walk(root):
+        for filename in filenames:
+            seen += 1
+            if seen > MAX_SCAN_ENTRIES * 4:
+                return total
+            try:
+                total += (Path(dirpath) / filename).lstat().st_size
+            except OSError:
+                continue
+    return total
+
+
 def guess_type(name: str) -> str:
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
 

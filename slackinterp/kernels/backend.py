@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 
-from slackinterp.kernels import sandbox
+from slackinterp.kernels import cgroups, sandbox
 from slackinterp.kernels.execution import CellControl
 
 log = logging.getLogger(__name__)
@@ -100,6 +100,8 @@ class LocalKernel:
         self._recorder = recorder
         self._client: Any = None
         self._recorded_pid: int | None = None
+        self.runtime_subdir: Path | None = None
+        self.cgroup: cgroups.KernelCgroup | None = None
 
     @property
     def client(self) -> Any:
@@ -188,9 +190,10 @@ class LocalKernel:
         if self._recorder is not None and self._recorded_pid is not None:
             await self._recorder.forget_kernel(self._recorded_pid)
             self._recorded_pid = None
-        runtime = getattr(self, "runtime_subdir", None)
-        if runtime is not None:
-            await asyncio.to_thread(shutil.rmtree, runtime, True)
+        if self.cgroup is not None:  # whatever the kernel started goes with it
+            await asyncio.to_thread(self.cgroup.remove)
+        if self.runtime_subdir is not None:
+            await asyncio.to_thread(shutil.rmtree, self.runtime_subdir, True)
 
 
 class LocalBackend:
@@ -207,6 +210,7 @@ class LocalBackend:
         bwrap: str | None = None,
         network: bool = True,
         hidden: list[Path] | None = None,
+        use_cgroups: bool = True,
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
@@ -217,6 +221,11 @@ class LocalBackend:
         self.network = network
         self.hidden = hidden or []
         self._font_cache_ready = False
+        self.pids_root = cgroups.pids_root() if use_cgroups else None
+        if self.pids_root is None:
+            log.info("kernels.process_limit kind=rlimit_nproc")
+        else:
+            log.info("kernels.process_limit kind=pids_cgroup root=%s", self.pids_root)
         runtime_dir.mkdir(parents=True, exist_ok=True)
         sandbox.prepare_cache(cache_dir)
 
@@ -250,6 +259,11 @@ class LocalBackend:
             connection_file=str(runtime / "kernel.json"),
         )
         env = sandbox.kernel_env(cwd, self.cache_dir)
+        group = None
+        if self.pids_root is not None:
+            group = cgroups.KernelCgroup.create(
+                self.pids_root, runtime.name.removeprefix("k"), self.limits.max_processes
+            )
         try:
             if self.bwrap is not None:
                 await self._prepare_sandbox(km, cwd, runtime)
@@ -260,7 +274,7 @@ class LocalBackend:
                 stderr=subprocess.DEVNULL,
                 env=env,
                 extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
-                preexec_fn=sandbox.limiter(self.limits),
+                preexec_fn=sandbox.limiter(self.limits, group.procs_file if group else None),
             )
         except Exception as exc:
             raise KernelStartError(
@@ -269,7 +283,8 @@ class LocalBackend:
                 "is installed in that environment."
             ) from exc
         kernel = LocalKernel(km, cwd, self.recorder)
-        kernel.runtime_subdir = runtime  # type: ignore[attr-defined]
+        kernel.runtime_subdir = runtime
+        kernel.cgroup = group
         try:
             await kernel.connect()
         except BaseException:
@@ -279,6 +294,12 @@ class LocalBackend:
 
     async def cleanup_orphans(self) -> int:
         """Kill kernels recorded by a run of the bot that is no longer alive."""
+        killed = await self._kill_recorded()
+        if self.pids_root is not None:  # anything the dead kernels started
+            await asyncio.to_thread(cgroups.cleanup_stale, self.pids_root)
+        return killed
+
+    async def _kill_recorded(self) -> int:
         if self.recorder is None:
             return 0
         killed = 0

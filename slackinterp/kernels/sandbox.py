@@ -54,10 +54,13 @@ def prepare_cache(cache_dir: Path) -> None:
         (cache_dir / sub).mkdir(parents=True, exist_ok=True)
 
 
-def limiter(limits: Limits) -> Callable[[], None]:
+def limiter(limits: Limits, cgroup_procs: str | None = None) -> Callable[[], None]:
     """A preexec_fn that applies the limits in the kernel's process before exec."""
 
     def apply() -> None:  # runs in the forked child: keep it minimal, no allocation-heavy work
+        if cgroup_procs is not None:
+            with open(cgroup_procs, "w") as handle:
+                handle.write(str(os.getpid()))
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -113,8 +116,20 @@ class BwrapSpec:
     network: bool = False
 
     def command(self, bwrap: str, kernel_cmd: list[str]) -> list[str]:
-        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc",
-                "--tmpfs", "/tmp", "--tmpfs", "/home"]
+        args = [
+            bwrap,
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+            "--tmpfs",
+            "/home",
+        ]
         for path in self.hidden:
             if path.exists() and str(path) not in ("/", "/home"):
                 args += ["--tmpfs", str(path)]

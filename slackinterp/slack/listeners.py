@@ -193,6 +193,7 @@ class SlackListeners:
             key_id=key.id,
             user_message_ts=user_ts,
             exec_timeout=self.settings.exec_timeout,
+            max_upload_bytes=self.settings.max_upload_mb * 1024 * 1024,
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)
@@ -212,6 +213,23 @@ class SlackListeners:
     @staticmethod
     def _team(body: dict[str, Any], event: dict[str, Any]) -> str:
         return str(event.get("team") or body.get("team_id") or "T")
+
+    async def tell_interrupted(self, key_ids: list[str]) -> None:
+        """After a crash or kill: threads whose request was cut short are told so."""
+        for key_id in key_ids:
+            try:
+                key = ThreadKey.parse(key_id)
+            except ValueError:
+                continue
+            if key.team == "local":
+                continue  # terminal sessions
+            await self._reply(
+                self.app.client,
+                key,
+                ":warning: I restarted while working on a request in this thread, so its output "
+                "may be incomplete. Send it again if you still need it; the thread's state is "
+                "restored on your next message.",
+            )
 
     async def on_notice(self, key: ThreadKey, notice: Notice) -> None:
         """Reaper and eviction notices, posted into their thread."""

@@ -165,7 +165,9 @@ class TurnRenderer:
         key_id: str,
         user_message_ts: str | None = None,
         exec_timeout: float = 120,
+        max_upload_bytes: int = 50 * 1024 * 1024,
     ):
+        self.max_upload_bytes = max_upload_bytes
         self.client = client
         self.channel = channel
         self.thread_ts = thread_ts
@@ -359,6 +361,9 @@ class TurnRenderer:
                 raw = base64.b64decode(data[image_type])
             except (ValueError, TypeError):
                 view.notes.append("an image could not be decoded")
+                return
+            if len(raw) > self.max_upload_bytes:
+                view.notes.append(f"an image of {_human(len(raw))} was too large to upload")
                 return
             name = f"figure-{view.cell_id}-{view.images}.{IMAGE_TYPES[image_type]}"
             await self.upload(None, name, content=raw)
