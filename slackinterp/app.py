@@ -13,6 +13,7 @@ import logging
 import signal
 from dataclasses import dataclass, field
 
+import aiohttp
 from aiohttp import web
 from slack_bolt.adapter.socket_mode.aiohttp import AsyncSocketModeHandler
 from slack_bolt.async_app import AsyncApp
@@ -34,11 +35,18 @@ log = logging.getLogger(__name__)
 DRAIN_SECONDS = 10.0
 
 
-def web_client(token: str | None, settings: Settings) -> AsyncWebClient:
-    """Every Slack client goes to SLACK_API_URL and retries 429 (Retry-After) and 5xx."""
+def web_client(
+    token: str | None, settings: Settings, session: aiohttp.ClientSession | None = None
+) -> AsyncWebClient:
+    """Every Slack client goes to SLACK_API_URL and retries 429 (Retry-After) and 5xx.
+
+    Pass one shared session: without it slack_sdk opens a connection (and, against Slack, a
+    TLS handshake) for every call.
+    """
     return AsyncWebClient(
         token=token,
         base_url=settings.slack_api_url,
+        session=session,
         retry_handlers=[
             AsyncConnectionErrorRetryHandler(max_retry_count=2),
             AsyncRateLimitErrorRetryHandler(max_retry_count=3),
@@ -54,6 +62,7 @@ class SlackBot:
     app: AsyncApp
     listeners: SlackListeners
     fetcher: SlackFileFetcher
+    http: aiohttp.ClientSession
     socket: AsyncSocketModeHandler | None = None
     http_runner: web.AppRunner | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
@@ -61,7 +70,8 @@ class SlackBot:
     @classmethod
     async def create(cls, settings: Settings) -> SlackBot:
         runtime = await Runtime.open(settings)
-        client = web_client(settings.slack_bot_token, settings)
+        http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
+        client = web_client(settings.slack_bot_token, settings, http)
         app = AsyncApp(
             client=client,
             signing_secret=settings.slack_signing_secret or "",
@@ -72,7 +82,7 @@ class SlackBot:
         )
         listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher)
         listeners.register()
-        return cls(settings, runtime, app, listeners, fetcher)
+        return cls(settings, runtime, app, listeners, fetcher, http)
 
     async def start(self) -> None:
         await self.runtime.start()
@@ -111,6 +121,7 @@ class SlackBot:
         if self.http_runner is not None:
             await self.http_runner.cleanup()
         await self.fetcher.close()
+        await self.http.close()
         await self.runtime.stop()
         self.stopped.set()
 

@@ -131,6 +131,9 @@ class Store:
                 cursor = dbapi_conn.cursor()
                 cursor.execute("PRAGMA journal_mode=WAL")
                 cursor.execute("PRAGMA busy_timeout=5000")
+                # With WAL, NORMAL stays consistent; only the last commits can be lost on power
+                # loss. FULL costs an fsync (~2 ms) per commit on the turn's path.
+                cursor.execute("PRAGMA synchronous=NORMAL")
                 cursor.close()
 
         store = cls(engine)
@@ -158,7 +161,8 @@ class Store:
                 )
 
     # threads -------------------------------------------------------------------------------
-    async def touch_thread(self, key: str) -> None:
+    async def touch_thread(self, key: str) -> bool:
+        """Mark the thread active; True when it was new."""
         now = time.time()
         async with self._engine.begin() as conn:
             result = await conn.execute(
@@ -169,8 +173,10 @@ class Store:
                     await conn.execute(
                         insert(threads).values(key=key, created_at=now, last_active=now)
                     )
+                    return True
                 except IntegrityError:
                     pass
+        return False
 
     async def thread_exists(self, key: str) -> bool:
         async with self._engine.connect() as conn:

@@ -20,6 +20,10 @@ class ThreadSession:
     control: CellControl | None = None
     stop_requested: asyncio.Event = field(default_factory=asyncio.Event)
     cells_run: int = 0
+    # The kernel's variables as of the last successful cell (None: unknown, ask the kernel).
+    variables: list[str] | None = None
+    # Created by this turn: nothing stored to replay yet.
+    fresh: bool = False
 
     @property
     def busy(self) -> bool:

@@ -45,6 +45,7 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellControl, CellResult, Output, Status, run_cell
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, RestoreReport
+from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.store import Store
 
@@ -192,7 +193,7 @@ class Engine:
         cells_before = session.cells_run
         produced: list[str] = []
         try:
-            await self.store.touch_thread(session.key.id)
+            session.fresh = await self.store.touch_thread(session.key.id)
             await self.store.turn_started(session.key.id)
             received = await self._receive_files(session, request.files, emit)
             code = direct_code(request.text)
@@ -302,8 +303,10 @@ class Engine:
                 self._quota_text(used) + " Delete files before running more "
                 "code (`reset wipe` deletes them all)."
             )
-        lease = await self.registry.acquire(key, session.workdir)
+        lease = await self.registry.acquire(key, session.workdir, fresh=session.fresh)
+        session.fresh = False
         if lease.restore is not None:
+            session.variables = None
             emit(restore_notice(lease.restore))
         cell_id = uuid.uuid4().hex[:8]
         emit(CellStarted(cell_id, code, source))
@@ -329,6 +332,7 @@ class Engine:
                 on_output=on_output,
                 control=control,
                 spill_path=session.workdir / workspace.PRIVATE_DIR / "outputs" / f"{cell_id}.txt",
+                user_expressions={"vars": prompts.VARIABLES_EXPRESSION},
             )
         finally:
             lost = ""
@@ -337,8 +341,13 @@ class Engine:
             self.registry.mark_idle(key, state_lost=lost)
             lease.kernel.control = None
         session.cells_run += 1
+        session.variables = prompts.variables_from_expression(
+            result.user_expressions.get("vars", "")
+        )
         metrics.CELLS.labels(result.status.value).inc()
         metrics.CELL_SECONDS.observe(result.duration)
+        # The front-end learns first; the record for replay follows (before the next cell).
+        emit(CellFinished(cell_id, code, result))
         await self.store.add_cell(
             key,
             code,
@@ -353,7 +362,6 @@ class Engine:
             result.status.value,
             result.duration,
         )
-        emit(CellFinished(cell_id, code, result))
         self._lifecycle_notice(result, emit)
         self._report_files(session, cell_id, before, emit, produced)
         used = await asyncio.to_thread(workspace.total_size, session.workdir)
@@ -379,7 +387,8 @@ class Engine:
     async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
-        lease = await self.registry.acquire(key, session.workdir)
+        lease = await self.registry.acquire(key, session.workdir, fresh=session.fresh)
+        session.fresh = False
         if lease.restore is not None:
             emit(restore_notice(lease.restore))
         self.registry.mark_busy(key)
@@ -475,6 +484,7 @@ class Engine:
             self.registry.forget(key.id)
             await self.store.clear_replay(key.id)
             await self.store.clear_history(key.id)
+            session.variables = None
             if wipe:
                 workspace.wipe(session.workdir)
         what = "Kernel reset" if had_kernel else "State cleared"
@@ -553,6 +563,13 @@ class _Hooks:
 
     def files(self) -> list[tuple[str, int]]:
         return self.engine.files(self.session.key)
+
+    async def variables(self) -> list[str]:
+        """Known from the last cell's user expression; otherwise asked of the kernel."""
+        if self.session.variables is None:
+            raw = await self.run_hidden(prompts.VARIABLES_CODE)
+            self.session.variables = prompts.parse_variables(raw)
+        return self.session.variables
 
     def produced_mark(self) -> int:
         return len(self.produced)

@@ -170,13 +170,10 @@ class LocalKernel:
     async def _apply_cwd(self) -> None:
         where = str(self.cwd)
         code = f"import os as __o; __o.chdir({where!r}); __o.environ['HOME'] = {where!r}; del __o"
-        msg_id = self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
-        # Wait for that request's reply so the next cell surely runs in the new directory.
-        deadline = time.monotonic() + 10
-        while time.monotonic() < deadline:
-            reply = await self._client.get_shell_msg(timeout=deadline - time.monotonic())
-            if reply.get("parent_header", {}).get("msg_id") == msg_id:
-                break
+        # No need to wait for the reply: the kernel handles shell requests in order, so the
+        # next cell runs in the new directory. (Saves a round trip on every pooled start.)
+        self.cwd.mkdir(parents=True, exist_ok=True)
+        self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
 
     async def shutdown(self) -> None:
         pid = self.pid
@@ -221,6 +218,7 @@ class LocalBackend:
         self.network = network
         self.hidden = hidden or []
         self._font_cache_ready = False
+        self._starting = asyncio.Semaphore(max(2, os.cpu_count() or 2))
         self.pids_root = cgroups.pids_root() if use_cgroups else None
         if self.pids_root is None:
             log.info("kernels.process_limit kind=rlimit_nproc")
@@ -247,6 +245,12 @@ class LocalBackend:
         km.kernel_spec.interrupt_mode = "message"
 
     async def start_kernel(self, cwd: Path) -> LocalKernel:
+        # Kernel start-up is CPU-bound (imports); more at once than cores only slows each one
+        # and starves the event loop that acks Slack.
+        async with self._starting:
+            return await self._start_kernel(cwd)
+
+    async def _start_kernel(self, cwd: Path) -> LocalKernel:
         cwd.mkdir(parents=True, exist_ok=True)
         # One runtime directory per kernel (connection file + IPC sockets): a sandboxed kernel
         # sees only its own, so it cannot read another kernel's key and drive it.

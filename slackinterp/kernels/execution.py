@@ -86,6 +86,8 @@ class CellResult:
     restarted: bool = False  # the kernel was restarted: its state is gone
     truncated_chars: int = 0
     full_output: Path | None = None  # the whole text, when it was too long to keep
+    # Evaluated by the kernel right after a successful cell: {name: text/plain}.
+    user_expressions: dict[str, str] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
@@ -245,6 +247,7 @@ async def run_cell(
     control: CellControl | None = None,
     spill_path: Path | None = None,
     silent: bool = False,
+    user_expressions: dict[str, str] | None = None,
 ) -> CellResult:
     """Execute `code` and collect its outputs; never raises for what the code does."""
     control = control or CellControl()
@@ -255,7 +258,12 @@ async def run_cell(
     error: Error | None = None
     displays = 0
     msg_id = client.execute(
-        code, silent=silent, store_history=not silent, allow_stdin=False, stop_on_error=True
+        code,
+        silent=silent,
+        store_history=not silent,
+        allow_stdin=False,
+        stop_on_error=True,
+        user_expressions=user_expressions or {},
     )
     deadline = started + timeout
     status: Status | None = None
@@ -314,6 +322,9 @@ async def run_cell(
         status = Status.ERROR
     else:
         status = Status.OK
+    expressions: dict[str, Any] = {}
+    if user_expressions and status is Status.OK:
+        expressions = await _reply_expressions(client, msg_id)
     text, omitted = budget.text()
     if displays > MAX_DISPLAYS_PER_CELL:
         text += f"\n[{displays - MAX_DISPLAYS_PER_CELL} more displays not shown]"
@@ -325,8 +336,28 @@ async def run_cell(
         error,
         restarted=restarted,
         truncated_chars=omitted,
+        user_expressions=expressions,
         full_output=spill_path if budget.over and spill_path else None,
     )
+
+
+async def _reply_expressions(client: Any, msg_id: str) -> dict[str, str]:
+    """The execute_reply's user_expressions (it arrives together with the idle status)."""
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        try:
+            reply = await client.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+        except queue.Empty:
+            break
+        if reply.get("parent_header", {}).get("msg_id") != msg_id:
+            continue  # a reply to an earlier, interrupted cell
+        found = reply["content"].get("user_expressions") or {}
+        return {
+            name: str(value.get("data", {}).get("text/plain", ""))
+            for name, value in found.items()
+            if value.get("status") == "ok"
+        }
+    return {}
 
 
 async def _interrupt(kernel: ExecutableKernel, msg_id: str, grace: float) -> bool:

@@ -160,8 +160,11 @@ class KernelRegistry:
             log.info("kernels.pool_ready size=%d", len(self.pool))
 
     # --- leasing -------------------------------------------------------------------------
-    async def acquire(self, key: str, cwd: Path) -> Lease:
-        """The thread's kernel, started or restored as needed. Caller holds the thread's lock."""
+    async def acquire(self, key: str, cwd: Path, *, fresh: bool = False) -> Lease:
+        """The thread's kernel, started or restored as needed. Caller holds the thread's lock.
+
+        `fresh`: the thread was just created, so there is nothing to replay (saves a query).
+        """
         slot = self.slots.get(key)
         if slot is not None and not await slot.kernel.is_alive():
             log.warning("kernels.found_dead thread=%s", key)
@@ -179,9 +182,13 @@ class KernelRegistry:
         slot.last_used = time.monotonic()
         restore = None
         if slot.needs_restore:
-            restore = await self._restore(slot, slot.needs_restore)
+            if not fresh:
+                restore = await self._restore(slot, slot.needs_restore)
             slot.needs_restore = ""
         self._known.add(key)
+        # Refill only now: a kernel starting up competes for the CPU and the event loop, and
+        # this thread's first cell should not wait behind it.
+        self.refill_pool()
         return Lease(slot.kernel, restore)
 
     async def _new_kernel(self, cwd: Path) -> Kernel:
@@ -195,7 +202,6 @@ class KernelRegistry:
                 self._starting += 1
                 from_pool = False
         if from_pool:
-            self.refill_pool()
             await kernel.move_to(cwd)
             return kernel
         try:

@@ -19,8 +19,15 @@ class HistoryStore(Protocol):
     async def add_history(self, key: str, messages: list[dict[str, Any]]) -> None: ...
 
 
+def message_size(message: dict[str, Any]) -> int:
+    return len(json.dumps(message, ensure_ascii=False))
+
+
 def size(messages: list[dict[str, Any]]) -> int:
-    return sum(len(json.dumps(m, ensure_ascii=False)) for m in messages)
+    """Characters of the list as JSON, separators included: what the budget is about."""
+    if not messages:
+        return 2
+    return sum(message_size(m) for m in messages) + 2 * len(messages)
 
 
 def _turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -33,14 +40,19 @@ def _turns(messages: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return turns
 
 
-def _shorten_tools(messages: list[dict[str, Any]], budget: int, fixed: int) -> list[dict]:
+def _shorten_tools(messages: list[dict[str, Any]], room: int) -> list[dict[str, Any]]:
+    """Shorten tool outputs, oldest first, until the list fits `room` (one pass, running sum)."""
     out = [dict(m) for m in messages]
-    for message in out:
-        if size(out) + fixed <= budget:
+    sizes = [message_size(m) + 2 for m in out]
+    total = sum(sizes)
+    for i, message in enumerate(out):
+        if total <= room:
             break
         if message.get("role") == "tool" and len(str(message.get("content", ""))) > 200:
-            content = str(message["content"])
-            message["content"] = content[:120] + "\n" + OMITTED
+            message["content"] = str(message["content"])[:120] + "\n" + OMITTED
+            new = message_size(message) + 2
+            total += new - sizes[i]
+            sizes[i] = new
     return out
 
 
@@ -67,14 +79,20 @@ def consistent(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
 def fit_to_budget(
     earlier: list[dict[str, Any]], turn: list[dict[str, Any]], budget: int
 ) -> list[dict[str, Any]]:
-    """Earlier history plus this turn, at most `budget` characters of JSON when possible."""
+    """Earlier history plus this turn in at most `budget` characters of JSON when possible:
+    old tool outputs are shortened first, then the oldest whole turns dropped."""
     turn_size = size(turn)
-    kept = _shorten_tools(consistent(earlier), budget, turn_size)
+    room = budget - turn_size
+    kept = _shorten_tools(consistent(earlier), room)
     turns = _turns(kept)
-    while turns and size([m for t in turns for m in t]) + turn_size > budget:
-        turns.pop(0)
-    history = [m for t in turns for m in t]
+    sizes = [sum(message_size(m) + 2 for m in t) for t in turns]
+    total = sum(sizes)
+    first = 0
+    while first < len(turns) and total > room:
+        total -= sizes[first]
+        first += 1
+    history = [m for t in turns[first:] for m in t]
     if turn_size > budget:  # this turn alone is too big: shorten its older tool outputs
-        current = _shorten_tools(turn[:-1], budget, size(turn[-1:])) + turn[-1:]
-        return history + current
+        last = turn[-1:]
+        return history + _shorten_tools(turn[:-1], budget - size(last)) + last
     return history + list(turn)

@@ -7,6 +7,7 @@ the model's code will see.
 
 from __future__ import annotations
 
+import ast
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -118,8 +119,9 @@ __slackinterp_preview(%s)
 del __slackinterp_preview
 """
 
-VARIABLES_CODE = r"""
-def __slackinterp_vars():
+# Defines __si_vars() in the kernel: a JSON list describing the user's variables, bounded.
+VARIABLES_DEF = r"""
+def __si_vars():
     import json, types
     ns = get_ipython().user_ns
     hidden = set(get_ipython().user_ns_hidden)
@@ -149,10 +151,26 @@ def __slackinterp_vars():
         if len(out) >= 40:
             out.append("…")
             break
-    print(json.dumps(out))
-__slackinterp_vars()
-del __slackinterp_vars
+    return json.dumps(out)
 """
+
+# As a hidden cell: print the list.
+VARIABLES_CODE = VARIABLES_DEF + "print(__si_vars())\n"
+
+# As a user expression evaluated right after each cell (no extra round trip). It defines the
+# helper on first use, so a fresh or restarted kernel needs no setup.
+VARIABLES_EXPRESSION = (
+    f"(globals().get('__si_vars') or (exec({VARIABLES_DEF!r}, globals()) "
+    "or globals()['__si_vars']))()"
+)
+
+
+def variables_from_expression(text: str) -> list[str] | None:
+    """The user expression's text/plain (a repr of the JSON string) → the list, or None."""
+    try:
+        return [str(v) for v in json.loads(ast.literal_eval(text))]
+    except (ValueError, SyntaxError, TypeError):
+        return None
 
 
 def file_preview_code(names: list[str]) -> str:
