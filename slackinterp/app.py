@@ -116,8 +116,9 @@ class SlackBot:
     async def stop(self) -> None:
         await self.listeners.drain(DRAIN_SECONDS)
         if self.socket is not None:
+            # Bounded: an unreachable Slack must not keep kernels running.
             with contextlib.suppress(Exception):
-                await self.socket.close_async()
+                await asyncio.wait_for(self.socket.close_async(), 5)
         if self.http_runner is not None:
             await self.http_runner.cleanup()
         await self.fetcher.close()

@@ -169,9 +169,12 @@ def sandbox_env(cache_home: str = SANDBOX_HOME) -> dict[str, str]:
 def python_prefixes(kernel_argv0: str | None = None) -> list[Path]:
     """Directories the kernel's interpreter needs, to re-expose inside hidden paths."""
     found = {Path(sys.prefix), Path(sys.base_prefix), Path(sys.exec_prefix)}
-    if kernel_argv0:
+    # A kernel spec naming a bare "python" runs sys.executable (jupyter_client substitutes it);
+    # an absolute interpreter from another environment needs that environment visible.
+    if kernel_argv0 and os.path.isabs(kernel_argv0):
         real = Path(os.path.realpath(kernel_argv0))
-        found.add(real.parent.parent)
+        if real.parent.name == "bin" and real.parent.parent != Path("/"):
+            found.add(real.parent.parent)
     return sorted(found)
 
 
