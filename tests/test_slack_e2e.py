@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from pathlib import Path
 
 from tests.fakes.slack import FakeSlack
@@ -232,3 +233,15 @@ async def test_slack_faults_lose_no_output(tmp_path: Path) -> None:
             lambda: next((u for u in fake.uploads if u.filename == "out.txt"), None)
         )
         assert upload.content == b"data"
+
+
+async def test_logs_carry_thread_keys_and_never_a_token(tmp_path: Path, caplog) -> None:
+    caplog.set_level(logging.DEBUG)
+    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+        data = fake.add_user_file("notes.txt", b"top secret file body", "text/plain")
+        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```print('hi')```", files=[data])
+        await wait_cells(fake, ts, 1)
+    text = "\n".join(record.getMessage() for record in caplog.records)
+    assert f"thread=T1:{CHANNEL}:{ts}" in text and "cell=" in text
+    for secret in (fake.bot_token, fake.app_token, "top secret file body"):
+        assert secret not in text

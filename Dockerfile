@@ -1,0 +1,29 @@
+# slackinterp: the Slack bot and its kernels in one image, running as a non-root user.
+#   docker build -t slackinterp .
+#   docker run --env-file .env -v slackinterp-data:/data slackinterp
+# bubblewrap needs user namespaces: with Docker's default seccomp profile it may not start;
+# then SLACKINTERP_SANDBOX=auto falls back to no sandbox (see `slackinterp doctor`), or run with
+# --security-opt seccomp=unconfined to keep it.
+FROM python:3.11-slim
+
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends bubblewrap ca-certificates tini \
+    && rm -rf /var/lib/apt/lists/*
+
+RUN useradd --create-home --uid 10001 interp \
+    && mkdir -p /data && chown interp:interp /data
+
+WORKDIR /app
+COPY pyproject.toml README.md manifest.yml ./
+COPY slackinterp ./slackinterp
+RUN pip install --no-cache-dir .
+
+USER interp
+ENV SLACKINTERP_DATA_DIR=/data \
+    PYTHONUNBUFFERED=1
+VOLUME ["/data"]
+# HTTP mode listens here; Socket Mode needs no inbound port.
+EXPOSE 3000
+HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import sys" || exit 1
+ENTRYPOINT ["tini", "--"]
+CMD ["slackinterp", "run"]
