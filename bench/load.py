@@ -81,7 +81,12 @@ T = TypeVar("T")
 CHANNELS = ("C1", "C2", "C3", "C4", "C5")
 POOL_SIZE = 4
 BASELINE_TURNS = 10
-TURN_TIMEOUT = 180.0
+TURN_TIMEOUT = 60.0
+WARNING_GRACE = 3.0  # after a warning in the thread, wait this long for the reply anyway
+POLL = 0.02
+AT_CAPACITY = ":warning: At capacity"
+RESEND_AFTER = 1.0
+MAX_RESENDS = 30
 COMMAND_INTERVAL = 0.2  # ~5 slash commands a second
 LAG_TICK = 0.05
 SAMPLE_INTERVAL = 0.5
@@ -169,13 +174,13 @@ class CountingFaults(FaultInjector):
 
 
 class LoadSlack(FakeSlack):
-    """FakeSlack that notes when each turn's reply first appears in its state."""
+    """FakeSlack that notes when each turn's reply, or a warning, first appears in its state."""
 
     def __init__(self) -> None:
         super().__init__()
         self.faults = CountingFaults()
         self.replies: dict[tuple[str, str], float] = {}  # reply key → time.monotonic()
-        self._waiting: dict[tuple[str, str], asyncio.Future[float]] = {}
+        self.warnings: dict[str, list[tuple[float, str]]] = {}  # thread_ts → (time, text)
 
     def _chat_post_message(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         body = super()._chat_post_message(params, token_kind)
@@ -189,22 +194,26 @@ class LoadSlack(FakeSlack):
 
     def _observe(self, message: dict[str, Any]) -> None:
         key = reply_key(message)
-        if key is None or key in self.replies:
-            return
-        self.replies[key] = time.monotonic()
-        future = self._waiting.pop(key, None)
-        if future is not None and not future.done():
-            future.set_result(self.replies[key])
+        if key is not None:
+            self.replies.setdefault(key, time.monotonic())
+        elif (message.get("text") or "").startswith(":warning:"):
+            thread = self.warnings.setdefault(str(message.get("thread_ts")), [])
+            thread.append((time.monotonic(), str(message["text"])))
 
-    async def wait_reply(self, key: tuple[str, str], timeout: float) -> float:
-        if key in self.replies:
-            return self.replies[key]
-        future: asyncio.Future[float] = asyncio.get_running_loop().create_future()
-        self._waiting[key] = future
-        try:
-            return await asyncio.wait_for(future, timeout)
-        finally:
-            self._waiting.pop(key, None)
+    async def wait_turn(
+        self, key: tuple[str, str], thread_ts: str, sent: float
+    ) -> tuple[float | None, str]:
+        """When the turn's reply appeared, or the warning posted instead (after WARNING_GRACE)."""
+        while True:
+            now = time.monotonic()
+            if key in self.replies:
+                return self.replies[key], ""
+            warned = [(t, w) for t, w in self.warnings.get(thread_ts, []) if t >= sent]
+            if warned and now > warned[0][0] + WARNING_GRACE:
+                return None, warned[0][1]
+            if now > sent + TURN_TIMEOUT:
+                return None, f"no reply within {TURN_TIMEOUT:g} s"
+            await asyncio.sleep(POLL)
 
 
 class LoadModel(FakeOpenAI):
@@ -249,10 +258,18 @@ async def call(fn: Any, *args: Any) -> Any:
 
 @dataclass
 class Turn:
-    thread: int
-    turn: int
-    kind: str  # "code" | "model"
-    latency: float | None  # None: no reply within TURN_TIMEOUT
+    key: tuple[str, str]  # ("cell" | "answer", marker)
+    latency: float | None  # None: no reply
+    failure: str = ""  # the warning posted instead, or the timeout
+    refused: int = 0  # times refused "At capacity" before this result
+
+    @property
+    def kind(self) -> str:
+        return "model" if self.key[0] == "answer" else "code"
+
+    @property
+    def turn(self) -> int:
+        return int(_MARK.search(self.key[1]).group(2))  # type: ignore[union-attr]
 
 
 @dataclass
@@ -263,22 +280,31 @@ class ThreadRun:
     turns: list[Turn] = field(default_factory=list)
 
 
-async def drive_thread(fake: LoadSlack, run: ThreadRun, turns: int, first_turn: int = 0) -> None:
-    """Send the thread's turns one after the other, each after the previous one's reply."""
-    for turn in range(first_turn, first_turn + turns):
-        kind = "model" if is_model_turn(run.index, turn) else "code"
+async def drive_thread(fake: LoadSlack, run: ThreadRun, turns: int) -> None:
+    """Send the thread's turns one after the other, each after the previous one's reply.
+
+    A turn refused "At capacity … try again in a moment" is sent again after RESEND_AFTER, as a
+    person would; its latency counts from the first send.
+    """
+    for turn in range(turns):
         text = user_text(run.index, turn)
-        if not run.thread_ts:
-            text = f"<@{fake.bot_user_id}> {text}"
-        sent = time.monotonic()
-        ts, _ = await fake.user_message(run.channel, text, thread_ts=run.thread_ts or None)
-        run.thread_ts = run.thread_ts or ts
-        key = ("answer" if kind == "model" else "cell", marker(run.index, turn))
-        try:
-            latency: float | None = await fake.wait_reply(key, TURN_TIMEOUT) - sent
-        except TimeoutError:
-            latency = None
-        run.turns.append(Turn(run.index, turn, kind, latency))
+        key = ("answer" if is_model_turn(run.index, turn) else "cell", marker(run.index, turn))
+        first_sent = time.monotonic()
+        refused = 0
+        while True:
+            sent = time.monotonic()
+            mention = "" if run.thread_ts else f"<@{fake.bot_user_id}> "
+            ts, _ = await fake.user_message(
+                run.channel, mention + text, thread_ts=run.thread_ts or None
+            )
+            run.thread_ts = run.thread_ts or ts
+            seen, failure = await fake.wait_turn(key, run.thread_ts, sent)
+            if seen is not None or not failure.startswith(AT_CAPACITY) or refused >= MAX_RESENDS:
+                break
+            refused += 1
+            await asyncio.sleep(RESEND_AFTER)
+        latency = None if seen is None else seen - first_sent
+        run.turns.append(Turn(key, latency, failure, refused))
 
 
 async def send_commands(fake: LoadSlack, stop: asyncio.Event) -> list[str]:
@@ -403,29 +429,31 @@ class Verification:
     answers: int = 0
     duplicates: list[str] = field(default_factory=list)
     missing: list[str] = field(default_factory=list)
-    wrong_state: list[str] = field(default_factory=list)
+    wrong_state: list[str] = field(default_factory=list)  # first wrong value in a thread
+    wrong_after_miss: int = 0  # wrong only because an earlier turn of the thread was lost
     stuck_running: int = 0
     unfinished_answers: int = 0
     restores: int = 0
     evictions: int = 0
     queued_left: int = 0
+    refusals: int = 0  # "At capacity" messages
     warnings: list[str] = field(default_factory=list)
 
 
-def verify(fake: LoadSlack, runs: list[ThreadRun], first_turn: int = 0) -> Verification:
+def verify(fake: LoadSlack, runs: list[ThreadRun]) -> Verification:
     """Count each turn's finished cells and final answers in the fake's final message state."""
     v = Verification()
     for run in runs:
         cells: Counter[str] = Counter()
         answers: Counter[str] = Counter()
+        wrong: set[str] = set()
         for message in fake.workspace.thread(run.channel, run.thread_ts):
             if not message.get("bot_id"):
                 continue
             text = message.get("text") or ""
             key = reply_key(message)
             if key is not None:
-                turn = int(_MARK.search(key[1]).group(2))  # type: ignore[union-attr]
-                value = expected_acc(turn)
+                value = expected_acc(int(_MARK.search(key[1]).group(2)))  # type: ignore[union-attr]
                 if key[0] == "cell":
                     cells[key[1]] += 1
                     ok = f"{key[1]} {value}" in all_text(message)
@@ -433,7 +461,7 @@ def verify(fake: LoadSlack, runs: list[ThreadRun], first_turn: int = 0) -> Verif
                     answers[key[1]] += 1
                     ok = text.endswith(f"acc {value}")
                 if not ok:
-                    v.wrong_state.append(f"{key[0]} {key[1]} (expected acc {value})")
+                    wrong.add(f"{key[0]} {key[1]} (expected acc {value})")
             elif text.startswith("Cell:"):
                 v.stuck_running += 1
             elif text.startswith(ANSWER):
@@ -444,9 +472,12 @@ def verify(fake: LoadSlack, runs: list[ThreadRun], first_turn: int = 0) -> Verif
                 v.evictions += 1
             elif "Queued" in text:
                 v.queued_left += 1
+            elif text.startswith(AT_CAPACITY):
+                v.refusals += 1
             elif text.startswith(":warning:"):
-                v.warnings.append(text[:160])
-        for turn in range(first_turn, first_turn + len(run.turns)):
+                v.warnings.append(f"thread {run.index}: {text[:150]}")
+        lost = False  # a lost turn makes every later `acc` of the thread wrong
+        for turn in (t.turn for t in run.turns):
             mark = marker(run.index, turn)
             model = is_model_turn(run.index, turn)
             v.expected_cells += 1
@@ -458,6 +489,12 @@ def verify(fake: LoadSlack, runs: list[ThreadRun], first_turn: int = 0) -> Verif
                     v.duplicates.append(f"{what} {mark} ×{count}")
                 elif count < want:
                     v.missing.append(f"{what} {mark}")
+            bad = sorted(w for w in wrong if f" {mark} " in w)
+            if bad and lost:
+                v.wrong_after_miss += len(bad)
+            elif bad:
+                v.wrong_state += bad
+            lost = lost or bool(bad) or cells[mark] == 0
     return v
 
 
@@ -572,10 +609,20 @@ def rows_for(
     rows.append(
         Row(
             "state right after eviction + replay",
-            f"{len(v.wrong_state)} wrong `acc` values; {v.evictions} evictions, "
-            f"{v.restores} restores by replay",
+            f"{len(v.wrong_state)} wrong `acc` values (+{v.wrong_after_miss} after a lost "
+            f"turn); {v.evictions} evictions, {v.restores} restores by replay",
             "0 wrong",
             not v.wrong_state,
+        )
+    )
+    refused = [t for t in turns if t.refused]
+    rows.append(
+        Row(
+            "turns refused “At capacity” (sent again after 1 s)",
+            f"{len(refused)} turns, {sum(t.refused for t in refused)} refusals "
+            f"({v.refusals} “At capacity” messages in the threads)",
+            "0",
+            not refused and not v.refusals,
         )
     )
     leftovers = v.stuck_running + v.unfinished_answers + v.queued_left + len(v.warnings)
@@ -594,10 +641,17 @@ def rows_for(
     rows.append(
         Row(
             "peak kernel processes (sampled every 0.5 s)",
-            f"{peak_kernels:.0f} (registry's own count: {watch.peak_live}, "
-            f"{watch.peak_slots} threads with a kernel)",
+            f"{peak_kernels:.0f}",
             f"≤ MAX_KERNELS + pool = {bound}",
-            0 < peak_kernels <= bound and watch.peak_live <= args.max_kernels,
+            0 < peak_kernels <= bound,
+        )
+    )
+    rows.append(
+        Row(
+            "peak live kernels, the registry's own count",
+            f"{watch.peak_live} ({watch.peak_slots} threads with a kernel at once)",
+            f"≤ SLACKINTERP_MAX_KERNELS = {args.max_kernels}",
+            watch.peak_live <= args.max_kernels,
         )
     )
     rows.append(
@@ -801,7 +855,19 @@ def details(
     per_kernel = (
         mib(peak["pss"] - peak["bot"]) / peak["kernels"] if peak and peak["kernels"] else 0.0
     )
+    all_turns = [t for run in result.runs for t in run.turns]
+    failures = Counter(t.failure.splitlines()[0][:90] for t in all_turns if t.failure)
+    by_turn = []
+    for number in range(args.turns):
+        seconds = [t.latency for t in all_turns if t.turn == number and t.latency is not None]
+        by_turn.append(
+            f"{number}: p50 {pct(seconds, 50):.2f} s, max {max(seconds, default=0):.2f} s"
+        )
     return [
+        "- Turn latency by turn number (0 = a new thread): " + "; ".join(by_turn) + ".",
+        "- Turns without their reply: "
+        + ("; ".join(f"{n} × “{text}”" for text, n in failures.most_common()) or "none")
+        + ".",
         f"- Load phase: {turns} turns in {result.seconds:.1f} s ({turns / result.seconds:.1f} "
         f"turns/s); whole run {total_seconds:.0f} s. Sandbox: {'bwrap' if sandboxed else 'none'}.",
         f"- Slack: {len(fake.calls)} Web API calls, {sum(injected.values())} failed on purpose "

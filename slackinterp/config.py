@@ -89,6 +89,11 @@ class Settings(BaseSettings):
     data_dir: Path = Field(
         Path("./.slackinterp"), description="Database and per-thread working directories."
     )
+    database_url: str = Field(
+        "",
+        description="Database URL: empty = SQLite in the data directory; "
+        "postgresql://user:password@host:5432/db to share state between replicas.",
+    )
     # Kernels
     kernel_name: str = Field("python3", description="Jupyter kernel spec the kernels run.")
     idle_timeout: float = _seconds(1800, "Seconds idle before a kernel is reaped.")
@@ -193,6 +198,11 @@ class Settings(BaseSettings):
             raise ValueError("expected an http(s) URL such as https://slack.com/api/")
         return value if value.endswith("/") else value + "/"
 
+    @field_validator("database_url")
+    @classmethod
+    def _database_url(cls, value: str) -> str:
+        return normalize_database_url(value)
+
     @property
     def model_configured(self) -> bool:
         """A model is usable when a key or a (keyless local) server URL is given."""
@@ -205,6 +215,40 @@ class Settings(BaseSettings):
     @property
     def threads_dir(self) -> Path:
         return self.data_dir / "threads"
+
+
+_DATABASE_URL_FORMS = (
+    "a PostgreSQL or SQLite URL such as postgresql://user:password@host:5432/database or "
+    "sqlite:///path/to/file.db (empty: SQLite in the data directory)"
+)
+
+
+def normalize_database_url(value: str) -> str:
+    """A database URL with the async driver slackinterp uses: asyncpg or aiosqlite.
+
+    Empty stays empty (SQLite in the data directory). PostgreSQL URLs of any driver
+    (`postgres://`, `postgresql://`, `postgresql+psycopg2://` …) are moved to asyncpg.
+    """
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    value = value.strip()
+    if not value:
+        return ""
+    try:
+        url = make_url(value)
+    except (ArgumentError, ValueError):
+        raise ValueError(_DATABASE_URL_FORMS) from None
+    backend = url.drivername.split("+", 1)[0]
+    if backend in ("postgres", "postgresql"):
+        url = url.set(drivername="postgresql+asyncpg")
+    elif backend == "sqlite":
+        if url.database in (None, "", ":memory:") or url.host:
+            raise ValueError("a SQLite URL with a file path, such as sqlite:///path/to/file.db")
+        url = url.set(drivername="sqlite+aiosqlite")
+    else:
+        raise ValueError(_DATABASE_URL_FORMS)
+    return url.render_as_string(hide_password=False)
 
 
 def env_name(field: str) -> str:

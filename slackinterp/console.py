@@ -507,7 +507,7 @@ class Console:
         self.screen.line(await self.engine.reset(self.key))
 
     async def cmd_files(self) -> None:
-        files = self.engine.files(self.key)
+        files = await self.engine.files(self.key)
         if not files:
             self.screen.line(f"No files in {self.workdir.resolve()}.")
             return

@@ -47,7 +47,7 @@ class Runtime:
                 f"the data directory {data_dir} is not writable ({exc.strerror}); "
                 "set SLACKINTERP_DATA_DIR to a writable directory"
             ) from None
-        store = await Store.open(sqlite_url(settings.db_path.resolve()))
+        store = await Store.open(store_url(settings))
         bwrap = resolve_sandbox(settings)
         backend = LocalBackend(
             kernel_name=settings.kernel_name,
@@ -105,6 +105,11 @@ class Runtime:
         if self.engine.agent is not None:
             await self.engine.agent.close()
         await self.store.close()
+
+
+def store_url(settings: Settings) -> str:
+    """SLACKINTERP_DATABASE_URL, or SQLite in the data directory when it is empty."""
+    return settings.database_url or sqlite_url(settings.db_path.resolve())
 
 
 class SandboxUnavailable(StoreError):

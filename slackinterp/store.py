@@ -1,14 +1,30 @@
 """Persistence: threads, replayable cells, model history, seen events, live kernel processes.
 
-SQLAlchemy 2 Core on its async engine, so the same code serves SQLite (one bot) and
-PostgreSQL (several replicas). The schema is versioned from the first table.
+SQLAlchemy 2 Core on its async engine, so the same code serves SQLite (one bot, aiosqlite) and
+PostgreSQL (several replicas, asyncpg). Every statement is written to behave the same on both:
+conflicts are resolved with INSERT … ON CONFLICT rather than by catching IntegrityError (which
+would abort the whole transaction on PostgreSQL), and what a statement changed is read from its
+row count.
+
+The schema is versioned (`meta.schema_version`). A new database gets the current tables and the
+current version at once; an older one is brought forward by the steps in `MIGRATIONS`, each run
+in one transaction under a lock so that replicas starting together do not race (PostgreSQL: a
+transaction-level advisory lock; SQLite: BEGIN IMMEDIATE).
+
+Across replicas, `Store.thread_lock(key)` serialises the turns of one thread: on PostgreSQL a
+session-level advisory lock held on a dedicated connection for the turn (so it is released when
+the holder's process dies and its connection closes); on SQLite, with one process, a no-op.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import hashlib
 import json
+import logging
 import time
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -16,6 +32,7 @@ from typing import Any
 from sqlalchemy import (
     Boolean,
     Column,
+    Connection,
     Float,
     Integer,
     MetaData,
@@ -26,13 +43,19 @@ from sqlalchemy import (
     event,
     func,
     insert,
+    inspect,
     select,
+    text,
     update,
 )
-from sqlalchemy.exc import IntegrityError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
-SCHEMA_VERSION = 1
+from slackinterp.config import normalize_database_url
+
+log = logging.getLogger(__name__)
 
 metadata = MetaData()
 
@@ -111,54 +134,261 @@ class StoredCell:
     duration: float
 
 
+# Migrations ---------------------------------------------------------------------------------
+# The tables above are the current schema. A new database is created from them and stamped
+# with SCHEMA_VERSION; a database at an older version runs every step after its version, in
+# order, in one transaction. To change the schema: change the tables above, then add
+# `N: _vN` here, a function that takes the old database to the new one on a sync Connection
+# (for example `conn.execute(text("ALTER TABLE cells ADD COLUMN note TEXT"))`; SQLite cannot
+# alter or drop columns in place, so such a step copies the table). Nothing else changes.
+Migration = Callable[[Connection], None]
+BASE_VERSION = 1
+MIGRATIONS: dict[int, Migration] = {}
+SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
+
+# PostgreSQL's advisory locks share one 64-bit key space per database with anyone else using
+# it, so our keys are hashes of namespaced names (64 bits: collisions are negligible, and one
+# would only make two threads wait for each other).
+_LOCK = text("SELECT pg_advisory_lock(:key)")
+_TRY_LOCK = text("SELECT pg_try_advisory_lock(:key)")
+_UNLOCK = text("SELECT pg_advisory_unlock(:key)")
+_XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+
+
+def advisory_key(kind: str, name: str) -> int:
+    """A signed 64-bit advisory-lock key for `name` in the namespace `kind`."""
+    digest = hashlib.blake2b(f"slackinterp:{kind}:{name}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "big", signed=True)
+
+
+MIGRATION_LOCK = advisory_key("migrate", "schema")
+
+
 def sqlite_url(path: Path) -> str:
     return f"sqlite+aiosqlite:///{path}"
+
+
+def redacted(url: str) -> str:
+    """The URL with its password hidden, for messages and logs."""
+    try:
+        return make_url(url).render_as_string(hide_password=True)
+    except Exception:
+        return "<database URL>"
+
+
+def _clean(value: str | None, limit: int | None = None) -> str | None:
+    """PostgreSQL text cannot hold NUL; VARCHAR(n) refuses longer values (SQLite takes both)."""
+    if value is None:
+        return None
+    value = value.replace("\x00", "\ufffd")
+    return value[:limit] if limit is not None else value
+
+
+def _schema_version(conn: Connection) -> int:
+    """The database's schema version; 0 for a new (empty) database."""
+    if not inspect(conn).has_table(meta.name):
+        return 0
+    row = conn.execute(select(meta.c.value).where(meta.c.key == "schema_version")).first()
+    return int(row[0]) if row is not None else 0
+
+
+def _set_version(conn: Connection, version: int) -> None:
+    done = conn.execute(
+        update(meta).where(meta.c.key == "schema_version").values(value=str(version))
+    )
+    if done.rowcount == 0:
+        conn.execute(insert(meta).values(key="schema_version", value=str(version)))
+
+
+def _upgrade(conn: Connection, migrations: Mapping[int, Migration]) -> tuple[int, int]:
+    """Bring the schema to the newest version in `migrations`: (version found, version now).
+
+    Runs inside the caller's transaction and lock, so one opener does the work and the others
+    then find the database current."""
+    target = max(migrations, default=BASE_VERSION)
+    found = _schema_version(conn)
+    if found > target:
+        raise StoreError(
+            f"the database's schema (version {found}) is newer than this slackinterp's "
+            f"(version {target}); upgrade slackinterp or use another database"
+        )
+    if found == 0:
+        metadata.create_all(conn)
+        _set_version(conn, target)
+        return found, target
+    for version in range(found + 1, target + 1):
+        step = migrations.get(version)
+        if step is None:
+            raise StoreError(f"no migration to schema version {version}")
+        step(conn)
+        _set_version(conn, version)
+        log.info("store.migrated version=%d", version)
+    return found, target
+
+
+async def migrate(
+    engine: AsyncEngine, migrations: Mapping[int, Migration] = MIGRATIONS
+) -> tuple[int, int]:
+    """Create or upgrade the schema in one transaction under the database-wide migration lock.
+
+    Returns (version found, version now); (0, n) means the database was new."""
+    async with engine.connect() as conn:
+        if engine.dialect.name == "postgresql":
+            async with conn.begin():
+                # Held until the transaction ends; a second replica waits here, then finds
+                # the schema current. PostgreSQL's DDL is transactional, so a failed step
+                # leaves the database as it was.
+                await conn.execute(_XACT_LOCK, {"key": MIGRATION_LOCK})
+                return await conn.run_sync(_upgrade, migrations)
+        # SQLite: the driver's own transaction handling would run DDL outside a transaction;
+        # take control and hold the write lock from the first read (busy_timeout waits).
+        conn = await conn.execution_options(isolation_level="AUTOCOMMIT")
+        await conn.exec_driver_sql("BEGIN IMMEDIATE")
+        try:
+            versions = await conn.run_sync(_upgrade, migrations)
+        except BaseException:
+            with contextlib.suppress(Exception):
+                await conn.exec_driver_sql("ROLLBACK")
+            raise
+        await conn.exec_driver_sql("COMMIT")
+        return versions
 
 
 class Store:
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
 
-    def __init__(self, engine: AsyncEngine):
+    def __init__(self, engine: AsyncEngine, locks: AsyncEngine | None = None):
         self._engine = engine
+        # PostgreSQL only: connections that hold thread locks, apart from the statement pool so
+        # that long turns never starve short statements.
+        self._locks = locks
+        self._held: set[AsyncConnection] = set()
+
+    @property
+    def dialect(self) -> str:
+        """ "sqlite" or "postgresql"."""
+        return str(self._engine.dialect.name)
 
     @classmethod
-    async def open(cls, url: str) -> Store:
-        engine = create_async_engine(url)
-        if engine.dialect.name == "sqlite":
-            # WAL lets readers run beside the writer; busy_timeout waits out brief locks.
+    async def open(cls, url: str, *, migrations: Mapping[int, Migration] = MIGRATIONS) -> Store:
+        """Connect, then create or upgrade the schema. Accepts what SLACKINTERP_DATABASE_URL
+        does (postgresql://, postgresql+asyncpg://, sqlite:///…)."""
+        try:
+            url = normalize_database_url(url)
+        except ValueError as exc:
+            raise StoreError(f"cannot use the database URL {redacted(url)}: {exc}") from None
+        locks: AsyncEngine | None = None
+        if url.startswith("sqlite"):
+            engine = create_async_engine(url)
+
             @event.listens_for(engine.sync_engine, "connect")
             def _pragmas(dbapi_conn: Any, _record: Any) -> None:
                 cursor = dbapi_conn.cursor()
-                cursor.execute("PRAGMA journal_mode=WAL")
+                # busy_timeout first: it makes even the switch to WAL wait out a brief lock.
                 cursor.execute("PRAGMA busy_timeout=5000")
+                # WAL lets readers run beside the writer.
+                cursor.execute("PRAGMA journal_mode=WAL")
                 # With WAL, NORMAL stays consistent; only the last commits can be lost on power
                 # loss. FULL costs an fsync (~2 ms) per commit on the turn's path.
                 cursor.execute("PRAGMA synchronous=NORMAL")
                 cursor.close()
 
-        store = cls(engine)
+        else:
+            # pre_ping: a connection broken by a server restart is replaced, not handed out.
+            connect_args = {"timeout": 15}
+            engine = create_async_engine(url, pool_pre_ping=True, connect_args=connect_args)
+            # One connection per turn in progress (no upper bound here: PostgreSQL's
+            # max_connections is the limit); a few are kept for reuse. AUTOCOMMIT: the lock is
+            # session-level, and no transaction stays open (idle in transaction) for a turn.
+            locks = create_async_engine(
+                url,
+                pool_pre_ping=True,
+                pool_size=4,
+                max_overflow=-1,
+                isolation_level="AUTOCOMMIT",
+                connect_args=connect_args,
+            )
+        store = cls(engine, locks)
+        where = redacted(url)
         try:
-            await store._migrate()
-        except OperationalError as exc:
-            await engine.dispose()
-            raise StoreError(f"cannot open the database at {url}: {exc.orig}") from None
+            await migrate(engine, migrations)
+        except StoreError:
+            await store.close()
+            raise
+        except DBAPIError as exc:
+            await store.close()
+            reason = exc.orig if exc.orig is not None else exc
+            raise StoreError(f"cannot open the database at {where}: {reason}") from None
+        except OSError as exc:  # refused, unknown host, timed out (asyncpg raises these as-is)
+            await store.close()
+            reason = str(exc) or type(exc).__name__
+            raise StoreError(f"cannot reach the database at {where}: {reason}") from None
+        except BaseException:
+            await store.close()
+            raise
         return store
 
     async def close(self) -> None:
+        for conn in list(self._held):  # closing a connection releases the locks it held
+            with contextlib.suppress(Exception):
+                await conn.invalidate()
+        self._held.clear()
         await self._engine.dispose()
+        if self._locks is not None:
+            await self._locks.dispose()
 
-    async def _migrate(self) -> None:
-        async with self._engine.begin() as conn:
-            await conn.run_sync(metadata.create_all)
-            row = (
-                await conn.execute(select(meta.c.value).where(meta.c.key == "schema_version"))
-            ).first()
-            if row is None:
-                await conn.execute(insert(meta).values(key="schema_version", value="1"))
-            elif int(row[0]) > SCHEMA_VERSION:
-                raise StoreError(
-                    f"database schema {row[0]} is newer than this slackinterp ({SCHEMA_VERSION})"
-                )
+    def _insert(self, table: Table) -> Any:
+        """INSERT with ON CONFLICT support in this database's dialect."""
+        if self.dialect == "postgresql":
+            return postgresql.insert(table)
+        return sqlite.insert(table)
+
+    # per-thread serialisation across replicas ---------------------------------------------
+    @contextlib.asynccontextmanager
+    async def thread_lock(self, key: str) -> AsyncIterator[None]:
+        """Hold the thread's lock across every replica sharing this database (a no-op on SQLite:
+        one process, whose engine already queues the thread's turns).
+
+        Waits while another replica holds it. Not re-entrant: take it once per turn, around
+        turn_started … turn_finished (take_interrupted_turns relies on that). The lock is gone
+        when its connection closes: at release, at Store.close, or when the process dies."""
+        if self._locks is None:
+            yield
+            return
+        lock = advisory_key("thread", key)
+        conn = await self._locks.connect()
+        try:
+            await conn.execute(_LOCK, {"key": lock})
+        except BaseException:
+            # Cancelled or failed while waiting: the session may still be queued for the lock
+            # (and get it), so it is closed rather than returned to the pool.
+            await _discard(conn)
+            raise
+        self._held.add(conn)
+        try:
+            yield
+        finally:
+            self._held.discard(conn)
+            await _release(conn, lock, key)
+
+    @contextlib.asynccontextmanager
+    async def _try_thread_lock(self, key: str) -> AsyncIterator[bool]:
+        """Take the thread's lock if nobody holds it; yields whether it was taken."""
+        assert self._locks is not None
+        lock = advisory_key("thread", key)
+        conn = await self._locks.connect()
+        try:
+            taken = bool((await conn.execute(_TRY_LOCK, {"key": lock})).scalar())
+        except BaseException:
+            await _discard(conn)
+            raise
+        try:
+            yield taken
+        finally:
+            if taken:
+                await _release(conn, lock, key)
+            else:
+                await conn.close()
 
     # threads -------------------------------------------------------------------------------
     async def touch_thread(self, key: str) -> bool:
@@ -168,15 +398,15 @@ class Store:
             result = await conn.execute(
                 update(threads).where(threads.c.key == key).values(last_active=now)
             )
-            if result.rowcount == 0:
-                try:
-                    await conn.execute(
-                        insert(threads).values(key=key, created_at=now, last_active=now)
-                    )
-                    return True
-                except IntegrityError:
-                    pass
-        return False
+            if result.rowcount:
+                return False
+            # New here, unless another replica inserted it since: then it is not new.
+            result = await conn.execute(
+                self._insert(threads)
+                .values(key=key, created_at=now, last_active=now)
+                .on_conflict_do_nothing(index_elements=[threads.c.key])
+            )
+            return bool(result.rowcount)
 
     async def thread_exists(self, key: str) -> bool:
         async with self._engine.connect() as conn:
@@ -191,9 +421,9 @@ class Store:
             result = await conn.execute(
                 insert(cells).values(
                     thread_key=key,
-                    code=code,
+                    code=_clean(code),
                     ok=ok,
-                    error_name=error_name,
+                    error_name=_clean(error_name, 200),
                     duration=duration,
                     replay=True,
                     created_at=time.time(),
@@ -226,6 +456,7 @@ class Store:
         if not messages:
             return
         now = time.time()
+        # json.dumps escapes NUL (\u0000), so the text is safe for PostgreSQL as it is.
         rows = [{"thread_key": key, "message": json.dumps(m), "created_at": now} for m in messages]
         async with self._engine.begin() as conn:
             await conn.execute(insert(history), rows)
@@ -242,15 +473,17 @@ class Store:
 
     # event de-duplication ------------------------------------------------------------------
     async def first_sighting(self, event_id: str) -> bool:
-        """Record an event id; False when it was seen before (a redelivery)."""
-        try:
-            async with self._engine.begin() as conn:
-                await conn.execute(
-                    insert(seen_events).values(event_id=event_id, seen_at=time.time())
-                )
-            return True
-        except IntegrityError:
-            return False
+        """Record an event id; False when it was seen before (a redelivery).
+
+        One statement: of any number of concurrent callers, on any replica, exactly one
+        inserts the row (the others wait for its commit, then find the conflict)."""
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                self._insert(seen_events)
+                .values(event_id=_clean(event_id, 200), seen_at=time.time())
+                .on_conflict_do_nothing(index_elements=[seen_events.c.event_id])
+            )
+        return result.rowcount == 1
 
     async def forget_events_before(self, cutoff: float) -> int:
         async with self._engine.begin() as conn:
@@ -259,32 +492,56 @@ class Store:
 
     # turns in flight (crash notices) -------------------------------------------------------
     async def turn_started(self, key: str) -> None:
+        now = time.time()
+        statement = self._insert(inflight).values(thread_key=key, started_at=now)
         async with self._engine.begin() as conn:
-            await conn.execute(delete(inflight).where(inflight.c.thread_key == key))
-            await conn.execute(insert(inflight).values(thread_key=key, started_at=time.time()))
+            await conn.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[inflight.c.thread_key], set_={"started_at": now}
+                )
+            )
 
     async def turn_finished(self, key: str) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(delete(inflight).where(inflight.c.thread_key == key))
 
     async def take_interrupted_turns(self) -> list[str]:
-        """Threads whose turn a previous run never finished; forgotten once read."""
-        async with self._engine.begin() as conn:
-            rows = (await conn.execute(select(inflight.c.thread_key))).all()
-            await conn.execute(delete(inflight))
-        return [r.thread_key for r in rows]
+        """Threads whose turn a previous run never finished; forgotten once read.
+
+        On PostgreSQL other replicas may be mid-turn: a turn counts as interrupted only when
+        nobody holds its thread lock (its holder died, and with it the lock), and only the
+        replica that deletes the row reports it."""
+        if self._locks is None:
+            async with self._engine.begin() as conn:
+                rows = (await conn.execute(select(inflight.c.thread_key))).all()
+                await conn.execute(delete(inflight))
+            return [r.thread_key for r in rows]
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(select(inflight.c.thread_key, inflight.c.started_at))).all()
+        taken: list[str] = []
+        for row in rows:
+            async with self._try_thread_lock(row.thread_key) as free:
+                if not free:
+                    continue  # a live replica is running that turn
+                async with self._engine.begin() as conn:
+                    result = await conn.execute(
+                        delete(inflight).where(
+                            inflight.c.thread_key == row.thread_key,
+                            inflight.c.started_at == row.started_at,
+                        )
+                    )
+                if result.rowcount:
+                    taken.append(row.thread_key)
+        return taken
 
     # kernel processes (crash cleanup) ------------------------------------------------------
     async def record_kernel(self, pid: int, owner_pid: int, connection_file: str) -> None:
+        now = time.time()
+        values = {"owner_pid": owner_pid, "connection_file": connection_file, "started_at": now}
+        statement = self._insert(kernel_procs).values(pid=pid, **values)
         async with self._engine.begin() as conn:
-            await conn.execute(delete(kernel_procs).where(kernel_procs.c.pid == pid))
             await conn.execute(
-                insert(kernel_procs).values(
-                    pid=pid,
-                    owner_pid=owner_pid,
-                    connection_file=connection_file,
-                    started_at=time.time(),
-                )
+                statement.on_conflict_do_update(index_elements=[kernel_procs.c.pid], set_=values)
             )
 
     async def forget_kernel(self, pid: int) -> None:
@@ -295,3 +552,31 @@ class Store:
         query = select(kernel_procs.c.pid, kernel_procs.c.owner_pid, kernel_procs.c.connection_file)
         async with self._engine.connect() as conn:
             return [(r.pid, r.owner_pid, r.connection_file) for r in (await conn.execute(query))]
+
+
+async def _discard(conn: AsyncConnection) -> None:
+    """Close the connection for good (not back to the pool): the server drops its locks."""
+    with contextlib.suppress(Exception):
+        await conn.invalidate()
+    with contextlib.suppress(Exception):
+        await conn.close()
+
+
+async def _release(conn: AsyncConnection, lock: int, key: str) -> None:
+    """Unlock and return the connection; on any trouble close it instead, which also unlocks.
+
+    Never raises an error of its own (that would hide how the turn ended); a cancellation still
+    propagates once the connection is closed."""
+    try:
+        released = (await conn.execute(_UNLOCK, {"key": lock})).scalar()
+        if not released:  # the session was lost while held: someone else may have run
+            log.warning("store.thread_lock_lost thread=%s", key)
+            await _discard(conn)
+            return
+        await conn.close()
+    except asyncio.CancelledError:
+        await _discard(conn)
+        raise
+    except Exception as exc:
+        log.warning("store.thread_unlock_failed thread=%s error=%s", key, type(exc).__name__)
+        await _discard(conn)

@@ -24,6 +24,8 @@ class ThreadSession:
     variables: list[str] | None = None
     # Created by this turn: nothing stored to replay yet.
     fresh: bool = False
+    # The working directory's files as of the last cell (what `files` shows for remote kernels).
+    snapshot: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property
     def busy(self) -> bool:

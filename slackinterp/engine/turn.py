@@ -40,11 +40,18 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
+from slackinterp.engine.files import (
+    KernelFiles,
+    LocalFiles,
+    ThreadFiles,
+    TransferError,
+    clear_staging,
+)
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellControl, CellResult, Output, Status, run_cell
-from slackinterp.kernels.registry import AtCapacity, KernelRegistry, RestoreReport
+from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease, RestoreReport
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.store import Store
@@ -141,6 +148,8 @@ class Engine:
         self.agent = agent
         self.sessions: dict[str, ThreadSession] = {}
         self.notice_listeners: list[NoticeListener] = []
+        # Kernels elsewhere (a gateway): their files are reached through the kernel protocol.
+        self.remote = bool(getattr(registry.backend, "remote", False))
         registry.listeners.append(self._on_lifecycle)
 
     # --- sessions ------------------------------------------------------------------------
@@ -192,6 +201,8 @@ class Engine:
         emit(TurnStarted())
         cells_before = session.cells_run
         produced: list[str] = []
+        if self.remote:
+            await asyncio.to_thread(clear_staging, self._outbox(session))
         try:
             session.fresh = await self.store.touch_thread(session.key.id)
             await self.store.turn_started(session.key.id)
@@ -244,6 +255,7 @@ class Engine:
         self, session: ThreadSession, files: list[IncomingFile], emit: Emit
     ) -> list[FileReceived]:
         received: list[FileReceived] = []
+        files_api: ThreadFiles | None = None
         limit = self.settings.max_download_mb * 1024 * 1024
         for incoming in files:
             name = workspace.sanitize_filename(incoming.name)
@@ -275,13 +287,19 @@ class Engine:
                 log.warning("files.fetch_failed thread=%s error=%s", session.key.id, exc)
                 emit(FileRejected(incoming.name, f"it could not be downloaded ({exc})"))
                 continue
-            target = workspace.unique_path(session.workdir, name)
-            temp.replace(target)
+            if files_api is None:
+                files_api = await self._thread_files(session, emit)
+            try:
+                final = await files_api.put(temp, name)
+            except TransferError as exc:
+                temp.unlink(missing_ok=True)
+                emit(FileRejected(incoming.name, f"it could not be stored ({exc})"))
+                continue
             event = FileReceived(
-                target.name,
+                final,
                 size,
-                incoming.mimetype or workspace.guess_type(target.name),
-                renamed_from=incoming.name if target.name != incoming.name else None,
+                incoming.mimetype or workspace.guess_type(final),
+                renamed_from=incoming.name if final != incoming.name else None,
             )
             received.append(event)
             emit(event)
@@ -297,20 +315,17 @@ class Engine:
         produced: list[str] | None = None,
     ) -> CellResult:
         key = session.key.id
-        used = await asyncio.to_thread(workspace.total_size, session.workdir)
+        lease = await self._lease(session, emit)
+        files_api = self._files_of(session, lease.kernel)
+        used = await files_api.total_size()
         if used > self.quota_bytes:
             raise QuotaExceeded(
                 self._quota_text(used) + " Delete files before running more "
                 "code (`reset wipe` deletes them all)."
             )
-        lease = await self.registry.acquire(key, session.workdir, fresh=session.fresh)
-        session.fresh = False
-        if lease.restore is not None:
-            session.variables = None
-            emit(restore_notice(lease.restore))
         cell_id = uuid.uuid4().hex[:8]
         emit(CellStarted(cell_id, code, source))
-        before = workspace.snapshot(session.workdir)
+        before = await files_api.snapshot()
         control = CellControl()
         if session.stop_requested.is_set():
             control.request_stop("stopped")
@@ -331,7 +346,7 @@ class Engine:
                 max_output_chars=self.settings.max_output_chars,
                 on_output=on_output,
                 control=control,
-                spill_path=session.workdir / workspace.PRIVATE_DIR / "outputs" / f"{cell_id}.txt",
+                spill_path=self._spill_dir(session) / f"{cell_id}.txt",
                 user_expressions={"vars": prompts.VARIABLES_EXPRESSION},
             )
         finally:
@@ -363,8 +378,11 @@ class Engine:
             result.duration,
         )
         self._lifecycle_notice(result, emit)
-        self._report_files(session, cell_id, before, emit, produced)
-        used = await asyncio.to_thread(workspace.total_size, session.workdir)
+        if result.status is not Status.DIED or not self.remote:  # a dead remote kernel can't
+            await self._report_files(session, files_api, cell_id, before, emit, produced)
+            used = await files_api.total_size()
+        else:
+            used = 0
         if used > self.quota_bytes:
             emit(
                 Notice(
@@ -387,10 +405,7 @@ class Engine:
     async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
-        lease = await self.registry.acquire(key, session.workdir, fresh=session.fresh)
-        session.fresh = False
-        if lease.restore is not None:
-            emit(restore_notice(lease.restore))
+        lease = await self._lease(session, emit)
         self.registry.mark_busy(key)
         result: CellResult | None = None
         try:
@@ -430,15 +445,17 @@ class Engine:
                 )
             )
 
-    def _report_files(
+    async def _report_files(
         self,
         session: ThreadSession,
+        files_api: ThreadFiles,
         cell_id: str,
         before: workspace.Snapshot,
         emit: Emit,
         produced: list[str] | None,
     ) -> None:
-        after = workspace.snapshot(session.workdir)
+        after = await files_api.snapshot()
+        session.snapshot = after
         names = workspace.changed(before, after)
         limit = self.settings.max_upload_mb * 1024 * 1024
         sent = 0
@@ -465,10 +482,15 @@ class Engine:
                     )
                 )
                 continue
+            try:
+                path = await files_api.fetch(name, self._outbox(session) / cell_id, limit)
+            except TransferError as exc:
+                emit(FileSkipped(cell_id, name, f"it could not be fetched from the kernel ({exc})"))
+                continue
             sent += 1
             if produced is not None:
                 produced.append(name)
-            emit(FileProduced(cell_id, session.workdir / name, name, size))
+            emit(FileProduced(cell_id, path, name, size))
 
     # --- controls ------------------------------------------------------------------------
     def stop(self, key: ThreadKey) -> bool:
@@ -480,11 +502,15 @@ class Engine:
         session = self.session(key)
         session.request_stop("reset")
         async with session.lock:
+            if wipe and self.remote:  # the files live with the kernel: wipe through it
+                lease = await self.registry.acquire(key.id, session.workdir)
+                await self._files_of(session, lease.kernel).wipe()
             had_kernel = await self.registry.release(key.id, why="reset")
             self.registry.forget(key.id)
             await self.store.clear_replay(key.id)
             await self.store.clear_history(key.id)
             session.variables = None
+            session.snapshot = {}
             if wipe:
                 workspace.wipe(session.workdir)
         what = "Kernel reset" if had_kernel else "State cleared"
@@ -503,14 +529,48 @@ class Engine:
             idle_seconds=(time.monotonic() - slot.last_used) if slot and not slot.busy else None,
             memory_bytes=memory,
             cells=await self.store.count_cells(key.id),
-            files=len(workspace.snapshot(session.workdir)),
+            files=len(await self._listing(session)),
             queued=session.waiting,
             replayable=len(await self.store.replayable_cells(key.id)),
         )
 
-    def files(self, key: ThreadKey) -> list[tuple[str, int]]:
-        snap = workspace.snapshot(self.session(key).workdir)
+    async def files(self, key: ThreadKey) -> list[tuple[str, int]]:
+        snap = await self._listing(self.session(key))
         return [(name, size) for name, (size, _m) in sorted(snap.items())]
+
+    async def _listing(self, session: ThreadSession) -> workspace.Snapshot:
+        """Remote: as of the last cell (asking the kernel would wait behind a running cell)."""
+        if self.remote:
+            return session.snapshot
+        return await asyncio.to_thread(workspace.snapshot, session.workdir)
+
+    # --- where a thread's files are --------------------------------------------------------
+    async def _lease(self, session: ThreadSession, emit: Emit) -> Lease:
+        lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
+        session.fresh = False
+        if lease.restore is not None:
+            session.variables = None
+            emit(restore_notice(lease.restore))
+        return lease
+
+    def _files_of(self, session: ThreadSession, kernel: Any) -> ThreadFiles:
+        if self.remote:
+            return KernelFiles(kernel)
+        return LocalFiles(session.workdir)
+
+    async def _thread_files(self, session: ThreadSession, emit: Emit) -> ThreadFiles:
+        if not self.remote:
+            return LocalFiles(session.workdir)
+        return KernelFiles((await self._lease(session, emit)).kernel)
+
+    def _outbox(self, session: ThreadSession) -> Path:
+        """Bot-side copies of a remote kernel's files, kept until the thread's next turn."""
+        return self.settings.data_dir / "outbox" / session.key.dirname
+
+    def _spill_dir(self, session: ThreadSession) -> Path:
+        if self.remote:
+            return self.settings.data_dir / "outputs" / session.key.dirname
+        return session.workdir / workspace.PRIVATE_DIR / "outputs"
 
     # --- lifecycle notices from the registry ----------------------------------------------
     async def _on_lifecycle(self, key_id: str, what: str) -> None:
@@ -561,8 +621,8 @@ class _Hooks:
     async def notice(self, kind: str, text: str) -> None:
         self.emit(Notice(kind, text))
 
-    def files(self) -> list[tuple[str, int]]:
-        return self.engine.files(self.session.key)
+    async def files(self) -> list[tuple[str, int]]:
+        return await self.engine.files(self.session.key)
 
     async def variables(self) -> list[str]:
         """Known from the last cell's user expression; otherwise asked of the kernel."""

@@ -56,7 +56,7 @@ class Hooks(Protocol):
 
     async def notice(self, kind: str, text: str) -> None: ...
 
-    def files(self) -> list[tuple[str, int]]: ...
+    async def files(self) -> list[tuple[str, int]]: ...
 
     async def variables(self) -> list[str]: ...
 
@@ -141,7 +141,9 @@ class Agent:
         for _round in range(self.config.max_rounds):
             variables = await hooks.variables()
             system = (
-                self.config.system_prompt + "\n" + prompts.context_block(hooks.files(), variables)
+                self.config.system_prompt
+                + "\n"
+                + prompts.context_block(await hooks.files(), variables)
             )
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop)
             if not reply.tool_calls:

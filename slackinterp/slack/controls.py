@@ -84,7 +84,7 @@ async def run_control(
     if word == "status":
         return status_text(await engine.status(key))
     if word == "files":
-        return files_text(engine.files(key))
+        return files_text(await engine.files(key))
     return help_text(command, mention)
 
 

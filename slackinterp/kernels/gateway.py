@@ -1,0 +1,322 @@
+"""Kernels on a Jupyter Kernel Gateway or Enterprise Gateway (REST + the kernel channels
+WebSocket), so they can run as pods on Kubernetes or on another host.
+
+A small focused client rather than jupyter_server's GatewayClient: that one is built to proxy
+a whole Jupyter server (tornado, its own config system, a global singleton), while we need
+five REST calls and one WebSocket per kernel in the bot's asyncio loop. The client object
+offers the subset of jupyter_client's async client API that execution.run_cell uses, so
+timeouts, escalation and output mapping are the same code for local and remote kernels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import datetime
+import json
+import logging
+import queue
+import socket
+import uuid
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from slackinterp.kernels.backend import KernelStartError
+from slackinterp.kernels.execution import CellControl
+
+log = logging.getLogger(__name__)
+
+PROTOCOL_VERSION = "5.3"
+REMOTE_ROOT = "slackinterp-threads"  # thread directories, relative to the kernel's start dir
+
+
+class GatewayError(Exception):
+    """The gateway refused or failed a request; the message says which and why."""
+
+
+class GatewayClient:
+    """One kernel's channels over the gateway's WebSocket, as run_cell expects them."""
+
+    def __init__(self, ws: aiohttp.ClientWebSocketResponse, session_id: str):
+        self.ws = ws
+        self.session_id = session_id
+        self.iopub: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.shell: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.control: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.lost_state = asyncio.Event()  # the gateway saw the kernel die or restart
+        self.closed = asyncio.Event()
+        self._reader = asyncio.create_task(self._read(), name="gateway-ws-reader")
+
+    async def _read(self) -> None:
+        sock = self.ws.get_extra_info("socket")
+        try:
+            async for frame in self.ws:
+                _quick_ack(sock)
+                if frame.type != aiohttp.WSMsgType.TEXT:
+                    continue
+                msg = json.loads(frame.data)
+                channel = msg.pop("channel", "iopub")
+                if channel == "iopub":
+                    state = msg.get("content", {}).get("execution_state")
+                    if msg["header"]["msg_type"] == "status" and state in ("restarting", "dead"):
+                        self.lost_state.set()
+                    self.iopub.put_nowait(msg)
+                elif channel == "shell":
+                    self.shell.put_nowait(msg)
+                elif channel == "control":
+                    self.control.put_nowait(msg)
+        finally:
+            self.closed.set()
+
+    def _message(self, msg_type: str, content: dict[str, Any], channel: str) -> dict[str, Any]:
+        msg_id = uuid.uuid4().hex
+        return {
+            "header": {
+                "msg_id": msg_id,
+                "msg_type": msg_type,
+                "username": "slackinterp",
+                "session": self.session_id,
+                "date": datetime.datetime.now(datetime.UTC).isoformat(),
+                "version": PROTOCOL_VERSION,
+            },
+            "parent_header": {},
+            "metadata": {},
+            "content": content,
+            "channel": channel,
+            "buffers": [],
+        }
+
+    def execute(
+        self,
+        code: str,
+        silent: bool = False,
+        store_history: bool = True,
+        user_expressions: dict[str, str] | None = None,
+        allow_stdin: bool = False,
+        stop_on_error: bool = True,
+    ) -> str:
+        msg = self._message(
+            "execute_request",
+            {
+                "code": code,
+                "silent": silent,
+                "store_history": store_history,
+                "user_expressions": user_expressions or {},
+                "allow_stdin": allow_stdin,
+                "stop_on_error": stop_on_error,
+            },
+            "shell",
+        )
+        # Fire and forget like jupyter_client's execute(); the send is queued on the loop.
+        task = asyncio.get_running_loop().create_task(self.ws.send_str(json.dumps(msg)))
+        task.add_done_callback(_log_send_failure)
+        return str(msg["header"]["msg_id"])
+
+    async def get_iopub_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        return await _get(self.iopub, timeout)
+
+    async def get_shell_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        return await _get(self.shell, timeout)
+
+    async def close(self) -> None:
+        await self.ws.close()
+        self._reader.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await self._reader
+
+
+def _quick_ack(sock: socket.socket | None) -> None:
+    """Ask the kernel to ACK at once. The gateway's WebSocket does not set TCP_NODELAY, so
+    Nagle holds each small reply until our (normally delayed, ~40 ms) ACK of the previous one;
+    Linux clears quick-ack mode after a while, so it is set again after every frame."""
+    if sock is not None and hasattr(socket, "TCP_QUICKACK"):
+        with contextlib.suppress(OSError):
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
+
+
+def _log_send_failure(task: asyncio.Task[None]) -> None:
+    if not task.cancelled() and task.exception() is not None:
+        log.warning("gateway.send_failed error=%s", task.exception())
+
+
+async def _get(source: asyncio.Queue[dict[str, Any]], timeout: float | None) -> dict[str, Any]:
+    try:
+        return await asyncio.wait_for(source.get(), timeout)
+    except TimeoutError:
+        raise queue.Empty from None
+
+
+class GatewayKernel:
+    """A kernel living on the gateway; its working directory lives there too."""
+
+    remote = True
+
+    def __init__(self, backend: GatewayBackend, kernel_id: str, cwd: Path):
+        self.backend = backend
+        self.kernel_id = kernel_id
+        self.cwd = cwd  # the bot-side staging directory for this thread's files
+        self.control: CellControl | None = None
+        self._client: GatewayClient | None = None
+
+    @property
+    def client(self) -> GatewayClient:
+        assert self._client is not None
+        return self._client
+
+    @property
+    def pid(self) -> int | None:
+        return None  # the process is the gateway's business
+
+    @property
+    def remote_dir(self) -> str:
+        return f"{REMOTE_ROOT}/{self.cwd.name}"
+
+    async def connect(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+        ws = await self.backend.open_channels(self.kernel_id)
+        self._client = GatewayClient(ws, uuid.uuid4().hex)
+        await self._wait_ready()
+
+    async def _wait_ready(self, timeout: float = 60.0) -> None:
+        """kernel_info until answered: the channels are live and the kernel is up."""
+        deadline = asyncio.get_running_loop().time() + timeout
+        while True:
+            msg = self.client._message("kernel_info_request", {}, "shell")
+            await self.client.ws.send_str(json.dumps(msg))
+            try:
+                while True:
+                    reply = await self.client.get_shell_msg(timeout=1.0)
+                    if reply.get("parent_header", {}).get("msg_id") == msg["header"]["msg_id"]:
+                        return
+            except queue.Empty:
+                if asyncio.get_running_loop().time() > deadline:
+                    raise KernelStartError("the gateway kernel did not answer in time") from None
+
+    async def is_alive(self) -> bool:
+        if self._client is None or self._client.closed.is_set() or self._client.lost_state.is_set():
+            return False
+        return await self.backend.kernel_exists(self.kernel_id)
+
+    async def interrupt(self) -> None:
+        await self.backend.request("POST", f"/api/kernels/{self.kernel_id}/interrupt")
+
+    async def restart(self) -> None:
+        await self.backend.request("POST", f"/api/kernels/{self.kernel_id}/restart")
+        await self.connect()
+        await self._apply_cwd()
+
+    async def move_to(self, cwd: Path) -> None:
+        self.cwd = cwd
+        await self._apply_cwd()
+
+    async def _apply_cwd(self) -> None:
+        # Relative to where the gateway started the kernel; requests run in order, so the next
+        # cell runs there without waiting for this one's reply.
+        code = (
+            "import os as __o\n"
+            "__r = __o.environ.setdefault('SLACKINTERP_START_DIR', __o.getcwd())\n"
+            f"__d = __o.path.join(__r, {REMOTE_ROOT!r}, {self.cwd.name!r})\n"
+            "__o.makedirs(__d, exist_ok=True)\n"
+            "__o.chdir(__d)\n"
+            "del __o, __r, __d"
+        )
+        self.client.execute(code, silent=True, store_history=False)
+
+    async def shutdown(self) -> None:
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+        with contextlib.suppress(GatewayError, aiohttp.ClientError, TimeoutError):
+            await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
+
+
+class GatewayBackend:
+    """Creates kernels on a gateway. Kernels get only the environment we send (KERNEL_*)."""
+
+    remote = True
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        kernel_name: str,
+        token: str | None = None,
+        request_timeout: float = 60.0,
+        env: dict[str, str] | None = None,
+    ):
+        self.url = url.rstrip("/")
+        self.kernel_name = kernel_name
+        self.token = token
+        self.timeout = aiohttp.ClientTimeout(total=request_timeout)
+        self.env = env or {}
+        self._http: aiohttp.ClientSession | None = None
+
+    def _session(self) -> aiohttp.ClientSession:
+        if self._http is None or self._http.closed:
+            # TCP_NODELAY on our side: without it, small kernel messages wait on delayed ACKs.
+            connector = aiohttp.TCPConnector(limit=200)
+            self._http = aiohttp.ClientSession(timeout=self.timeout, connector=connector)
+        return self._http
+
+    def _headers(self) -> dict[str, str]:
+        return {"Authorization": f"token {self.token}"} if self.token else {}
+
+    async def request(self, method: str, path: str, body: Any = None) -> Any:
+        try:
+            async with self._session().request(
+                method, self.url + path, json=body, headers=self._headers()
+            ) as response:
+                if response.status >= 400:
+                    text = (await response.text())[:300]
+                    raise GatewayError(f"{method} {path} → HTTP {response.status}: {text}")
+                if response.status == 204:
+                    return None
+                return await response.json(content_type=None)
+        except aiohttp.ClientError as exc:
+            raise GatewayError(f"cannot reach the kernel gateway at {self.url}: {exc}") from exc
+
+    async def kernel_exists(self, kernel_id: str) -> bool:
+        try:
+            model = await self.request("GET", f"/api/kernels/{kernel_id}")
+        except GatewayError:
+            return False
+        return model.get("execution_state") != "dead"
+
+    async def open_channels(self, kernel_id: str) -> aiohttp.ClientWebSocketResponse:
+        ws_url = self.url.replace("http", "ws", 1) + f"/api/kernels/{kernel_id}/channels"
+        ws = await self._session().ws_connect(
+            ws_url, headers=self._headers(), max_msg_size=0, heartbeat=30
+        )
+        sock = ws.get_extra_info("socket")
+        if sock is not None:
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return ws
+
+    async def start_kernel(self, cwd: Path) -> GatewayKernel:
+        cwd.mkdir(parents=True, exist_ok=True)
+        env = {"KERNEL_USERNAME": "slackinterp", **self.env}
+        try:
+            model = await self.request(
+                "POST", "/api/kernels", {"name": self.kernel_name, "env": env}
+            )
+        except GatewayError as exc:
+            raise KernelStartError(str(exc)) from None
+        kernel = GatewayKernel(self, model["id"], cwd)
+        try:
+            await kernel.connect()
+            await kernel.move_to(cwd)
+        except BaseException:
+            await kernel.shutdown()
+            raise
+        return kernel
+
+    async def cleanup_orphans(self) -> int:
+        """Remote kernels outlive a crashed bot; the gateway's culler reaps them (see docs)."""
+        return 0
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()
