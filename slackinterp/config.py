@@ -96,6 +96,15 @@ class Settings(BaseSettings):
     )
     # Kernels
     kernel_name: str = Field("python3", description="Jupyter kernel spec the kernels run.")
+    gateway_url: str | None = Field(
+        None,
+        description="Run kernels on a Jupyter Kernel/Enterprise Gateway at this URL instead of "
+        "locally.",
+    )
+    gateway_token: str | None = Field(None, description="Token for the kernel gateway.")
+    gateway_timeout: float = _seconds(
+        60, "Seconds a kernel gateway request (create, interrupt, restart) may take."
+    )
     idle_timeout: float = _seconds(1800, "Seconds idle before a kernel is reaped.")
     reap_interval: float = _seconds(60, "Seconds between reaper runs.")
     exec_timeout: float = _seconds(

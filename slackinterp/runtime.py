@@ -11,6 +11,7 @@ import logging
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
@@ -48,6 +49,8 @@ class Runtime:
                 "set SLACKINTERP_DATA_DIR to a writable directory"
             ) from None
         store = await Store.open(store_url(settings))
+        if settings.gateway_url:
+            return await cls._with_backend(settings, store, gateway_backend(settings), None)
         bwrap = resolve_sandbox(settings)
         backend = LocalBackend(
             kernel_name=settings.kernel_name,
@@ -64,12 +67,18 @@ class Runtime:
             hidden=hidden_paths(settings),
         )
 
+        return await cls._with_backend(settings, store, backend, bwrap)
+
+    @classmethod
+    async def _with_backend(
+        cls, settings: Settings, store: Store, backend: Any, bwrap: str | None
+    ) -> Runtime:
         async def replay_source(key: str) -> list[str]:
             return [cell.code for cell in await store.replayable_cells(key)]
 
         registry = KernelRegistry(
             backend,
-            pool_dir=(data_dir / "pool").resolve(),
+            pool_dir=(settings.data_dir / "pool").resolve(),
             pool_size=min(settings.pool_size, settings.max_kernels),
             max_kernels=settings.max_kernels,
             replay_source=replay_source,
@@ -88,8 +97,10 @@ class Runtime:
         if settings.model_configured:
             from slackinterp.llm.agent import Agent
 
+            # Remote kernels: the deployment decides; SLACKINTERP_KERNEL_NETWORK says which.
+            contained = bwrap is not None or bool(settings.gateway_url)
             agent = Agent.from_settings(
-                settings, store, network=network_allowed(settings, bwrap is not None)
+                settings, store, network=network_allowed(settings, contained)
             )
         engine = Engine(settings, store, registry, agent)
         return cls(settings, store, registry, reaper, engine)
@@ -102,6 +113,8 @@ class Runtime:
     async def stop(self) -> None:
         self.reaper.stop()
         await self.registry.shutdown()
+        if hasattr(self.registry.backend, "close"):
+            await self.registry.backend.close()
         if self.engine.agent is not None:
             await self.engine.agent.close()
         await self.store.close()
@@ -138,6 +151,17 @@ def hidden_paths(settings: Settings) -> list[Path]:
         if path not in unique and path != Path("/"):
             unique.append(path)
     return unique
+
+
+def gateway_backend(settings: Settings) -> Any:
+    from slackinterp.kernels.gateway import GatewayBackend
+
+    return GatewayBackend(
+        str(settings.gateway_url),
+        kernel_name=settings.kernel_name,
+        token=settings.gateway_token,
+        request_timeout=settings.gateway_timeout,
+    )
 
 
 def network_allowed(settings: Settings, sandboxed: bool) -> bool:

@@ -25,9 +25,41 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.execution import Display, Status
 from slackinterp.runtime import Runtime
 from tests.conftest import kernel_children, make_settings, run_turn
+from tests.gateway import kernel_gateway  # noqa: F401 - a fixture
 
 A = ThreadKey("T1", "C1", "100.1")
 B = ThreadKey("T1", "C1", "200.2")
+
+
+@pytest.fixture(params=["local", "gateway"])
+def settings_for(request: pytest.FixtureRequest, tmp_path: Path):
+    """make(**overrides) → Settings for the backend under test: every engine test runs
+    against local kernels and against kernels on a real Jupyter Kernel Gateway."""
+
+    def make(**overrides: object):
+        if request.param == "gateway":
+            gateway = request.getfixturevalue("kernel_gateway")
+            overrides = {"gateway_url": gateway.url, "gateway_token": gateway.token, **overrides}
+        return make_settings(tmp_path, **overrides)
+
+    make.backend = request.param  # type: ignore[attr-defined]
+    return make
+
+
+@pytest.fixture
+async def rt(settings_for):
+    runtime = await Runtime.open(settings_for())
+    await runtime.start()
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+async def open_rt(settings_for, **overrides: object) -> Runtime:
+    runtime = await Runtime.open(settings_for(**overrides))
+    await runtime.start()
+    return runtime
 
 
 def code(src: str) -> str:
@@ -44,21 +76,21 @@ def last(events: list) -> CellFinished:
     return cells[-1]
 
 
-async def test_state_persists_and_threads_are_isolated(runtime: Runtime) -> None:
-    eng = runtime.engine
+async def test_state_persists_and_threads_are_isolated(rt: Runtime) -> None:
+    eng = rt.engine
     await run_turn(eng, A, code("x = 41\nopen('marker.txt', 'w').write('a')"))
     events = await run_turn(eng, A, code("print(x + 1)"))
     assert last(events).result.text.strip() == "42"
-    assert (eng.session(A).workdir / "marker.txt").read_text() == "a"
+    assert ("marker.txt", 1) in await eng.files(A)
     other = await run_turn(eng, B, code("print(x)"))
     result = last(other).result
     assert result.status is Status.ERROR and result.error.ename == "NameError"
 
 
-async def test_kernel_environment_holds_no_secret(runtime: Runtime) -> None:
+async def test_kernel_environment_holds_no_secret(rt: Runtime) -> None:
     assert os.environ["SLACK_BOT_TOKEN"]  # planted in the bot's own environment
     events = await run_turn(
-        runtime.engine,
+        rt.engine,
         A,
         code("""
         import os
@@ -69,16 +101,16 @@ async def test_kernel_environment_holds_no_secret(runtime: Runtime) -> None:
     assert last(events).result.text.startswith("[]")
 
 
-async def test_input_fails_cleanly(runtime: Runtime) -> None:
-    events = await run_turn(runtime.engine, A, code("input('name? ')"))
+async def test_input_fails_cleanly(rt: Runtime) -> None:
+    events = await run_turn(rt.engine, A, code("input('name? ')"))
     result = last(events).result
     assert result.status is Status.ERROR
     assert result.error.ename == "StdinNotImplementedError"
 
 
-async def test_plot_yields_png_and_traceback_is_ansi_free(runtime: Runtime) -> None:
+async def test_plot_yields_png_and_traceback_is_ansi_free(rt: Runtime) -> None:
     events = await run_turn(
-        runtime.engine,
+        rt.engine,
         A,
         code("import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"),
     )
@@ -88,20 +120,14 @@ async def test_plot_yields_png_and_traceback_is_ansi_free(runtime: Runtime) -> N
     assert displays, events
     png = base64.b64decode(displays[0].data["image/png"])
     assert png.startswith(b"\x89PNG")
-    events = await run_turn(runtime.engine, A, code("def f():\n    return 1/0\nf()"))
+    events = await run_turn(rt.engine, A, code("def f():\n    return 1/0\nf()"))
     error = last(events).result.error
     assert error.ename == "ZeroDivisionError"
     assert "\x1b[" not in error.traceback and "1/0" in error.traceback
 
 
-@pytest.fixture
-def short_timeout(tmp_path: Path):
-    return make_settings(tmp_path, exec_timeout=1.5, interrupt_grace=1.0)
-
-
-async def test_timeout_interrupts_and_next_cell_works(short_timeout) -> None:
-    rt = await Runtime.open(short_timeout)
-    await rt.start()
+async def test_timeout_interrupts_and_next_cell_works(settings_for) -> None:
+    rt = await open_rt(settings_for, exec_timeout=1.5, interrupt_grace=1.0)
     try:
         await run_turn(rt.engine, A, code("kept = 'yes'"))
         events = await run_turn(rt.engine, A, code("import time\nwhile True: time.sleep(0.01)"))
@@ -124,8 +150,8 @@ async def test_timeout_interrupts_and_next_cell_works(short_timeout) -> None:
         await rt.stop()
 
 
-async def test_death_is_reported_and_state_restored(runtime: Runtime) -> None:
-    eng = runtime.engine
+async def test_death_is_reported_and_state_restored(rt: Runtime) -> None:
+    eng = rt.engine
     await run_turn(eng, A, code("data = [1, 2, 3]"))
     await run_turn(eng, A, code("total = sum(data)"))
     events = await run_turn(eng, A, code("import os\nos._exit(1)"))
@@ -137,9 +163,8 @@ async def test_death_is_reported_and_state_restored(runtime: Runtime) -> None:
     assert last(events).result.text.strip() == "6"
 
 
-async def test_reaper_stops_idle_kernel_not_busy_one(tmp_path: Path) -> None:
-    rt = await Runtime.open(make_settings(tmp_path, idle_timeout=0.5))
-    await rt.start()
+async def test_reaper_stops_idle_kernel_not_busy_one(settings_for) -> None:
+    rt = await open_rt(settings_for, idle_timeout=0.5)
     heard: list[tuple[str, str]] = []
 
     async def listener(key, notice):
@@ -164,8 +189,8 @@ async def test_reaper_stops_idle_kernel_not_busy_one(tmp_path: Path) -> None:
         await rt.stop()
 
 
-async def test_reset_clears_state_but_keeps_files(runtime: Runtime) -> None:
-    eng = runtime.engine
+async def test_reset_clears_state_but_keeps_files(rt: Runtime) -> None:
+    eng = rt.engine
     await run_turn(eng, A, code("y = 1\nopen('keep.txt', 'w').write('x')"))
     message = await eng.reset(A)
     assert "files kept" in message
@@ -180,9 +205,8 @@ async def test_reset_clears_state_but_keeps_files(runtime: Runtime) -> None:
     assert last(events).result.text.strip() == "[]"
 
 
-async def test_lru_cap_and_at_capacity(tmp_path: Path) -> None:
-    rt = await Runtime.open(make_settings(tmp_path, max_kernels=2))
-    await rt.start()
+async def test_lru_cap_and_at_capacity(settings_for) -> None:
+    rt = await open_rt(settings_for, max_kernels=2)
     C = ThreadKey("T1", "C1", "300.3")
     try:
         await run_turn(rt.engine, A, code("a = 1"))
@@ -204,9 +228,9 @@ async def test_lru_cap_and_at_capacity(tmp_path: Path) -> None:
         await rt.stop()
 
 
-async def test_produced_files_are_reported(runtime: Runtime) -> None:
+async def test_produced_files_are_reported(rt: Runtime) -> None:
     events = await run_turn(
-        runtime.engine,
+        rt.engine,
         A,
         code("""
         import pandas as pd
@@ -217,15 +241,14 @@ async def test_produced_files_are_reported(runtime: Runtime) -> None:
     produced = [e for e in events if isinstance(e, FileProduced)]
     assert [p.name for p in produced] == ["out.csv"]
     assert produced[0].path.read_text().startswith("a\n1")
-    events = await run_turn(runtime.engine, A, code("x = 1"))  # nothing changed
+    events = await run_turn(rt.engine, A, code("x = 1"))  # nothing changed
     assert not [e for e in events if isinstance(e, FileProduced)]
-    events = await run_turn(runtime.engine, A, code("open('out.csv', 'a').write('3\\n')"))
+    events = await run_turn(rt.engine, A, code("open('out.csv', 'a').write('3\\n')"))
     assert [e.name for e in events if isinstance(e, FileProduced)] == ["out.csv"]
 
 
-async def test_output_is_bounded_and_spilled(tmp_path: Path) -> None:
-    rt = await Runtime.open(make_settings(tmp_path, max_output_chars=2000))
-    await rt.start()
+async def test_output_is_bounded_and_spilled(settings_for) -> None:
+    rt = await open_rt(settings_for, max_output_chars=2000)
     try:
         events = await run_turn(rt.engine, A, code("for i in range(20000): print(i)"))
         result = last(events).result
@@ -237,15 +260,16 @@ async def test_output_is_bounded_and_spilled(tmp_path: Path) -> None:
         await rt.stop()
 
 
-async def test_pool_serves_new_threads(tmp_path: Path) -> None:
-    rt = await Runtime.open(make_settings(tmp_path, pool_size=1))
-    await rt.start()
+async def test_pool_serves_new_threads(settings_for) -> None:
+    rt = await open_rt(settings_for, pool_size=1)
     try:
         await rt.registry.wait_pool_ready()
         pooled = rt.registry.pool[0]
         await run_turn(rt.engine, A, code("open('here.txt', 'w').write('pooled')"))
         assert rt.registry.slot(A.id).kernel is pooled
-        assert (rt.engine.session(A).workdir / "here.txt").read_text() == "pooled"
+        assert ("here.txt", 6) in await rt.engine.files(A)
+        other = await run_turn(rt.engine, B, code("import os\nprint(os.path.exists('here.txt'))"))
+        assert last(other).result.text.strip() == "False"  # B has its own directory
         await rt.registry.wait_pool_ready()
         assert len(rt.registry.pool) == 1  # refilled
     finally:
@@ -324,3 +348,62 @@ def _alive(pid: int) -> bool:
         return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
+
+
+async def test_files_in_and_out_through_either_backend(settings_for, tmp_path: Path) -> None:
+    from slackinterp.engine.events import FileReceived
+    from slackinterp.engine.turn import IncomingFile
+
+    payload = bytes(range(256)) * 5000  # 1.25 MB: several transfer chunks
+
+    async def fetch(target: Path) -> None:
+        target.write_bytes(payload)
+
+    rt = await open_rt(settings_for)
+    try:
+        incoming = [IncomingFile("blob.bin", len(payload), "application/octet-stream", fetch)]
+        events = await run_turn(
+            rt.engine,
+            A,
+            code(
+                "d = open('blob.bin', 'rb').read()\nprint(len(d), d[:3])\n"
+                "open('copy.bin', 'wb').write(d[::-1])"
+            ),
+            files=incoming,
+        )
+        assert [e.name for e in events if isinstance(e, FileReceived)] == ["blob.bin"]
+        assert last(events).result.text.strip() == "1280000 b'\\x00\\x01\\x02'"
+        produced = next(e for e in events if isinstance(e, FileProduced))
+        assert produced.path.read_bytes() == payload[::-1]
+        again = await run_turn(
+            rt.engine,
+            A,
+            "",
+            files=[IncomingFile("blob.bin", len(payload), "application/octet-stream", fetch)],
+        )
+        assert [e.name for e in again if isinstance(e, FileReceived)] == ["blob-1.bin"]
+    finally:
+        await rt.stop()
+
+
+async def test_gateway_kernels_are_deleted_on_shutdown(kernel_gateway, tmp_path: Path) -> None:  # noqa: F811
+    import json
+    import urllib.request
+
+    settings = make_settings(
+        tmp_path, gateway_url=kernel_gateway.url, gateway_token=kernel_gateway.token, pool_size=2
+    )
+    rt = await Runtime.open(settings)
+    await rt.start()
+    await rt.registry.wait_pool_ready()
+    await run_turn(rt.engine, A, code("1"))
+    await rt.stop()
+
+    def listed() -> list:
+        request = urllib.request.Request(
+            f"{kernel_gateway.url}/api/kernels",
+            headers={"Authorization": f"token {kernel_gateway.token}"},
+        )
+        return json.loads(urllib.request.urlopen(request, timeout=5).read())
+
+    assert await asyncio.to_thread(listed) == []
