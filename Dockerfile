@@ -20,10 +20,12 @@ RUN pip install --no-cache-dir .
 
 USER interp
 ENV SLACKINTERP_DATA_DIR=/data \
+    SLACKINTERP_METRICS_PORT=9102 \
     PYTHONUNBUFFERED=1
 VOLUME ["/data"]
-# HTTP mode listens here; Socket Mode needs no inbound port.
-EXPOSE 3000
-HEALTHCHECK --interval=30s --timeout=5s CMD python -c "import sys" || exit 1
+# HTTP mode listens on 3000; /metrics and /healthz on 9102 (Socket Mode needs no inbound port).
+EXPOSE 3000 9102
+HEALTHCHECK --interval=30s --timeout=5s \
+    CMD python -c "import urllib.request; urllib.request.urlopen('http://127.0.0.1:9102/healthz', timeout=4)"
 ENTRYPOINT ["tini", "--"]
 CMD ["slackinterp", "run"]

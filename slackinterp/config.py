@@ -134,7 +134,10 @@ class Settings(BaseSettings):
         2048, ge=1024, description="Address-space limit per kernel in MiB (RLIMIT_AS, ≥ 1024)."
     )
     max_processes: int = Field(
-        512, ge=16, description="Process limit for a kernel's user (RLIMIT_NPROC; not for root)."
+        512,
+        ge=16,
+        description="Processes per kernel (a pids cgroup when writable, else RLIMIT_NPROC, "
+        "which is per user and not enforced for root).",
     )
     max_file_size_mb: int = Field(
         512, ge=1, description="Largest file a kernel may write, in MiB (RLIMIT_FSIZE)."
@@ -164,6 +167,9 @@ class Settings(BaseSettings):
     )
     command: str = Field("/interp", description="Slash command name the app registers.")
     # Agent
+    max_queued: int = Field(
+        5, ge=1, description="Requests that may wait behind a running one in a thread."
+    )
     max_rounds: int = Field(8, ge=1, le=100, description="Model rounds (tool calls) per turn.")
     model_timeout: float = _seconds(
         120, "Seconds to wait for the model server before giving up on a call."
@@ -314,7 +320,7 @@ def _default_text(field: str) -> str:
         value = info.default_factory()  # type: ignore[call-arg]
     else:
         value = info.default
-    if value is None or value == []:
+    if value is None or value == [] or value == "":
         return "—"
     if isinstance(value, bool):
         return str(value).lower()

@@ -168,3 +168,42 @@ async def test_endless_output_is_bounded_and_other_threads_stay_responsive(
         assert result.full_output is not None and result.full_output.stat().st_size > 100_000
     finally:
         await rt.stop()
+
+
+async def test_symlinks_to_the_bots_files_are_never_uploaded(tmp_path: Path) -> None:
+    from slackinterp.engine.events import FileProduced
+
+    secret = tmp_path / "bot-secret.env"
+    secret.write_text("SLACK_BOT_TOKEN=xoxb-real")
+    rt = await open_runtime(tmp_path)
+    try:
+        events = await run_turn(
+            rt.engine,
+            A,
+            code(
+                f"import os\nos.symlink({str(secret)!r}, 'leak.txt')\n"
+                "os.makedirs('d', exist_ok=True)\nos.symlink('/', 'd/root')\n"
+                "open('real.txt', 'w').write('ok')"
+            ),
+        )
+        produced = [e.name for e in events if isinstance(e, FileProduced)]
+        assert produced == ["real.txt"]
+        assert ("leak.txt", 26) not in await rt.engine.files(A)
+    finally:
+        await rt.stop()
+
+
+async def test_queue_per_thread_is_bounded(tmp_path: Path) -> None:
+    rt = await open_runtime(tmp_path, max_queued=1)
+    try:
+        first = asyncio.create_task(run_turn(rt.engine, A, code("import time; time.sleep(2)")))
+        await asyncio.sleep(0.3)
+        second = asyncio.create_task(run_turn(rt.engine, A, code("print('second')")))
+        await asyncio.sleep(0.1)
+        third = await run_turn(rt.engine, A, code("print('third')"))
+        failure = next(e for e in third if isinstance(e, TurnFailed))
+        assert failure.kind == "queue_full" and "MAX_QUEUED" in failure.message
+        await first
+        assert result_of(await second).text.strip() == "second"
+    finally:
+        await rt.stop()

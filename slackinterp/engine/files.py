@@ -55,7 +55,17 @@ class LocalFiles:
         return target.name
 
     async def fetch(self, name: str, staging: Path, max_bytes: int) -> Path:
-        return self.root / name  # already here
+        """The file itself, if it is a regular file inside the working directory: a cell may
+        have swapped it for a link to the bot's own files since the snapshot."""
+        path = self.root / name
+        try:
+            resolved = path.resolve(strict=True)
+            inside = resolved.is_relative_to(self.root.resolve())
+        except OSError as exc:
+            raise TransferError(f"{name} is gone") from exc
+        if path.is_symlink() or not inside or not resolved.is_file():
+            raise TransferError(f"{name} is not a regular file in the working directory")
+        return path
 
     async def wipe(self) -> None:
         await asyncio.to_thread(workspace.wipe, self.root)

@@ -185,6 +185,16 @@ class Engine:
 
     async def _turn(self, request: TurnRequest, emit: Emit) -> None:
         session = self.session(request.key)
+        if session.busy and session.waiting >= self.settings.max_queued:
+            emit(
+                TurnFailed(
+                    f"{session.waiting} requests are already waiting in this thread "
+                    "(SLACKINTERP_MAX_QUEUED); send this one again when they are done.",
+                    kind="queue_full",
+                )
+            )
+            emit(_DONE)  # type: ignore[arg-type]
+            return
         if session.busy:
             emit(TurnQueued(session.waiting + 1))
         session.waiting += 1
@@ -568,9 +578,8 @@ class Engine:
         return self.settings.data_dir / "outbox" / session.key.dirname
 
     def _spill_dir(self, session: ThreadSession) -> Path:
-        if self.remote:
-            return self.settings.data_dir / "outputs" / session.key.dirname
-        return session.workdir / workspace.PRIVATE_DIR / "outputs"
+        """Bot-side, never in the working directory, where code could plant a symlink."""
+        return self.settings.data_dir / "outputs" / session.key.dirname
 
     # --- lifecycle notices from the registry ----------------------------------------------
     async def _on_lifecycle(self, key_id: str, what: str) -> None:

@@ -13,6 +13,7 @@ import shutil
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
+from stat import S_ISREG
 
 MAX_NAME_CHARS = 120
 MAX_SCAN_ENTRIES = 5000
@@ -99,10 +100,10 @@ def snapshot(root: Path) -> Snapshot:
                 continue
             path = Path(dirpath) / filename
             try:
-                stat = path.stat()
+                stat = path.lstat()  # never follow a link: code could point one at the bot's files
             except OSError:
                 continue
-            if not path.is_file():
+            if not S_ISREG(stat.st_mode):
                 continue
             found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
             if len(found) >= MAX_SCAN_ENTRIES:

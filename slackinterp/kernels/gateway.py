@@ -225,6 +225,13 @@ class GatewayKernel:
         )
         self.client.execute(code, silent=True, store_history=False)
 
+    async def detach(self) -> None:
+        """Close our channels; the kernel stays on the gateway for another replica."""
+        if self._client is not None:
+            with contextlib.suppress(Exception):
+                await self._client.close()
+            self._client = None
+
     async def shutdown(self) -> None:
         if self._client is not None:
             with contextlib.suppress(Exception):
@@ -311,6 +318,12 @@ class GatewayBackend:
         except BaseException:
             await kernel.shutdown()
             raise
+        return kernel
+
+    async def attach(self, kernel_id: str, cwd: Path) -> GatewayKernel:
+        """Connect to a kernel another replica started (it already runs in the thread's dir)."""
+        kernel = GatewayKernel(self, kernel_id, cwd)
+        await kernel.connect()
         return kernel
 
     async def cleanup_orphans(self) -> int:

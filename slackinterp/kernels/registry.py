@@ -14,6 +14,7 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 from slackinterp import metrics
 from slackinterp.kernels.backend import Kernel, KernelBackend
@@ -63,6 +64,17 @@ class Slot:
         return self.busy_since is not None
 
 
+class KernelDirectory(Protocol):
+    """Which remote kernel serves a thread, shared by replicas (store.py): any replica can
+    attach to a thread's kernel on the gateway instead of starting and replaying a new one."""
+
+    async def kernel_of(self, key: str) -> tuple[str, str] | None: ...  # (kernel id, owner)
+
+    async def claim_kernel(self, key: str, kernel_id: str, owner: str) -> None: ...
+
+    async def forget_kernel_of(self, key: str, kernel_id: str) -> None: ...
+
+
 ReplaySource = Callable[[str], Awaitable[list[str]]]
 LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
 
@@ -97,6 +109,9 @@ class KernelRegistry:
         self.listeners: list[LifecycleListener] = []
         # Threads seen by this process: a first use of a thread with stored cells is a restore.
         self._known: set[str] = set()
+        # Remote kernels shared between replicas (gateway backend + a shared database).
+        self.directory: KernelDirectory | None = None
+        self.replica_id = uuid.uuid4().hex[:12]
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> int:
@@ -121,13 +136,33 @@ class KernelRegistry:
             self._refill_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._refill_task
-        kernels = [s.kernel for s in self.slots.values()] + list(self.pool)
+        slots = list(self.slots.values())
+        if self.directory is not None:
+            slots = await self._keep_others(slots)
+        kernels = [s.kernel for s in slots] + list(self.pool)
         self.slots.clear()
         self.pool.clear()
         for slot_kernel in kernels:
             if slot_kernel.control is not None:
                 slot_kernel.control.request_stop("shutdown")
         await asyncio.gather(*(k.shutdown() for k in kernels), return_exceptions=True)
+
+    async def _keep_others(self, slots: list[Slot]) -> list[Slot]:
+        """Of our slots, those whose kernels we own (to delete); detach from the rest."""
+        assert self.directory is not None
+        mine = []
+        for slot in slots:
+            try:
+                row = await self.directory.kernel_of(slot.key)
+            except Exception:  # database gone at shutdown: delete what we hold
+                row = None
+            if row is not None and row[1] != self.replica_id:
+                await _detach(slot.kernel)
+                continue
+            with contextlib.suppress(Exception):
+                await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
+            mine.append(slot)
+        return mine
 
     @property
     def live_count(self) -> int:
@@ -166,6 +201,8 @@ class KernelRegistry:
         `fresh`: the thread was just created, so there is nothing to replay (saves a query).
         """
         slot = self.slots.get(key)
+        if self.directory is not None:
+            slot = await self._adopt_shared(key, cwd, slot)
         if slot is not None and not await slot.kernel.is_alive():
             log.warning("kernels.found_dead thread=%s", key)
             self.slots.pop(key, None)
@@ -179,6 +216,8 @@ class KernelRegistry:
             slot = Slot(key, kernel, time.monotonic())
             self.slots[key] = slot
             slot.needs_restore = reason
+            if self.directory is not None:
+                await self.directory.claim_kernel(key, kernel.kernel_id, self.replica_id)
         slot.last_used = time.monotonic()
         restore = None
         if slot.needs_restore:
@@ -190,6 +229,26 @@ class KernelRegistry:
         # this thread's first cell should not wait behind it.
         self.refill_pool()
         return Lease(slot.kernel, restore)
+
+    async def _adopt_shared(self, key: str, cwd: Path, slot: Slot | None) -> Slot | None:
+        """With replicas: use the thread's kernel whoever started it; the caller holds the
+        thread's cross-replica lock, so no one else uses the kernel meanwhile."""
+        assert self.directory is not None
+        row = await self.directory.kernel_of(key)
+        if slot is not None and (row is None or row[0] != slot.kernel.kernel_id):
+            self.slots.pop(key, None)  # replaced or reset by another replica: let go
+            await _detach(slot.kernel)
+            slot = None
+        attach = getattr(self.backend, "attach", None)
+        if slot is None and row is not None and attach is not None:
+            if await self.backend.kernel_exists(row[0]):  # type: ignore[attr-defined]
+                kernel = await attach(row[0], cwd)
+                slot = Slot(key, kernel, time.monotonic())
+                self.slots[key] = slot
+                log.info("kernels.attached thread=%s from=%s", key, row[1])
+        if slot is not None and row is not None and row[1] != self.replica_id:
+            await self.directory.claim_kernel(key, slot.kernel.kernel_id, self.replica_id)
+        return slot
 
     async def _new_kernel(self, cwd: Path) -> Kernel:
         async with self._lock:
@@ -280,13 +339,36 @@ class KernelRegistry:
         """Shut the thread's kernel down (files stay). True if there was one."""
         slot = self.slots.pop(key, None)
         if slot is None:
+            if why == "reset" and self.directory is not None:
+                return await self._reset_shared(key)
             return False
+        if self.directory is not None and why != "reset":
+            row = await self.directory.kernel_of(key)
+            if row is not None and row[1] != self.replica_id:
+                await _detach(slot.kernel)  # another replica serves this thread now
+                return False
         await slot.kernel.shutdown()
+        if self.directory is not None:
+            await self.directory.forget_kernel_of(key, slot.kernel.kernel_id)
         log.info("kernels.released thread=%s why=%s", key, why)
         if why in ("reaped", "evicted"):
             metrics.REAPS.labels(why).inc()
             await self._tell(key, why)
         self.refill_pool()
+        return True
+
+    async def _reset_shared(self, key: str) -> bool:
+        """Reset a thread whose kernel another replica started."""
+        assert self.directory is not None
+        row = await self.directory.kernel_of(key)
+        if row is None:
+            return False
+        attach = getattr(self.backend, "attach", None)
+        if attach is not None:
+            with contextlib.suppress(Exception):
+                kernel = await attach(row[0], self.pool_dir)
+                await kernel.shutdown()
+        await self.directory.forget_kernel_of(key, row[0])
         return True
 
     def forget(self, key: str) -> None:
@@ -322,3 +404,10 @@ class KernelRegistry:
                     slot.kernel.control.request_stop("busy cap")
                     stopped.append(slot.key)
         return stopped
+
+
+async def _detach(kernel: Kernel) -> None:
+    """Stop using a kernel without deleting it (another replica serves its thread)."""
+    detach = getattr(kernel, "detach", None)
+    if detach is not None:
+        await detach()

@@ -82,6 +82,20 @@ KERNEL_ARGUMENTS = ["--HistoryManager.enabled=False", "--HistoryManager.hist_fil
 # --- bubblewrap ----------------------------------------------------------------------------
 
 SANDBOX_HOME = "/home/interp"  # where the thread's working directory appears inside
+# Places a kernel has no business reading, whatever the bot's user may read.
+ALWAYS_HIDDEN_DIRS = [
+    "/root",
+    "/srv",
+    "/mnt",
+    "/media",
+    "/var/lib",
+    "/var/log",
+    "/var/backups",
+    "/etc/ssh",
+    "/etc/ssl/private",
+    "/run",
+]
+ALWAYS_HIDDEN_FILES = ["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"]
 
 
 def bwrap_path() -> str | None:
@@ -114,22 +128,17 @@ class BwrapSpec:
     hidden: list[Path] = field(default_factory=list)  # replaced by empty directories
     readonly: list[Path] = field(default_factory=list)  # re-exposed inside hidden ones
     network: bool = False
+    tmp_bytes: int = 256 * 1024 * 1024  # the private /tmp is RAM: bounded
 
     def command(self, bwrap: str, kernel_cmd: list[str]) -> list[str]:
-        args = [
-            bwrap,
-            "--ro-bind",
-            "/",
-            "/",
-            "--dev",
-            "/dev",
-            "--proc",
-            "/proc",
-            "--tmpfs",
-            "/tmp",
-            "--tmpfs",
-            "/home",
-        ]
+        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        args += ["--size", str(self.tmp_bytes), "--tmpfs", "/tmp", "--tmpfs", "/home"]
+        for path in ALWAYS_HIDDEN_DIRS:
+            if Path(path).is_dir():
+                args += ["--tmpfs", path]
+        for path in ALWAYS_HIDDEN_FILES:
+            if Path(path).exists():
+                args += ["--ro-bind", "/dev/null", path]
         for path in self.hidden:
             if path.exists() and str(path) not in ("/", "/home"):
                 args += ["--tmpfs", str(path)]

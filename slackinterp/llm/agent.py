@@ -14,6 +14,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
+from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from openai import AsyncOpenAI, AsyncStream
@@ -109,7 +110,7 @@ class Agent:
             history_budget=settings.history_budget,
             system_prompt=prompts.load_system_prompt(settings.system_prompt),
             stream=settings.model_stream,
-            base_url=str(client.base_url),
+            base_url=_public_url(str(client.base_url)),
         )
         return cls(client, config, history)
 
@@ -444,6 +445,15 @@ def tool_result_text(result: Any, produced: list[str]) -> str:
     for name in produced:
         lines.append(f"[file saved and uploaded to the thread: {name}]")
     return "\n".join(lines)
+
+
+def _public_url(url: str) -> str:
+    """The server URL as it may appear in a thread: without user:password or query."""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if parts.port:
+        host += f":{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def _normal(code: str) -> str:

@@ -273,9 +273,9 @@ class SlackListeners:
                 "“Copy link” on a message of the thread.",
             )
             return
-        if not self.allowed(link.channel, user) or (
-            link.channel != channel and not self.settings.allowed_channels
-        ):
+        # Only threads of the channel the command runs in: Slack tells us nothing about the
+        # user's membership of another channel, so a link from elsewhere is refused.
+        if link.channel != channel or not self.allowed(link.channel, user):
             await respond(
                 response_type="ephemeral",
                 text="That thread is in another channel; run the command there.",

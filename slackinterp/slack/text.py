@@ -72,6 +72,7 @@ _HEADING = re.compile(r"^\s{0,3}#{1,6}\s+(.+?)\s*#*\s*$", re.M)
 _STRIKE = re.compile(r"~~(.+?)~~")
 _BULLET = re.compile(r"^(\s*)[-*+]\s+", re.M)
 _FENCE_SPLIT = re.compile(r"(```.*?```)", re.S)
+_SAFE_URL = re.compile(r"^https?://[A-Za-z0-9._~:/?#\[\]@!$()*+,;=%-]+$")
 
 
 def markdown_to_mrkdwn(markdown: str) -> str:
@@ -112,7 +113,10 @@ def _inline(text: str) -> str:
 
 def _keep_link(match: re.Match[str], found: list[str]) -> str:
     """Park a Markdown link as a placeholder so escaping does not touch its URL."""
-    found.append(f"<{match.group(2)}|{escape(match.group(1))}>")
+    url, label = match.group(2), match.group(1)
+    if any(ch in url for ch in "<>|&\"'") or not _SAFE_URL.match(url):
+        return match.group(0)  # not made a link: stays text, escaped with the rest
+    found.append(f"<{url}|{escape(label)}>")
     return f"\x00{len(found) - 1}\x00"
 
 
