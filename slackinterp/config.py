@@ -130,6 +130,9 @@ class Settings(BaseSettings):
     max_kernels: int = Field(
         50, ge=1, description="Live kernels at most; the least recently used idle one goes first."
     )
+    capacity_wait: float = _seconds(
+        30, "Seconds a request waits for a free kernel when all are busy, before 'at capacity'."
+    )
     memory_limit_mb: int = Field(
         2048, ge=1024, description="Address-space limit per kernel in MiB (RLIMIT_AS, ≥ 1024)."
     )

@@ -85,6 +85,7 @@ class Runtime:
             restore_timeout=settings.restore_timeout,
             exec_grace=settings.interrupt_grace,
             max_output_chars=settings.max_output_chars,
+            capacity_wait=settings.capacity_wait,
         )
         reaper = Reaper(
             registry,

@@ -179,6 +179,7 @@ async def test_reaper_stops_idle_kernel_not_busy_one(settings_for) -> None:
         reaped = await rt.reaper.run_once()
         assert reaped == [A.id]
         assert rt.registry.slot(B.id) is not None
+        await wait_until(lambda: heard)  # told from a background task
         assert heard == [(A.id, "reaped")]
         await busy
         events = await run_turn(rt.engine, A, code("print(v)"))
@@ -206,7 +207,7 @@ async def test_reset_clears_state_but_keeps_files(rt: Runtime) -> None:
 
 
 async def test_lru_cap_and_at_capacity(settings_for) -> None:
-    rt = await open_rt(settings_for, max_kernels=2)
+    rt = await open_rt(settings_for, max_kernels=2, capacity_wait=0.5)
     C = ThreadKey("T1", "C1", "300.3")
     try:
         await run_turn(rt.engine, A, code("a = 1"))

@@ -50,7 +50,14 @@ from slackinterp.engine.files import (
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.backend import KernelStartError
-from slackinterp.kernels.execution import CellControl, CellResult, Output, Status, run_cell
+from slackinterp.kernels.execution import (
+    CellControl,
+    CellResult,
+    Error,
+    Output,
+    Status,
+    run_cell,
+)
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease, RestoreReport
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
@@ -248,7 +255,8 @@ class Engine:
             log.exception("turn.failed thread=%s", session.key.id)
             emit(
                 TurnFailed(
-                    f"Something went wrong on my side ({type(exc).__name__}: {exc}).",
+                    f"Something went wrong on my side ({type(exc).__name__}); the bot's log "
+                    "has the details. Try again, or `reset` the thread if it keeps happening.",
                     kind="internal",
                 )
             )
@@ -313,6 +321,8 @@ class Engine:
             )
             received.append(event)
             emit(event)
+        if files_api is not None and self.remote:
+            self.registry.mark_idle(session.key.id)
         return received
 
     # --- cells ---------------------------------------------------------------------------
@@ -325,30 +335,51 @@ class Engine:
         produced: list[str] | None = None,
     ) -> CellResult:
         key = session.key.id
-        lease = await self._lease(session, emit)
-        files_api = self._files_of(session, lease.kernel)
-        used = await files_api.total_size()
-        if used > self.quota_bytes:
-            raise QuotaExceeded(
-                self._quota_text(used) + " Delete files before running more "
-                "code (`reset wipe` deletes them all)."
+        lease = await self._lease(session, emit)  # leased: not evictable until mark_idle
+        result: CellResult | None = None
+        cell_id: str | None = None
+        try:
+            files_api = self._files_of(session, lease.kernel)
+            used = await files_api.total_size()
+            if used > self.quota_bytes:
+                raise QuotaExceeded(
+                    self._quota_text(used) + " Delete files before running more "
+                    "code (`reset wipe` deletes them all)."
+                )
+            cell_id = uuid.uuid4().hex[:8]
+            emit(CellStarted(cell_id, code, source))
+            before = await files_api.snapshot()
+            result = await self._execute(session, lease, cell_id, code, emit)
+            await self._after_cell(
+                session, files_api, cell_id, code, before, result, emit, produced
             )
-        cell_id = uuid.uuid4().hex[:8]
-        emit(CellStarted(cell_id, code, source))
-        before = await files_api.snapshot()
+            return result
+        except BaseException as exc:
+            if cell_id is not None and result is None:
+                # Never leave a cell message on "running…": say it failed on our side.
+                failed = CellResult(
+                    Status.ERROR, 0.0, error=Error("InternalError", type(exc).__name__, "")
+                )
+                emit(CellFinished(cell_id, code, failed))
+            raise
+        finally:
+            lost = "restarted" if result is not None and result.restarted else ""
+            self.registry.mark_idle(key, state_lost=lost)
+
+    async def _execute(
+        self, session: ThreadSession, lease: Lease, cell_id: str, code: str, emit: Emit
+    ) -> CellResult:
         control = CellControl()
         if session.stop_requested.is_set():
             control.request_stop("stopped")
         session.control = control
         lease.kernel.control = control
-        self.registry.mark_busy(key)
 
         async def on_output(output: Output) -> None:
             emit(CellOutput(cell_id, output))
 
-        result: CellResult | None = None
         try:
-            result = await run_cell(
+            return await run_cell(
                 lease.kernel,
                 code,
                 timeout=self.settings.exec_timeout,
@@ -360,11 +391,20 @@ class Engine:
                 user_expressions={"vars": prompts.VARIABLES_EXPRESSION},
             )
         finally:
-            lost = ""
-            if result is not None and result.restarted:
-                lost = "restarted"
-            self.registry.mark_idle(key, state_lost=lost)
             lease.kernel.control = None
+
+    async def _after_cell(
+        self,
+        session: ThreadSession,
+        files_api: ThreadFiles,
+        cell_id: str,
+        code: str,
+        before: workspace.Snapshot,
+        result: CellResult,
+        emit: Emit,
+        produced: list[str] | None,
+    ) -> None:
+        key = session.key.id
         session.cells_run += 1
         session.variables = prompts.variables_from_expression(
             result.user_expressions.get("vars", "")
@@ -388,11 +428,10 @@ class Engine:
             result.duration,
         )
         self._lifecycle_notice(result, emit)
-        if result.status is not Status.DIED or not self.remote:  # a dead remote kernel can't
-            await self._report_files(session, files_api, cell_id, before, emit, produced)
-            used = await files_api.total_size()
-        else:
-            used = 0
+        if result.status is Status.DIED and self.remote:
+            return  # a dead remote kernel cannot show its files
+        await self._report_files(session, files_api, cell_id, before, emit, produced)
+        used = await files_api.total_size()
         if used > self.quota_bytes:
             emit(
                 Notice(
@@ -400,7 +439,6 @@ class Engine:
                     self._quota_text(used) + " New cells will not run until files are deleted.",
                 )
             )
-        return result
 
     @property
     def quota_bytes(self) -> int:
@@ -569,6 +607,8 @@ class Engine:
         return LocalFiles(session.workdir)
 
     async def _thread_files(self, session: ThreadSession, emit: Emit) -> ThreadFiles:
+        """For receiving files. Remote: the lease ends with the turn's first cell or, at the
+        latest, in _receive_files."""
         if not self.remote:
             return LocalFiles(session.workdir)
         return KernelFiles((await self._lease(session, emit)).kernel)

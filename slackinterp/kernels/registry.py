@@ -91,6 +91,7 @@ class KernelRegistry:
         restore_timeout: float,
         exec_grace: float = 3.0,
         max_output_chars: int = 20000,
+        capacity_wait: float = 30.0,
     ):
         self.backend = backend
         self.pool_dir = pool_dir
@@ -103,6 +104,10 @@ class KernelRegistry:
         self.slots: dict[str, Slot] = {}
         self.pool: list[Kernel] = []
         self._starting = 0
+        self._stopping = 0
+        self._freed = asyncio.Event()
+        self._background: set[asyncio.Task[None]] = set()
+        self.capacity_wait = capacity_wait
         self._lock = asyncio.Lock()
         self._refill_task: asyncio.Task[None] | None = None
         self._closed = False
@@ -166,7 +171,7 @@ class KernelRegistry:
 
     @property
     def live_count(self) -> int:
-        return len(self.slots) + len(self.pool) + self._starting
+        return len(self.slots) + len(self.pool) + self._starting + self._stopping
 
     # --- the pool ------------------------------------------------------------------------
     def refill_pool(self) -> None:
@@ -192,6 +197,7 @@ class KernelRegistry:
                 await kernel.shutdown()
                 return
             self.pool.append(kernel)
+            self._notify_freed()
             log.info("kernels.pool_ready size=%d", len(self.pool))
 
     # --- leasing -------------------------------------------------------------------------
@@ -219,6 +225,7 @@ class KernelRegistry:
             if self.directory is not None:
                 await self.directory.claim_kernel(key, kernel.kernel_id, self.replica_id)
         slot.last_used = time.monotonic()
+        slot.busy_since = time.monotonic()  # leased: not evictable until mark_idle
         restore = None
         if slot.needs_restore:
             if not fresh:
@@ -251,32 +258,50 @@ class KernelRegistry:
         return slot
 
     async def _new_kernel(self, cwd: Path) -> Kernel:
-        async with self._lock:
-            if self.pool:
-                kernel = self.pool.pop(0)
-                from_pool = True
-            else:
-                if self.live_count >= self.max_kernels:
-                    await self._evict_lru()
-                self._starting += 1
-                from_pool = False
-        if from_pool:
+        """A pooled kernel, a fresh one in a free seat, or the seat of the least recently used
+        idle kernel. When every seat is busy, wait a while for one (bursts are normal) before
+        telling the caller the bot is at capacity."""
+        deadline = time.monotonic() + self.capacity_wait
+        while True:
+            victim: Slot | None = None
+            async with self._lock:
+                if self.pool:
+                    kernel = self.pool.pop(0)
+                    break
+                if self.live_count < self.max_kernels or (victim := self._lru_idle()):
+                    if victim is not None:
+                        self.slots.pop(victim.key, None)  # its seat passes straight to us
+                    self._starting += 1
+                    kernel = None
+                    break
+                freed = self._freed
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise AtCapacity(
+                    f"all {self.max_kernels} kernels are busy (SLACKINTERP_MAX_KERNELS); "
+                    "try again in a moment"
+                )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), remaining)
+        if kernel is not None:
             await kernel.move_to(cwd)
             return kernel
         try:
+            if victim is not None:
+                await self._stop_slot(victim, "evicted")
             return await self.backend.start_kernel(cwd)
         finally:
             self._starting -= 1
+            self._notify_freed()
 
-    async def _evict_lru(self) -> None:
+    def _lru_idle(self) -> Slot | None:
         idle = [s for s in self.slots.values() if not s.busy]
-        if not idle:
-            raise AtCapacity(
-                f"all {self.max_kernels} kernels are busy (SLACKINTERP_MAX_KERNELS); "
-                "try again in a moment"
-            )
-        victim = min(idle, key=lambda s: s.last_used)
-        await self.release(victim.key, why="evicted")
+        return min(idle, key=lambda s: s.last_used) if idle else None
+
+    def _notify_freed(self) -> None:
+        """Wake whoever waits for a seat (a slot went idle, a kernel stopped or started)."""
+        self._freed.set()
+        self._freed = asyncio.Event()
 
     async def _restore(self, slot: Slot, reason: str) -> RestoreReport | None:
         codes = await self.replay_source(slot.key)
@@ -331,6 +356,7 @@ class KernelRegistry:
             slot.last_used = time.monotonic()
             if state_lost:
                 slot.needs_restore = state_lost
+            self._notify_freed()
 
     def slot(self, key: str) -> Slot | None:
         return self.slots.get(key)
@@ -342,20 +368,31 @@ class KernelRegistry:
             if why == "reset" and self.directory is not None:
                 return await self._reset_shared(key)
             return False
-        if self.directory is not None and why != "reset":
-            row = await self.directory.kernel_of(key)
-            if row is not None and row[1] != self.replica_id:
-                await _detach(slot.kernel)  # another replica serves this thread now
-                return False
-        await slot.kernel.shutdown()
-        if self.directory is not None:
-            await self.directory.forget_kernel_of(key, slot.kernel.kernel_id)
-        log.info("kernels.released thread=%s why=%s", key, why)
-        if why in ("reaped", "evicted"):
-            metrics.REAPS.labels(why).inc()
-            await self._tell(key, why)
+        self._stopping += 1  # still counts against the cap until it is gone
+        try:
+            await self._stop_slot(slot, why)
+        finally:
+            self._stopping -= 1
+            self._notify_freed()
         self.refill_pool()
         return True
+
+    async def _stop_slot(self, slot: Slot, why: str) -> None:
+        if self.directory is not None and why != "reset":
+            row = await self.directory.kernel_of(slot.key)
+            if row is not None and row[1] != self.replica_id:
+                await _detach(slot.kernel)  # another replica serves this thread now
+                return
+        await slot.kernel.shutdown()
+        if self.directory is not None:
+            await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
+        log.info("kernels.released thread=%s why=%s", slot.key, why)
+        if why in ("reaped", "evicted"):
+            metrics.REAPS.labels(why).inc()
+            # Told from a task: a slow Slack must not hold up kernel starts.
+            task = asyncio.create_task(self._tell(slot.key, why))
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
 
     async def _reset_shared(self, key: str) -> bool:
         """Reset a thread whose kernel another replica started."""

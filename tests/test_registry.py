@@ -1,0 +1,138 @@
+"""The kernel registry's bookkeeping under concurrency, with a stand-in backend (no processes):
+the cap holds, bursts wait for a seat instead of failing, a leased kernel is never evicted."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from slackinterp.kernels.registry import KernelRegistry
+
+
+class FakeKernel:
+    def __init__(self, name: str, backend: FakeBackend):
+        self.kernel_id = name
+        self.cwd = Path("/nowhere")
+        self.control = None
+        self.backend = backend
+        self.alive = True
+
+    @property
+    def client(self):
+        raise AssertionError("not used")
+
+    @property
+    def pid(self) -> None:
+        return None
+
+    async def is_alive(self) -> bool:
+        return self.alive
+
+    async def interrupt(self) -> None:
+        pass
+
+    async def restart(self) -> None:
+        pass
+
+    async def move_to(self, cwd: Path) -> None:
+        self.cwd = cwd
+
+    async def shutdown(self) -> None:
+        await asyncio.sleep(0.05)
+        self.alive = False
+        self.backend.running -= 1
+
+
+class FakeBackend:
+    def __init__(self, start_seconds: float = 0.1):
+        self.start_seconds = start_seconds
+        self.running = 0
+        self.peak = 0
+        self.started = 0
+
+    async def start_kernel(self, cwd: Path) -> FakeKernel:
+        await asyncio.sleep(self.start_seconds)
+        self.running += 1
+        self.started += 1
+        self.peak = max(self.peak, self.running)
+        return FakeKernel(f"k{self.started}", self)
+
+    async def cleanup_orphans(self) -> int:
+        return 0
+
+
+def registry(backend: FakeBackend, **kw) -> KernelRegistry:
+    async def nothing(_key: str) -> list[str]:
+        return []
+
+    defaults = {"pool_size": 2, "max_kernels": 4, "capacity_wait": 10.0}
+    defaults.update(kw)
+    return KernelRegistry(
+        backend,
+        pool_dir=Path("/nowhere/pool"),
+        replay_source=nothing,
+        restore_timeout=5,
+        **defaults,
+    )
+
+
+async def test_burst_waits_for_seats_and_cap_holds() -> None:
+    backend = FakeBackend()
+    reg = registry(backend)
+    await reg.start()
+    peak_live = 0
+
+    async def user(i: int) -> None:
+        nonlocal peak_live
+        await reg.acquire(f"t{i}", Path(f"/nowhere/t{i}"))
+        peak_live = max(peak_live, reg.live_count)
+        await asyncio.sleep(0.05)
+        reg.mark_idle(f"t{i}")
+
+    await asyncio.gather(*(user(i) for i in range(12)))  # 12 threads, 4 seats: no refusals
+    await asyncio.sleep(0.5)
+    assert backend.peak <= 4 and peak_live <= 4
+    await reg.shutdown()
+    assert backend.running == 0
+
+
+async def test_slow_eviction_notices_do_not_raise_the_count() -> None:
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend)
+
+    async def slow_listener(_key: str, _what: str) -> None:
+        await asyncio.sleep(0.3)
+
+    reg.listeners.append(slow_listener)
+    await reg.start()
+    for i in range(8):
+        await reg.acquire(f"s{i}", Path(f"/nowhere/s{i}"))
+        reg.mark_idle(f"s{i}")
+        assert reg.live_count <= 4
+    await asyncio.sleep(0.5)
+    assert backend.peak <= 4
+    await reg.shutdown()
+
+
+async def test_a_leased_kernel_is_not_evicted() -> None:
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=2, capacity_wait=0.3)
+    await reg.start()
+    a = await reg.acquire("A", Path("/nowhere/A"))
+    reg.mark_idle("A")
+    await reg.acquire("B", Path("/nowhere/B"))  # B leased (busy)
+    a_again = await reg.acquire("A", Path("/nowhere/A"))  # A leased again, not yet running
+    assert a_again.kernel is a.kernel
+    from slackinterp.kernels.registry import AtCapacity
+
+    try:
+        await reg.acquire("C", Path("/nowhere/C"))
+    except AtCapacity:
+        pass
+    else:
+        raise AssertionError("C took the seat of a leased kernel")
+    assert a.kernel.alive
+    reg.mark_idle("A")
+    c = await reg.acquire("C", Path("/nowhere/C"))  # now A is idle: its seat goes to C
+    assert c.kernel.alive and not a.kernel.alive
+    await reg.shutdown()
