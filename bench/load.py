@@ -1,6 +1,7 @@
 """Benchmark: reliability under load — many threads at once through the fake Slack, with faults.
 
-Run by hand from the repository root (it is not a test; it starts real kernels, a few minutes):
+Run by hand from the repository root (it is not a test; it starts real kernels; about a minute
+on a 2-core machine with the defaults):
 
     . .venv/bin/activate
     python bench/load.py [--threads 50] [--turns 5] [--max-kernels 20] [--fail-rate 0.02]
@@ -18,7 +19,9 @@ with a python tool call, then with a text answer quoting the cell's output). Eve
 variable `acc` kept in the thread's kernel and prints it with a marker [T<thread>.<turn>], so the
 checks can tell replies apart and see that state survived. SLACKINTERP_MAX_KERNELS (--max-kernels,
 20) is below the number of threads: kernels are evicted least recently used and threads come back
-by replaying their cells. pool_size 4, sandbox auto (bubblewrap when it works).
+by replaying their cells. pool_size 4, sandbox auto (bubblewrap when it works). A turn the bot
+refuses with "At capacity … try again in a moment" is sent again a second later, as a person
+would, and counted.
 --fail-rate (2%) of Slack Web API calls fail with 429 (Retry-After: 0, the smallest the fake
 sends; slack_sdk waits 0-1 s) or 500; the bot's slack_sdk retry handlers must absorb them.
 Meanwhile `/interp status` slash commands go out at about 5 per second.
@@ -26,19 +29,23 @@ Meanwhile `/interp status` slash commands go out at about 5 per second.
 Measured and checked:
 - exactly once: per thread and turn, the finished cell messages and the final answers in the
   fake's message state (after the run): duplicates and misses must be 0/0; the value of `acc`
-  in every cell and answer must be right (state restored by replay);
+  in every cell and answer must be right (state restored by replay); no "At capacity" refusals;
+  no cell left "running…", no other warning;
 - peak memory: total PSS of this process + every process under it (kernels, bwrap), sampled
   every 0.5 s by a separate sampler process (no GIL shared with the bot); the peak number of
-  live kernel processes must stay within SLACKINTERP_MAX_KERNELS + pool_size;
+  kernel processes must stay within SLACKINTERP_MAX_KERNELS + pool_size, and the registry's own
+  count of live kernels (pool included, sampled every 50 ms) within SLACKINTERP_MAX_KERNELS;
 - slash-command ack p99 < 300 ms (the fake's send → ack time);
 - event-loop lag p99 < 100 ms (a task on the bot's loop sleeps 50 ms and records the overshoot);
 - after bot.stop(): no ipykernel or bwrap process under this process and none anywhere whose
   command line names the run's data directory.
 Baseline measured in the same run: one thread alone before the load (no faults), alternating
-direct and model turns; the loaded turn latencies are printed as ratios of its p50.
+direct and model turns; the loaded turn latencies are printed as ratios of its p50. Also
+printed: latency by turn number, kernel starts (count, time), CPU use of the machine and of
+this process.
 
 It writes its figures to docs/RELIABILITY.md between generated-section markers (with the date
-and machine); the rest of that file is kept.
+and machine); the rest of that file is kept. Exit status 0 only when every check passes.
 """
 
 from __future__ import annotations
@@ -53,6 +60,7 @@ import platform
 import re
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -343,6 +351,24 @@ async def load(
     return LoadResult(runs, seconds, envelopes)
 
 
+class StartTimes:
+    """Times every kernel start the registry asks the backend for (queueing included)."""
+
+    def __init__(self, bot: SlackBot):
+        backend = bot.runtime.registry.backend
+        self.seconds: list[float] = []
+        start = backend.start_kernel
+
+        async def timed(cwd: Path) -> Any:
+            began = time.monotonic()
+            try:
+                return await start(cwd)
+            finally:
+                self.seconds.append(time.monotonic() - began)
+
+        backend.start_kernel = timed  # type: ignore[method-assign]
+
+
 class LoopWatch:
     """On the bot's loop: the overshoot of 50 ms sleeps, and the registry's kernel count."""
 
@@ -385,7 +411,8 @@ def sample_tree(root_pid: int, out: Path, interval: float) -> None:
                 procs = [root, *(p for p in root.children(recursive=True) if p.pid != me)]
             except psutil.Error:
                 break
-            total = bot = kernels = bwraps = 0
+            cpu = psutil.cpu_percent(interval=None)  # all cores, since the previous sample
+            total = bot = kernels = 0
             for proc in procs:
                 try:
                     info = proc.memory_full_info()
@@ -397,11 +424,9 @@ def sample_tree(root_pid: int, out: Path, interval: float) -> None:
                 total += pss
                 if proc.pid == root_pid:
                     bot = pss
-                elif name == "bwrap":
-                    bwraps += 1
-                elif "ipykernel" in cmdline:
+                elif name != "bwrap" and "ipykernel" in cmdline:
                     kernels += 1
-            row = {"t": time.time(), "pss": total, "bot": bot, "kernels": kernels, "bwrap": bwraps}
+            row = {"t": time.time(), "pss": total, "bot": bot, "kernels": kernels, "cpu": cpu}
             sink.write(json.dumps(row) + "\n")
             sink.flush()
             time.sleep(max(0.0, interval - (time.monotonic() - began)))
@@ -582,19 +607,33 @@ class Row:
     ok: bool | None  # None: information only
 
 
-def rows_for(
-    args: argparse.Namespace,
-    baseline: list[Turn],
-    result: LoadResult,
-    v: Verification,
-    acks: list[float],
-    unacked: int,
-    watch: LoopWatch,
-    samples: list[dict[str, float]],
-    left: list[str],
-    stop_seconds: float,
-) -> list[Row]:
-    turns = [t for run in result.runs for t in run.turns]
+@dataclass
+class Measured:
+    """Everything one run measured, for the table and the notes."""
+
+    baseline: list[Turn]
+    result: LoadResult
+    v: Verification
+    acks: list[float]
+    unacked: int
+    watch: LoopWatch
+    starts: StartTimes
+    samples: list[dict[str, float]]
+    left: list[str]
+    stop_seconds: float
+    slack_calls: int
+    injected: Counter[int]
+    model_requests: int
+    sandboxed: bool
+    own_cpu: float  # CPU seconds of this process (bot + fakes + driver) during the load
+
+    @property
+    def turns(self) -> list[Turn]:
+        return [t for run in self.result.runs for t in run.turns]
+
+
+def rows_for(args: argparse.Namespace, m: Measured) -> list[Row]:
+    v, watch, samples, acks, turns = m.v, m.watch, m.samples, m.acks, m.turns
     rows: list[Row] = []
     replies = v.cells + v.answers
     expected = v.expected_cells + v.expected_answers
@@ -668,9 +707,9 @@ def rows_for(
         Row(
             f"slash-command ack ({len(acks)} `/interp status`)",
             f"p50 {pct(acks, 50) * 1000:.1f} ms, p99 {ack_p99:.1f} ms, "
-            f"max {max(acks, default=0) * 1000:.1f} ms; {unacked} not acked",
+            f"max {max(acks, default=0) * 1000:.1f} ms; {m.unacked} not acked",
             f"p99 < {TARGET_ACK_P99_MS:g} ms",
-            ack_p99 < TARGET_ACK_P99_MS and unacked == 0,
+            ack_p99 < TARGET_ACK_P99_MS and m.unacked == 0,
         )
     )
     lag_p99 = pct(watch.lags, 99) * 1000
@@ -686,13 +725,13 @@ def rows_for(
     rows.append(
         Row(
             "kernel processes left after shutdown",
-            f"{len(left)} (bot.stop() took {stop_seconds:.1f} s)",
+            f"{len(m.left)} (bot.stop() took {m.stop_seconds:.1f} s)",
             "0",
-            not left,
+            not m.left,
         )
     )
     for kind in ("code", "model"):
-        base = pct([t.latency for t in baseline if t.kind == kind and t.turn > 0], 50)
+        base = pct([t.latency for t in m.baseline if t.kind == kind and t.turn > 0], 50)
         loaded = [t.latency for t in turns if t.kind == kind and t.latency is not None]
         p50, p99 = pct(loaded, 50), pct(loaded, 99)
         rows.append(
@@ -726,7 +765,8 @@ def markdown(
         f"The real bot (Socket Mode, slack_sdk retry handlers, sandboxed kernels, SQLite) against "
         f"the fake Slack and the fake model, in one process. {args.threads} threads over "
         f"{len(CHANNELS)} channels start at once; each sends {args.turns} turns one after the "
-        f"other, half direct ```python code, half model turns (a tool call, then an answer). "
+        "other, half direct code (a fenced python block), half model turns (a tool call, then "
+        "an answer). A turn refused “At capacity” is sent again a second later. "
         f"{args.fail_rate:.0%} of Slack Web API calls fail (429 with Retry-After: 0, or 500). "
         f"SLACKINTERP_MAX_KERNELS={args.max_kernels}, pool_size={POOL_SIZE}, so threads are "
         f"evicted and restored by replay. `/interp status` about every {COMMAND_INTERVAL:g} s.",
@@ -797,9 +837,12 @@ async def main(args: argparse.Namespace) -> int:
         progress(f"load: {args.threads} threads × {args.turns} turns …")
         sampler = start_sampler(scratch / "memory.jsonl")
         watch = LoopWatch(bot)
+        starts = StartTimes(bot)
         watch.start()
+        cpu_before = sum(psutil.Process().cpu_times()[:2])
         result = await side.run(load(fake, args.threads, args.turns, args.fail_rate, args.seed))
         await watch.stop()
+        own_cpu = sum(psutil.Process().cpu_times()[:2]) - cpu_before
         progress(f"load done in {result.seconds:.1f} s; checking …")
         await asyncio.sleep(SETTLE_SECONDS)
         v = await side.run(call(verify, fake, result.runs))
@@ -814,12 +857,26 @@ async def main(args: argparse.Namespace) -> int:
         left = await wait_no_leftovers(data_dir)
 
         acks = [fake.acks[e].latency for e in result.command_envelopes if e in fake.acks]
-        unacked = len(result.command_envelopes) - len(acks)
-        rows = rows_for(
-            args, base_run.turns, result, v, acks, unacked, watch, samples, left, stop_seconds
+        measured = Measured(
+            baseline=base_run.turns,
+            result=result,
+            v=v,
+            acks=acks,
+            unacked=len(result.command_envelopes) - len(acks),
+            watch=watch,
+            starts=starts,
+            samples=samples,
+            left=left,
+            stop_seconds=stop_seconds,
+            slack_calls=len(fake.calls),
+            injected=fake.faults.injected,
+            model_requests=len(model.requests),
+            sandboxed=sandboxed,
+            own_cpu=own_cpu,
         )
+        rows = rows_for(args, measured)
         ok = all(r.ok is not False for r in rows) and not base_v.missing
-        extra = details(args, result, v, fake, model, samples, sandboxed, time.monotonic() - began)
+        extra = details(args, measured, time.monotonic() - began)
         print_report(rows, extra, v, left)
         write_report(markdown(args, machine(), rows, extra))
         print(f"\nwrote {REPORT.relative_to(ROOT)}; bot log: {log_file}")
@@ -838,40 +895,39 @@ async def main(args: argparse.Namespace) -> int:
     return 0 if ok else 1
 
 
-def details(
-    args: argparse.Namespace,
-    result: LoadResult,
-    v: Verification,
-    fake: LoadSlack,
-    model: LoadModel,
-    samples: list[dict[str, float]],
-    sandboxed: bool,
-    total_seconds: float,
-) -> list[str]:
-    turns = sum(len(r.turns) for r in result.runs)
-    injected = fake.faults.injected
+def details(args: argparse.Namespace, m: Measured, total_seconds: float) -> list[str]:
+    turns, samples, result = m.turns, m.samples, m.result
     bot_pss = max((s["bot"] for s in samples), default=0)
     peak = max(samples, key=lambda s: s["pss"], default=None)
     per_kernel = (
         mib(peak["pss"] - peak["bot"]) / peak["kernels"] if peak and peak["kernels"] else 0.0
     )
-    all_turns = [t for run in result.runs for t in run.turns]
-    failures = Counter(t.failure.splitlines()[0][:90] for t in all_turns if t.failure)
+    cpu = [s["cpu"] for s in samples[1:]]
+    failures = Counter(t.failure.splitlines()[0][:90] for t in turns if t.failure)
     by_turn = []
     for number in range(args.turns):
-        seconds = [t.latency for t in all_turns if t.turn == number and t.latency is not None]
+        seconds = [t.latency for t in turns if t.turn == number and t.latency is not None]
         by_turn.append(
             f"{number}: p50 {pct(seconds, 50):.2f} s, max {max(seconds, default=0):.2f} s"
         )
+    starts = m.starts.seconds
     return [
         "- Turn latency by turn number (0 = a new thread): " + "; ".join(by_turn) + ".",
         "- Turns without their reply: "
         + ("; ".join(f"{n} × “{text}”" for text, n in failures.most_common()) or "none")
         + ".",
-        f"- Load phase: {turns} turns in {result.seconds:.1f} s ({turns / result.seconds:.1f} "
-        f"turns/s); whole run {total_seconds:.0f} s. Sandbox: {'bwrap' if sandboxed else 'none'}.",
-        f"- Slack: {len(fake.calls)} Web API calls, {sum(injected.values())} failed on purpose "
-        f"({injected[429]} × 429, {injected[500]} × 500); {len(model.requests)} model requests.",
+        f"- Load phase: {len(turns)} turns in {result.seconds:.1f} s "
+        f"({len(turns) / result.seconds:.1f} turns/s); whole run {total_seconds:.0f} s. "
+        f"Sandbox: {'bwrap' if m.sandboxed else 'none'}.",
+        f"- Kernel starts during the load: {len(starts)}, each p50 {pct(starts, 50):.2f} s, "
+        f"max {max(starts, default=0):.2f} s (waiting for a start slot included); machine CPU "
+        f"busy {statistics.fmean(cpu) if cpu else 0:.0f}% on average "
+        f"(sampled every {SAMPLE_INTERVAL:g} s), of which this process (bot + fakes + driver) "
+        f"{m.own_cpu:.1f} CPU-s = {m.own_cpu / result.seconds / psutil.cpu_count():.0%} "
+        "of the machine.",
+        f"- Slack: {m.slack_calls} Web API calls, {sum(m.injected.values())} failed on purpose "
+        f"({m.injected[429]} × 429, {m.injected[500]} × 500); "
+        f"{m.model_requests} model requests.",
         f"- Memory at the peak: bot process (with the fakes in it) {mib(bot_pss):.0f} MiB PSS "
         f"at most; {per_kernel:.0f} MiB PSS per kernel process (with its bwrap) at the peak.",
         "- The fakes and the load driver run in the bot's process"

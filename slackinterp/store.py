@@ -140,7 +140,8 @@ class StoredCell:
 # order, in one transaction. To change the schema: change the tables above, then add
 # `N: _vN` here, a function that takes the old database to the new one on a sync Connection
 # (for example `conn.execute(text("ALTER TABLE cells ADD COLUMN note TEXT"))`; SQLite cannot
-# alter or drop columns in place, so such a step copies the table). Nothing else changes.
+# change a column's type or constraints in place, so such a step copies the table). Nothing
+# else changes: tests/test_store.py runs steps like these on both databases.
 Migration = Callable[[Connection], None]
 BASE_VERSION = 1
 MIGRATIONS: dict[int, Migration] = {}
@@ -266,7 +267,7 @@ class Store:
 
     @property
     def dialect(self) -> str:
-        """ "sqlite" or "postgresql"."""
+        """The kind of database: "sqlite" or "postgresql"."""
         return str(self._engine.dialect.name)
 
     @classmethod
@@ -308,6 +309,20 @@ class Store:
                 isolation_level="AUTOCOMMIT",
                 connect_args=connect_args,
             )
+
+            @event.listens_for(locks.sync_engine, "connect")
+            def _keepalive(dbapi_conn: Any, _record: Any) -> None:
+                # A holder whose machine vanishes sends no FIN: without keepalives the server
+                # would keep its lock (and the thread) for the OS default of about two hours.
+                cursor = dbapi_conn.cursor()
+                cursor.execute(
+                    "SELECT set_config('tcp_keepalives_idle', '30', false),"
+                    " set_config('tcp_keepalives_interval', '10', false),"
+                    " set_config('tcp_keepalives_count', '3', false)"
+                )
+                cursor.close()
+                dbapi_conn.commit()
+
         store = cls(engine, locks)
         where = redacted(url)
         try:

@@ -406,6 +406,20 @@ async def test_thread_lock_released_when_the_store_closes(pg_url: str) -> None:
         await second.close()
 
 
+async def test_lock_connections_ask_the_server_to_notice_a_vanished_holder(pg_url: str) -> None:
+    store = await Store.open(pg_url)
+    try:
+        assert store._locks is not None
+        async with store._locks.connect() as conn:
+            settings = [
+                (await conn.execute(text(f"SHOW tcp_keepalives_{name}"))).scalar()
+                for name in ("idle", "interval", "count")
+            ]
+        assert settings == ["30", "10", "3"]
+    finally:
+        await store.close()
+
+
 HOLDER = textwrap.dedent(
     """
     import asyncio, sys
@@ -457,6 +471,8 @@ async def test_thread_lock_released_when_the_holder_process_dies(pg_url: str) ->
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+        if proc.stdout is not None:
+            proc.stdout.close()
         await store.close()
 
 

@@ -267,6 +267,7 @@ class KernelRegistry:
             async with self._lock:
                 if self.pool:
                     kernel = self.pool.pop(0)
+                    self._starting += 1  # in neither pool nor slots while it moves: count it
                     break
                 if self.live_count < self.max_kernels or (victim := self._lru_idle()):
                     if victim is not None:
@@ -284,7 +285,10 @@ class KernelRegistry:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(freed.wait(), remaining)
         if kernel is not None:
-            await kernel.move_to(cwd)
+            try:
+                await kernel.move_to(cwd)
+            finally:
+                self._starting -= 1
             return kernel
         try:
             if victim is not None:
