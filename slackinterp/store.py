@@ -112,6 +112,16 @@ inflight = Table(
     Column("started_at", Float, nullable=False),
 )
 
+# Which gateway kernel serves a thread, shared by replicas (schema version 2).
+thread_kernels = Table(
+    "thread_kernels",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("kernel_id", String(200), nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
 kernel_procs = Table(
     "kernel_procs",
     metadata,
@@ -144,7 +154,12 @@ class StoredCell:
 # else changes: tests/test_store.py runs steps like these on both databases.
 Migration = Callable[[Connection], None]
 BASE_VERSION = 1
-MIGRATIONS: dict[int, Migration] = {}
+def _v2(conn: Connection) -> None:
+    """Version 2: the thread → gateway kernel directory for replicas."""
+    thread_kernels.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 # PostgreSQL's advisory locks share one 64-bit key space per database with anyone else using
@@ -548,6 +563,33 @@ class Store:
                 if result.rowcount:
                     taken.append(row.thread_key)
         return taken
+
+    # remote kernels shared by replicas (registry.KernelDirectory) ---------------------------
+    async def kernel_of(self, key: str) -> tuple[str, str] | None:
+        query = select(thread_kernels.c.kernel_id, thread_kernels.c.owner).where(
+            thread_kernels.c.thread_key == key
+        )
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return (row.kernel_id, row.owner) if row else None
+
+    async def claim_kernel(self, key: str, kernel_id: str, owner: str) -> None:
+        values = {"kernel_id": kernel_id, "owner": owner, "updated_at": time.time()}
+        statement = self._insert(thread_kernels).values(thread_key=key, **values)
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                statement.on_conflict_do_update(
+                    index_elements=[thread_kernels.c.thread_key], set_=values
+                )
+            )
+
+    async def forget_kernel_of(self, key: str, kernel_id: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                delete(thread_kernels).where(
+                    thread_kernels.c.thread_key == key, thread_kernels.c.kernel_id == kernel_id
+                )
+            )
 
     # kernel processes (crash cleanup) ------------------------------------------------------
     async def record_kernel(self, pid: int, owner_pid: int, connection_file: str) -> None:

@@ -19,7 +19,15 @@ from sqlalchemy.ext.asyncio import create_async_engine
 from slackinterp import store as store_mod
 from slackinterp.config import SettingsError, load_settings, normalize_database_url
 from slackinterp.runtime import Runtime, store_url
-from slackinterp.store import SCHEMA_VERSION, Store, StoreError, meta, metadata, migrate
+from slackinterp.store import (
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Store,
+    StoreError,
+    meta,
+    metadata,
+    migrate,
+)
 from tests.conftest import make_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -124,10 +132,11 @@ def _fill_note(conn: Connection) -> None:
 
 
 async def test_migration_steps_run_once_in_order_when_replicas_race(db_url: str) -> None:
-    store = await Store.open(db_url)  # version 1, with a cell to carry forward
+    store = await Store.open(db_url)  # the current version, with a cell to carry forward
     await store.add_cell("T:C:1", "x = 1", ok=True, error_name=None, duration=0.1)
     await store.close()
-    steps = {2: _add_note_column, 3: _fill_note}
+    v = SCHEMA_VERSION
+    steps = {**MIGRATIONS, v + 1: _add_note_column, v + 2: _fill_note}
     engines = [create_async_engine(normalize_database_url(db_url)) for _ in range(3)]
     try:
         results = await asyncio.gather(*(migrate(e, steps) for e in engines))
@@ -135,17 +144,17 @@ async def test_migration_steps_run_once_in_order_when_replicas_race(db_url: str)
         for engine in engines:
             await engine.dispose()
     # Exactly one replica did the work; the others waited for its lock, then found it done.
-    assert sorted(results) == [(1, 3), (3, 3), (3, 3)]
-    assert await schema_version(db_url) == "3"
+    assert sorted(results) == [(v, v + 2), (v + 2, v + 2), (v + 2, v + 2)]
+    assert await schema_version(db_url) == str(v + 2)
     engine = create_async_engine(normalize_database_url(db_url))
     try:
         async with engine.connect() as conn:
             notes = (await conn.execute(text("SELECT note FROM cells"))).scalars().all()
         assert notes == ["v3:x = 1"]
-        assert await migrate(engine, steps) == (3, 3)  # idempotent
+        assert await migrate(engine, steps) == (v + 2, v + 2)  # idempotent
     finally:
         await engine.dispose()
-    # This slackinterp only knows version 1: it refuses rather than guess.
+    # This slackinterp only knows its own version: it refuses rather than guess.
     with pytest.raises(StoreError, match=r"newer than this slackinterp"):
         await Store.open(db_url)
 
@@ -159,18 +168,18 @@ async def test_failed_migration_leaves_the_database_as_it_was(db_url: str) -> No
         raise RuntimeError("step failed half-way")
 
     with pytest.raises(RuntimeError, match="half-way"):
-        await Store.open(db_url, migrations={2: broken})
-    assert await schema_version(db_url) == "1"
+        await Store.open(db_url, migrations={**MIGRATIONS, SCHEMA_VERSION + 1: broken})
+    assert await schema_version(db_url) == str(SCHEMA_VERSION)
     assert "note" not in await column_names(db_url, "cells")  # the DDL was rolled back
     reopened = await Store.open(db_url)
     await reopened.close()
 
 
 async def test_a_new_database_is_created_at_the_newest_version(db_url: str) -> None:
-    steps = {2: _add_note_column}
+    steps = {**MIGRATIONS, SCHEMA_VERSION + 1: _add_note_column}
     store = await Store.open(db_url, migrations=steps)  # created whole; no step runs
     await store.close()
-    assert await schema_version(db_url) == "2"
+    assert await schema_version(db_url) == str(SCHEMA_VERSION + 1)
 
 
 # --- every method round-trips --------------------------------------------------------------
@@ -543,3 +552,32 @@ def test_advisory_keys_are_stable_and_namespaced() -> None:
     assert key("thread", "T:C:1") != key("thread", "T:C:2")
     assert key("thread", "x") != key("migrate", "x")
     assert -(2**63) <= key("thread", "T:C:1") < 2**63
+
+
+async def test_version_1_databases_gain_the_kernel_directory(db_url: str) -> None:
+    """A database written by the first release (schema 1) is migrated forward on open."""
+    from sqlalchemy import delete, update
+
+    from slackinterp.store import thread_kernels
+
+    store = await Store.open(db_url)
+    await store.close()
+    engine = create_async_engine(normalize_database_url(db_url))
+    try:
+        async with engine.begin() as conn:  # make it look like schema 1
+            await conn.run_sync(lambda c: thread_kernels.drop(c))
+            await conn.execute(update(meta).values(value="1"))
+            await conn.execute(delete(meta).where(meta.c.key == "nothing"))
+    finally:
+        await engine.dispose()
+    store = await Store.open(db_url)
+    try:
+        await store.claim_kernel("T:C:1", "k-1", "replica-a")
+        assert await store.kernel_of("T:C:1") == ("k-1", "replica-a")
+        await store.forget_kernel_of("T:C:1", "other")
+        assert await store.kernel_of("T:C:1") == ("k-1", "replica-a")
+        await store.forget_kernel_of("T:C:1", "k-1")
+        assert await store.kernel_of("T:C:1") is None
+    finally:
+        await store.close()
+    assert await schema_version(db_url) == str(SCHEMA_VERSION)

@@ -208,7 +208,9 @@ class Engine:
         try:
             async with session.lock:
                 session.waiting -= 1
-                await self._run_turn(session, request, emit)
+                # Across replicas (PostgreSQL): one turn per thread anywhere. No-op on SQLite.
+                async with self.store.thread_lock(session.key.id):
+                    await self._run_turn(session, request, emit)
         finally:
             emit(_DONE)  # type: ignore[arg-type]
 
@@ -549,7 +551,7 @@ class Engine:
         """Fresh kernel, no replay history, no model history; files stay unless wiped."""
         session = self.session(key)
         session.request_stop("reset")
-        async with session.lock:
+        async with session.lock, self.store.thread_lock(key.id):
             if wipe and self.remote:  # the files live with the kernel: wipe through it
                 lease = await self.registry.acquire(key.id, session.workdir)
                 await self._files_of(session, lease.kernel).wipe()

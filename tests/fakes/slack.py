@@ -589,6 +589,7 @@ class _State:
     faults: FaultInjector
     socket_connected: asyncio.Event
     socket_connects: int
+    next_socket: int | None
     version: int
     _file_bytes: dict[str, bytes]
     _pending_uploads: dict[str, _PendingUpload]
@@ -1373,7 +1374,9 @@ class _Delivery(_State):
     async def _flush_outbox(self) -> None:
         while self._outbox and self._sockets:
             envelope = self._outbox.popleft()
-            ws = self._sockets[-1]
+            # Slack spreads events over an app's connections; tests can pick one (replicas).
+            pick = self.next_socket
+            ws = self._sockets[pick % len(self._sockets)] if pick is not None else self._sockets[-1]
             envelope.sent_at = time.monotonic()
             envelope.via = "socket"
             try:
@@ -1840,6 +1843,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
         self.faults = FaultInjector()
         self.socket_connected = asyncio.Event()
         self.socket_connects = 0
+        self.next_socket: int | None = None  # index of the connection that gets envelopes
         self.version = 0  # bumped on every recorded change
 
         self._file_bytes: dict[str, bytes] = {}
