@@ -525,6 +525,8 @@ async def check_kernel(settings: Settings) -> Check:
     from slackinterp.kernels.backend import KernelStartError, LocalBackend
     from slackinterp.kernels.sandbox import MIB, Limits
 
+    if settings.gateway_url:
+        return await _check_gateway_kernel(settings)
     with tempfile.TemporaryDirectory(prefix="slackinterp-doctor-") as tmp:
         root = Path(tmp)
         backend = LocalBackend(
@@ -554,6 +556,31 @@ async def check_kernel(settings: Settings) -> Check:
             await kernel.shutdown()
 
 
+async def _check_gateway_kernel(settings: Settings) -> Check:
+    """The same checks on a kernel the gateway starts (SLACKINTERP_GATEWAY_URL)."""
+    from slackinterp.kernels.backend import KernelStartError
+    from slackinterp.runtime import gateway_backend
+
+    backend = gateway_backend(settings)
+    with tempfile.TemporaryDirectory(prefix="slackinterp-doctor-") as tmp:
+        start = time.monotonic()
+        try:
+            kernel = await backend.start_kernel(Path(tmp) / "doctor")
+        except KernelStartError as exc:
+            await backend.close()
+            return failed(
+                KERNEL,
+                f"the kernel gateway could not start a '{settings.kernel_name}' kernel: {exc}",
+                "check SLACKINTERP_GATEWAY_URL and SLACKINTERP_GATEWAY_TOKEN, that the gateway "
+                "is running, and that it offers this kernel spec (GET /api/kernelspecs)",
+            )
+        try:
+            return await _exercise(kernel, settings, time.monotonic() - start)
+        finally:
+            await kernel.shutdown()
+            await backend.close()
+
+
 # --- storage -----------------------------------------------------------------------------
 
 
@@ -574,11 +601,14 @@ def check_data_dir(settings: Settings) -> Check:
 @bounded(DATABASE, DATABASE_TIMEOUT, "check that no other process holds a lock on the database")
 async def check_database(settings: Settings) -> Check:
     """Open (and if new, create) the database the way the bot does, then close it."""
-    from slackinterp.store import Store, StoreError, sqlite_url
+    from slackinterp.runtime import store_url
+    from slackinterp.store import Store, StoreError
 
-    path = settings.db_path.resolve()
+    path = settings.database_url or str(settings.db_path.resolve())
+    if "@" in path:  # never print a password
+        path = path.split("://", 1)[0] + "://…@" + path.rsplit("@", 1)[1]
     try:
-        store = await Store.open(sqlite_url(path))
+        store = await Store.open(store_url(settings))
     except (StoreError, SQLAlchemyError) as exc:
         return failed(
             DATABASE,

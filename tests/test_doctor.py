@@ -20,6 +20,7 @@ from slackinterp.manifest import BOT_SCOPES
 from tests.conftest import kernel_children, make_settings
 from tests.fakes.openai_server import Dynamic, Fail, FakeOpenAI, Reply
 from tests.fakes.slack import FakeSlack
+from tests.gateway import kernel_gateway  # noqa: F401 - a fixture
 
 NAMES = [
     doctor.SETTINGS,
@@ -303,3 +304,25 @@ async def test_required_sandbox_without_bubblewrap(
     assert not required.ok
     assert required.fix and "apt-get install bubblewrap" in required.fix
     assert optional.ok and optional.skipped
+
+
+async def test_doctor_checks_gateway_kernels_and_postgresql(
+    tmp_path: Path,
+    pg_url: str,
+    kernel_gateway,  # noqa: F811
+) -> None:
+    from slackinterp.doctor import check_database, check_kernel
+
+    settings = make_settings(
+        tmp_path,
+        gateway_url=kernel_gateway.url,
+        gateway_token=kernel_gateway.token,
+        database_url=pg_url,
+    )
+    kernel = await check_kernel(settings)
+    assert kernel.ok, kernel
+    database = await check_database(settings)
+    assert database.ok, database
+    bad = make_settings(tmp_path, gateway_url=kernel_gateway.url, gateway_token="wrong")
+    refused = await check_kernel(bad)
+    assert not refused.ok and "SLACKINTERP_GATEWAY_TOKEN" in (refused.fix or "")
