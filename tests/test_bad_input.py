@@ -137,3 +137,20 @@ async def test_unknown_mention_words_and_bad_links(tmp_path: Path) -> None:
         await fake.wait_for(
             lambda: any("does not look like a link" in str(r) for r in fake.responses)
         )
+
+
+async def test_huge_image_is_noted_not_uploaded(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, max_upload_mb=1):
+        ts, _ = await fake.user_message(
+            CHANNEL,
+            "<@UBOT> ```import numpy as np, matplotlib.pyplot as plt\n"
+            "plt.figure(figsize=(12, 12), dpi=100)\n"
+            "plt.imshow(np.random.default_rng(1).random((1200, 1200, 3)))\nplt.show()\n"
+            "plt.figure(); plt.plot([1, 2]); plt.show()```",
+        )
+        cells = await wait_cells(fake, ts, 1, timeout=60)
+        assert "too large to upload" in all_text(cells[0])
+        await fake.wait_for(lambda: len(fake.uploads) >= 1)
+        await asyncio.sleep(0.5)
+        assert [u.filename.endswith(".png") for u in fake.uploads] == [True]  # the small one
+        assert all(len(u.content) < 1024 * 1024 for u in fake.uploads)
