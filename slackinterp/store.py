@@ -295,7 +295,10 @@ class Store:
             raise StoreError(f"cannot use the database URL {redacted(url)}: {exc}") from None
         locks: AsyncEngine | None = None
         if url.startswith("sqlite"):
-            engine = create_async_engine(url)
+            # One connection: SQLite takes one writer at a time anyway, and queueing in asyncio
+            # (not in SQLite's busy wait) means a stalled event loop can never push a writer
+            # past busy_timeout into "database is locked" (seen under bench/load.py).
+            engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=120)
 
             @event.listens_for(engine.sync_engine, "connect")
             def _pragmas(dbapi_conn: Any, _record: Any) -> None:
