@@ -38,7 +38,6 @@ import asyncio
 import json
 import logging
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -49,9 +48,8 @@ ROOT = Path(__file__).resolve().parent.parent
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-import psutil  # noqa: E402
-from jupyter_client.manager import AsyncKernelManager  # noqa: E402
 
+from bench.common import RawKernel, leftover_kernels, ms, pct  # noqa: E402
 from slackinterp.engine.events import CellFinished, CellStarted, TurnFailed  # noqa: E402
 from slackinterp.engine.turn import TurnRequest  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
@@ -69,26 +67,6 @@ READY_TIMEOUT = 60.0
 
 
 # --- timing helpers ---------------------------------------------------------------------------
-
-
-def pct(values: list[float], p: float) -> float:
-    """Percentile with linear interpolation (numpy's default)."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * p / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
-def ms(seconds: list[float]) -> dict[str, float]:
-    values = [s * 1000 for s in seconds]
-    return {
-        "p50": pct(values, 50),
-        "p95": pct(values, 95),
-        "min": min(values),
-        "max": max(values),
-        "mean": statistics.fmean(values),
-    }
 
 
 class TimedOpenAI(FakeOpenAI):
@@ -127,42 +105,6 @@ async def turn_events(runtime: Runtime, key: ThreadKey, text: str) -> list[tuple
 
 
 # --- raw jupyter_client baseline --------------------------------------------------------------
-
-
-class RawKernel:
-    """A plain AsyncKernelManager/AsyncKernelClient pair with default settings."""
-
-    def __init__(self, cwd: Path):
-        self.cwd = cwd
-        self.km = AsyncKernelManager()
-        self.kc: Any = None
-
-    async def start(self) -> RawKernel:
-        self.cwd.mkdir(parents=True, exist_ok=True)
-        await self.km.start_kernel(cwd=str(self.cwd))
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        await self.kc.wait_for_ready(timeout=READY_TIMEOUT)
-        return self
-
-    async def round_trip(self, code: str) -> float:
-        """Seconds from execute() to the idle status of that request on iopub."""
-        started = time.perf_counter()
-        msg_id = self.kc.execute(code)
-        while True:
-            msg = await self.kc.get_iopub_msg(timeout=READY_TIMEOUT)
-            if (
-                msg["parent_header"].get("msg_id") == msg_id
-                and msg["header"]["msg_type"] == "status"
-                and msg["content"]["execution_state"] == "idle"
-            ):
-                return time.perf_counter() - started
-
-    async def stop(self) -> None:
-        if self.kc is not None:
-            self.kc.stop_channels()
-        if self.km.has_kernel:
-            await self.km.shutdown_kernel(now=True)
 
 
 async def raw_samples(raw: RawKernel, n: int) -> list[float]:
@@ -241,25 +183,6 @@ async def bench_history(runtime: Runtime, model: TimedOpenAI, turns: int) -> lis
 
 
 # --- shutdown check ---------------------------------------------------------------------------
-
-
-def kernel_pids() -> list[int]:
-    found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "ipykernel" in " ".join(child.cmdline()) and child.status() != "zombie":
-                found.append(child.pid)
-        except psutil.Error:
-            continue
-    return found
-
-
-async def leftover_kernels() -> list[int]:
-    for _ in range(100):
-        if not kernel_pids():
-            return []
-        await asyncio.sleep(0.1)
-    return kernel_pids()
 
 
 # --- report -----------------------------------------------------------------------------------

@@ -45,7 +45,7 @@ from slackinterp.engine.events import (
     TurnStarted,
 )
 from slackinterp.engine.turn import TurnRequest, direct_code
-from slackinterp.engine.workspace import ThreadKey
+from slackinterp.engine.workspace import ThreadKey, human_size
 from slackinterp.kernels.execution import CellResult, Display, Error, Result, Status, Stream
 from slackinterp.runtime import Runtime
 from slackinterp.store import StoreError
@@ -209,15 +209,6 @@ def status_line(result: CellResult, timeout: float) -> str:
     if result.status is Status.STOPPED:
         return f"■ stopped after {seconds}{restarted}"
     return f"✗ kernel died after {seconds}"
-
-
-def human_size(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 class TurnPrinter:

@@ -154,6 +154,8 @@ class StoredCell:
 # else changes: tests/test_store.py runs steps like these on both databases.
 Migration = Callable[[Connection], None]
 BASE_VERSION = 1
+
+
 def _v2(conn: Connection) -> None:
     """Version 2: the thread → gateway kernel directory for replicas."""
     thread_kernels.create(conn, checkfirst=True)

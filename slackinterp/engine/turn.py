@@ -48,7 +48,7 @@ from slackinterp.engine.files import (
     clear_staging,
 )
 from slackinterp.engine.session import ThreadSession
-from slackinterp.engine.workspace import ThreadKey
+from slackinterp.engine.workspace import ThreadKey, human_size
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import (
     CellControl,
@@ -283,7 +283,7 @@ class Engine:
                 emit(
                     FileRejected(
                         incoming.name,
-                        f"it is {_size(incoming.size)}; the limit is "
+                        f"it is {human_size(incoming.size)}; the limit is "
                         f"{self.settings.max_download_mb} MiB "
                         "(SLACKINTERP_MAX_DOWNLOAD_MB)",
                     )
@@ -448,7 +448,7 @@ class Engine:
 
     def _quota_text(self, used: int) -> str:
         return (
-            f"This thread's files use {_size(used)}, over its "
+            f"This thread's files use {human_size(used)}, over its "
             f"{self.settings.workspace_quota_mb} MiB quota (SLACKINTERP_WORKSPACE_QUOTA_MB)."
         )
 
@@ -516,7 +516,7 @@ class Engine:
                     FileSkipped(
                         cell_id,
                         name,
-                        f"{_size(size)} is over the "
+                        f"{human_size(size)} is over the "
                         f"{self.settings.max_upload_mb} MiB upload limit "
                         "(SLACKINTERP_MAX_UPLOAD_MB); it stays in the working directory",
                     )
@@ -726,11 +726,3 @@ def _memory(pid: int) -> int | None:
         with contextlib.suppress(psutil.Error, OSError):
             total += int(proc.memory_info().rss)
     return total or None
-
-
-def _size(size: int) -> str:
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if size < 1024 or unit == "GiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024  # type: ignore[assignment]
-    return f"{size} B"

@@ -132,6 +132,16 @@ def total_size(root: Path) -> int:
     return total
 
 
+def human_size(size: int) -> str:
+    """1.5 MiB, 12 KiB, 0 B: what people read in a thread or a terminal."""
+    value = float(size)
+    for unit in ("B", "KiB", "MiB", "GiB"):
+        if value < 1024 or unit == "GiB":
+            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
+        value /= 1024
+    return f"{size} B"
+
+
 def guess_type(name: str) -> str:
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
 

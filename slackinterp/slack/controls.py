@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from urllib.parse import parse_qs, urlparse
 
 from slackinterp.engine.turn import Engine
-from slackinterp.engine.workspace import ThreadKey
+from slackinterp.engine.workspace import ThreadKey, human_size
 from slackinterp.slack import text as t
 
 WORDS = ("reset", "stop", "status", "files", "help")
@@ -108,7 +108,7 @@ def files_text(files: list[tuple[str, int]]) -> str:
     if not files:
         return "No files in this thread's working directory yet."
     shown = files[:50]
-    lines = [f"• `{t.escape(name)}` ({_bytes(size)})" for name, size in shown]
+    lines = [f"• `{t.escape(name)}` ({human_size(size)})" for name, size in shown]
     if len(files) > len(shown):
         lines.append(f"… and {len(files) - len(shown)} more")
     return "Files in this thread:\n" + "\n".join(lines)
@@ -120,12 +120,3 @@ def _duration(seconds: float) -> str:
     if seconds < 5400:
         return f"{seconds / 60:.0f} min"
     return f"{seconds / 3600:.1f} h"
-
-
-def _bytes(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"

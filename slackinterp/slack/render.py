@@ -39,6 +39,7 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
+from slackinterp.engine.workspace import human_size
 from slackinterp.kernels.execution import CellResult, Display, Error, Result, Status, Stream
 from slackinterp.slack import text as t
 
@@ -363,7 +364,7 @@ class TurnRenderer:
                 view.notes.append("an image could not be decoded")
                 return
             if len(raw) > self.max_upload_bytes:
-                view.notes.append(f"an image of {_human(len(raw))} was too large to upload")
+                view.notes.append(f"an image of {human_size(len(raw))} was too large to upload")
                 return
             name = f"figure-{view.cell_id}-{view.images}.{IMAGE_TYPES[image_type]}"
             await self.upload(None, name, content=raw)
@@ -446,20 +447,11 @@ class TurnRenderer:
 
 
 def _received_line(event: FileReceived) -> str:
-    size = _human(event.size)
+    size = human_size(event.size)
     line = f":inbox_tray: Received `{t.escape(event.name)}` ({size}, {t.escape(event.mimetype)})"
     if event.renamed_from:
         line += f" — saved under this name (sent as `{t.escape(event.renamed_from)}`)"
     return line + "."
-
-
-def _human(size: int) -> str:
-    value = float(size)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if value < 1024 or unit == "GiB":
-            return f"{value:.0f} {unit}" if unit == "B" else f"{value:.1f} {unit}"
-        value /= 1024
-    return f"{size} B"
 
 
 def _reason(exc: Exception) -> str:
