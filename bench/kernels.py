@@ -509,8 +509,10 @@ def print_table(r: dict[str, Any]) -> None:
     for name, ok in met.items():
         print(f"  {'PASS' if ok else 'MISS'}  {name}")
     print(f"  leftover kernel processes: {r['leftover_kernel_pids'] or 'none'}")
-    print(f"  slackinterp kernels: {'sandboxed (bwrap)' if r['sandboxed'] else 'no sandbox'}; "
-          "raw kernels: jupyter_client defaults")
+    print(
+        f"  slackinterp kernels: {'sandboxed (bwrap)' if r['sandboxed'] else 'no sandbox'}; "
+        "raw kernels: jupyter_client defaults"
+    )
     print(
         f"  total {r['total_seconds']:.0f} s, {r['runs']} samples for (a)/(c), "
         f"{r['iters']} iterations for (b), pool_size={POOL_SIZE}, {psutil.cpu_count()} CPUs, "

@@ -613,7 +613,9 @@ async def check_database(settings: Settings) -> Check:
         return failed(
             DATABASE,
             str(exc),
-            f"if {path} is damaged or from a newer slackinterp, move it aside (a new one is "
+            "check SLACKINTERP_DATABASE_URL, that the server is up and the user may create tables"
+            if settings.database_url
+            else f"if {path} is damaged or from a newer slackinterp, move it aside (a new one is "
             "created), or point SLACKINTERP_DATA_DIR elsewhere",
         )
     await store.close()
@@ -674,6 +676,8 @@ def _sandbox_variable() -> str:
 @bounded(SANDBOX, SANDBOX_TIMEOUT, "check the bwrap installation, or set the sandbox to none")
 async def check_sandbox(settings: Settings) -> Check:
     """Informational unless bubblewrap was asked for: then its absence is a failure."""
+    if getattr(settings, "gateway_url", None):
+        return skipped(SANDBOX, "kernels run on the gateway; isolation is the gateway's (pods)")
     mode = _sandbox_mode(settings)
     works, what = await _bwrap_works()
     if works and mode == "none":
@@ -702,6 +706,7 @@ def _secrets(settings: Settings) -> list[str]:
         settings.slack_app_token,
         settings.slack_signing_secret,
         settings.openai_api_key,
+        settings.gateway_token,
     ]
     return [value for value in values if value and len(value) >= 4]
 

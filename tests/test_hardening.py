@@ -68,6 +68,14 @@ async def test_sandbox_hides_other_threads_the_bot_and_the_network(tmp_path: Pat
         print("botdir", visible({os.getcwd()!r}))
         print("tmp", visible('/tmp'))
         print("home", visible('/home'))
+        def writable(path):
+            try:
+                open(path, 'w').write('x')
+                return "yes"
+            except OSError as exc:
+                return type(exc).__name__
+        srv = writable('/srv/filler') if os.path.isdir('/srv') else 'OSError'
+        print("hidewrite", writable('/home/filler'), srv)
         try:
             socket.create_connection(('127.0.0.1', {port}), timeout=2)
             print("net open")
@@ -82,6 +90,7 @@ async def test_sandbox_hides_other_threads_the_bot_and_the_network(tmp_path: Pat
         assert "b-temp" not in lines["tmp"]  # a private /tmp (only bind mount points show)
         assert lines["home"] == "['interp']"
         assert lines["net"] != "open"
+        assert "yes" not in lines["hidewrite"]  # the hiding tmpfs mounts are read-only
     finally:
         await rt.stop()
         listener.close()
@@ -207,3 +216,30 @@ async def test_queue_per_thread_is_bounded(tmp_path: Path) -> None:
         assert result_of(await second).text.strip() == "second"
     finally:
         await rt.stop()
+
+
+async def test_produced_file_copy_never_follows_links(tmp_path: Path) -> None:
+    """The copy for upload opens each path component without following links, so a cell
+    swapping a file or a directory for a link after the snapshot gains nothing."""
+    from slackinterp.engine.files import LocalFiles, TransferError
+
+    root = tmp_path / "work"
+    (root / "d").mkdir(parents=True)
+    (root / "d" / "ok.txt").write_text("fine")
+    secret = tmp_path / "secret"
+    (secret).mkdir()
+    (secret / "ok.txt").write_text("bot secret")
+    files = LocalFiles(root)
+    staged = await files.fetch("d/ok.txt", tmp_path / "out", 1024)
+    assert staged.read_text() == "fine"
+    (root / "d" / "ok.txt").unlink()
+    (root / "d").rmdir()
+    (root / "d").symlink_to(secret)  # the directory swapped for a link
+    with pytest.raises(TransferError):
+        await files.fetch("d/ok.txt", tmp_path / "out2", 1024)
+    (root / "leak.txt").symlink_to(secret / "ok.txt")
+    with pytest.raises(TransferError):
+        await files.fetch("leak.txt", tmp_path / "out3", 1024)
+    (root / "big.bin").write_bytes(b"0" * 2048)
+    with pytest.raises(TransferError, match="upload limit"):
+        await files.fetch("big.bin", tmp_path / "out4", 1024)

@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
+import os
 import shutil
+import stat
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -55,20 +57,52 @@ class LocalFiles:
         return target.name
 
     async def fetch(self, name: str, staging: Path, max_bytes: int) -> Path:
-        """The file itself, if it is a regular file inside the working directory: a cell may
-        have swapped it for a link to the bot's own files since the snapshot."""
-        path = self.root / name
-        try:
-            resolved = path.resolve(strict=True)
-            inside = resolved.is_relative_to(self.root.resolve())
-        except OSError as exc:
-            raise TransferError(f"{name} is gone") from exc
-        if path.is_symlink() or not inside or not resolved.is_file():
-            raise TransferError(f"{name} is not a regular file in the working directory")
-        return path
+        """A bot-side copy of a regular file inside the working directory.
+
+        Code keeps running beside us and could swap the file (or a directory on its path) for
+        a link to the bot's own files between any check and a later read, so the file is
+        opened component by component without following links, checked on the open handle,
+        and copied from that handle."""
+        return await asyncio.to_thread(_copy_no_follow, self.root, name, staging, max_bytes)
 
     async def wipe(self) -> None:
         await asyncio.to_thread(workspace.wipe, self.root)
+
+
+def _copy_no_follow(root: Path, name: str, staging: Path, max_bytes: int) -> Path:
+    parts = Path(name).parts
+    if not parts or any(p in ("", ".", "..") for p in parts):
+        raise TransferError(f"{name} is not a plain path")
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC
+    fds: list[int] = []
+    try:
+        fds.append(os.open(root, nofollow | os.O_DIRECTORY))
+        for part in parts[:-1]:
+            fds.append(os.open(part, nofollow | os.O_DIRECTORY, dir_fd=fds[-1]))
+        fd = os.open(parts[-1], nofollow, dir_fd=fds[-1])
+    except OSError as exc:
+        raise TransferError(f"{name} is not a regular file in the working directory") from exc
+    finally:
+        for handle in fds:
+            os.close(handle)
+    with os.fdopen(fd, "rb") as source:
+        info = os.fstat(source.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise TransferError(f"{name} is not a regular file")
+        if info.st_size > max_bytes:
+            raise TransferError(f"{name} is larger than the upload limit")
+        staging.mkdir(parents=True, exist_ok=True)
+        target = staging / name.replace("/", "__")
+        with target.open("wb") as out:
+            copied = 0
+            while chunk := source.read(CHUNK_BYTES):
+                copied += len(chunk)
+                if copied > max_bytes:  # it grew while we copied
+                    out.close()
+                    target.unlink(missing_ok=True)
+                    raise TransferError(f"{name} is larger than the upload limit")
+                out.write(chunk)
+    return target
 
 
 # --- through the kernel --------------------------------------------------------------------

@@ -220,8 +220,8 @@ class Engine:
         emit(TurnStarted())
         cells_before = session.cells_run
         produced: list[str] = []
-        if self.remote:
-            await asyncio.to_thread(clear_staging, self._outbox(session))
+        # Copies of the last turn's produced files were uploaded by now.
+        await asyncio.to_thread(clear_staging, self._outbox(session))
         try:
             session.fresh = await self.store.touch_thread(session.key.id)
             await self.store.turn_started(session.key.id)
@@ -561,6 +561,7 @@ class Engine:
             await self.store.clear_history(key.id)
             session.variables = None
             session.snapshot = {}
+            await asyncio.to_thread(clear_staging, self._spill_dir(session))
             if wipe:
                 workspace.wipe(session.workdir)
         what = "Kernel reset" if had_kernel else "State cleared"
@@ -616,7 +617,7 @@ class Engine:
         return KernelFiles((await self._lease(session, emit)).kernel)
 
     def _outbox(self, session: ThreadSession) -> Path:
-        """Bot-side copies of a remote kernel's files, kept until the thread's next turn."""
+        """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
         return self.settings.data_dir / "outbox" / session.key.dirname
 
     def _spill_dir(self, session: ThreadSession) -> Path:

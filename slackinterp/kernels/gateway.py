@@ -278,7 +278,9 @@ class GatewayBackend:
             ) as response:
                 if response.status >= 400:
                     text = (await response.text())[:300]
-                    raise GatewayError(f"{method} {path} → HTTP {response.status}: {text}")
+                    error = GatewayError(f"{method} {path} → HTTP {response.status}: {text}")
+                    error.status = response.status  # type: ignore[attr-defined]
+                    raise error
                 if response.status == 204:
                     return None
                 return await response.json(content_type=None)
@@ -310,7 +312,13 @@ class GatewayBackend:
                 "POST", "/api/kernels", {"name": self.kernel_name, "env": env}
             )
         except GatewayError as exc:
-            raise KernelStartError(str(exc)) from None
+            log.warning("gateway.start_failed error=%s", str(exc)[:300])
+            status = getattr(exc, "status", None)
+            raise KernelStartError(
+                "the kernel gateway did not start a kernel"
+                + (f" (HTTP {status})" if status else " (unreachable)")
+                + "; the bot's log has the details"
+            ) from None
         kernel = GatewayKernel(self, model["id"], cwd)
         try:
             await kernel.connect()

@@ -147,6 +147,11 @@ class BwrapSpec:
                 args += ["--ro-bind", str(path), str(path)]
         args += ["--bind", str(self.runtime_dir), str(self.runtime_dir)]
         args += ["--bind", str(self.workdir), SANDBOX_HOME, "--chdir", SANDBOX_HOME]
+        # The empty directories that hide paths are tmpfs: read-only, or code could fill RAM.
+        hiding = ["/home", *ALWAYS_HIDDEN_DIRS, *(str(p) for p in self.hidden)]
+        for path in dict.fromkeys(hiding):
+            if Path(path).is_dir() and path not in ("/", "/tmp"):
+                args += ["--remount-ro", path]
         args += ["--unshare-all", "--die-with-parent", "--new-session"]
         if self.network:
             args.append("--share-net")
