@@ -25,7 +25,14 @@ ENV SLACKINTERP_DATA_DIR=/data \
 VOLUME ["/data"]
 # HTTP mode listens on 3000; /metrics and /healthz on 9102 (Socket Mode needs no inbound port).
 EXPOSE 3000 9102
-HEALTHCHECK --interval=30s --timeout=5s \
-    CMD python -c "import sys, urllib.request as u; sys.exit(0 if any(u.urlopen(f'http://127.0.0.1:{p}/healthz', timeout=4).status == 200 for p in (9102, 3000)) else 1)" || exit 1
+HEALTHCHECK --interval=30s --timeout=8s CMD ["python", "-c", "\
+import sys, urllib.request\n\
+for port in (9102, 3000):\n\
+    try:\n\
+        urllib.request.urlopen(f'http://127.0.0.1:{port}/healthz', timeout=3)\n\
+        sys.exit(0)\n\
+    except OSError:\n\
+        pass\n\
+sys.exit(1)"]
 ENTRYPOINT ["tini", "--"]
 CMD ["slackinterp", "run"]

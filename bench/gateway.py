@@ -86,6 +86,7 @@ import aiohttp  # noqa: E402
 import psutil  # noqa: E402
 import pytest  # noqa: E402
 
+from bench.common import kernel_pids, leftover_kernels, pct  # noqa: E402
 from slackinterp.config import Settings  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
 from slackinterp.kernels import gateway as gateway_module  # noqa: E402
@@ -110,35 +111,26 @@ KERNEL_SPEC = "python3-slackinterp"
 STOCK_SPEC = "python3"
 CHANNELS = ("C1", "C2", "C3", "C4", "C5")
 TURN_TIMEOUT = 150.0
+WARNING_GRACE = 3.0  # after a warning in the thread, wait this long for the cell anyway
 ROUND_TRIP_ORDER = ("local", "local_bwrap", "gateway", "gateway_stock", "raw_ws")
 CAPACITY_WAIT = 180  # SLACKINTERP_CAPACITY_WAIT of the replicas: wait for a seat, do not refuse
 
 _CELL_LOG = re.compile(r"cell\.finished thread=(\S+)")
+_EXCEPTION_LINE = re.compile(r"^[A-Za-z_][\w.]*(Error|Exception)\b")
 
 
 # --- statistics ------------------------------------------------------------------------------
 
 
-def pct(values: list[float], p: float) -> float:
-    """Percentile with linear interpolation (numpy's default); NaN for no values."""
-    if not values:
-        return float("nan")
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * p / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
-
-
 def summary(seconds: list[float]) -> dict[str, float]:
-    """p50/p95/min/mean in milliseconds."""
-    ms = [s * 1000 for s in seconds]
+    """p50/p95/min/mean in milliseconds (NaN when there are none)."""
+    ms = [s * 1000 for s in seconds] or [float("nan")]
     return {
         "p50_ms": pct(ms, 50),
         "p95_ms": pct(ms, 95),
-        "min_ms": min(ms) if ms else float("nan"),
-        "mean_ms": statistics.fmean(ms) if ms else float("nan"),
-        "n": len(ms),
+        "min_ms": min(ms),
+        "mean_ms": statistics.fmean(ms),
+        "n": len(seconds),
     }
 
 
@@ -214,12 +206,9 @@ def gateway_pid() -> int | None:
 def kernel_processes() -> list[psutil.Process]:
     """Live ipykernel processes below this one (local kernels, and the gateway's)."""
     found = []
-    for child in psutil.Process().children(recursive=True):
-        try:
-            if "ipykernel" in " ".join(child.cmdline()) and child.status() != "zombie":
-                found.append(child)
-        except psutil.Error:
-            continue
+    for pid in kernel_pids():
+        with contextlib.suppress(psutil.Error):
+            found.append(psutil.Process(pid))
     return found
 
 
@@ -609,7 +598,7 @@ class CountingSlack(FakeSlack):
         super().__init__()
         self.seen: dict[str, float] = {}  # marker -> time.monotonic() of its finished cell
         self.changed = asyncio.Event()
-        self.warnings: dict[str, list[str]] = {}  # thread_ts -> warning texts
+        self.warnings: dict[str, list[tuple[float, str]]] = {}  # thread_ts -> (time, text)
 
     def _chat_post_message(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         body = super()._chat_post_message(params, token_kind)
@@ -628,7 +617,8 @@ class CountingSlack(FakeSlack):
             if found:
                 self.seen.setdefault(found.group(0), time.monotonic())
         elif text.startswith(":warning:"):
-            self.warnings.setdefault(str(message.get("thread_ts")), []).append(text[:200])
+            thread = self.warnings.setdefault(str(message.get("thread_ts")), [])
+            thread.append((time.monotonic(), text[:200]))
         self.changed.set()
         self.changed = asyncio.Event()
 
@@ -724,9 +714,10 @@ class Replicas:
         return codes
 
     def log_counts(self) -> dict[str, Any]:
+        """Events in the replicas' logs, the cells each ran (by thread), why turns failed."""
         counts: Counter[str] = Counter()
         cells: list[Counter[str]] = []
-        errors: list[str] = []
+        failures: Counter[str] = Counter()
         patterns = {
             "attached": "kernels.attached",
             "restored": "kernels.restored",
@@ -745,10 +736,10 @@ class Replicas:
                         counts[name] += 1
                 if found := _CELL_LOG.search(line):
                     ran[found.group(1)] += 1
-                if " ERROR " in line or "Traceback" in line:
-                    errors.append(f"{path.name}: {line[:200]}")
+                if _EXCEPTION_LINE.match(line):  # the last line of a traceback
+                    failures[line[:110]] += 1
             cells.append(ran)
-        return {"counts": dict(counts), "cells_by_replica": cells, "errors": errors}
+        return {"counts": dict(counts), "cells_by_replica": cells, "failures": failures}
 
 
 def spawn_bot(env: dict[str, str], log_path: Path, cwd: Path) -> subprocess.Popen[bytes]:
@@ -771,6 +762,7 @@ async def gateway_kernel_count(session: aiohttp.ClientSession, gw: test_gateway.
 
 
 async def drive_thread(replicas: Replicas, run: ThreadRun, count: int) -> None:
+    """Both turns, each after the previous one's outcome (its cell, or a warning instead)."""
     fake = replicas.fake
     for turn in range(2):
         replica = (run.first_replica + turn) % count
@@ -783,21 +775,26 @@ async def drive_thread(replicas: Replicas, run: ThreadRun, count: int) -> None:
         run.sent_to.append(replica)
         mark = marker(run.index, turn)
         while mark not in fake.seen and time.monotonic() < sent + TURN_TIMEOUT:
+            warned = [t for t, _text in fake.warnings.get(run.thread_ts, []) if t >= sent]
+            if warned and time.monotonic() > warned[0] + WARNING_GRACE:
+                break  # the turn failed; its cell is not coming
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(fake.changed.wait(), 1.0)
-        if mark not in fake.seen:
-            run.latencies.append(None)
-            return  # the next turn would only fail the same way
-        run.latencies.append(fake.seen[mark] - sent)
+                await asyncio.wait_for(fake.changed.wait(), 0.5)
+        run.latencies.append(fake.seen[mark] - sent if mark in fake.seen else None)
 
 
 def verify(fake: CountingSlack, runs: list[ThreadRun]) -> dict[str, Any]:
-    """Every turn's finished cell, in the fake's final message state: exactly once, right token."""
-    duplicates, missing, wrong = [], [], []
+    """Every turn's finished cell, in the fake's final message state: exactly once, with the
+    thread's token in its output. A turn without its cell either failed with a warning in the
+    thread (`failed`) or left nothing at all (`lost`)."""
+    duplicates, failed, lost, wrong = [], [], [], []
     notices: Counter[str] = Counter()
+    warnings: Counter[str] = Counter()
     for run in runs:
         found: Counter[str] = Counter()
+        status: dict[str, str] = {}
         right: set[str] = set()
+        warned = False
         for message in fake.workspace.thread(run.channel, run.thread_ts):
             if not message.get("bot_id"):
                 continue
@@ -808,6 +805,7 @@ def verify(fake: CountingSlack, runs: list[ThreadRun]) -> dict[str, Any]:
                     mark = marker(run.index, turn)
                     if mark in everything:
                         found[mark] += 1
+                        status[mark] = text
                         if f"{mark} {run.token}" in everything:
                             right.add(mark)
             elif "Restored state" in text:
@@ -817,22 +815,26 @@ def verify(fake: CountingSlack, runs: list[ThreadRun]) -> dict[str, Any]:
             elif "kernel died" in text.lower():
                 notices["died"] += 1
             elif text.startswith(":warning:"):
-                notices["warning"] += 1
+                warned = True
+                warnings[re.sub(r"\(.*", "", text)[:90]] += 1
         for turn in range(2):
             mark = marker(run.index, turn)
             if found[mark] > 1:
                 duplicates.append(f"{mark} ×{found[mark]}")
             elif found[mark] == 0:
-                missing.append(mark)
+                (failed if warned else lost).append(mark)
             elif mark not in right:
-                wrong.append(mark)
+                wrong.append(f"{mark} {status[mark][:60]}")
+    ok = 2 * len(runs) - len(duplicates) - len(failed) - len(lost) - len(wrong)
     return {
         "expected": 2 * len(runs),
-        "arrived": sum(1 for r in runs for lat in r.latencies if lat is not None),
+        "right": ok,
         "duplicates": duplicates,
-        "missing": missing,
-        "wrong_token": wrong,
+        "failed": failed,
+        "lost": lost,
+        "wrong_output": wrong,
         "notices": dict(notices),
+        "warnings": dict(warnings.most_common(5)),
     }
 
 
@@ -908,7 +910,7 @@ async def replica_run(
         "threads_on_every_replica": both,
         "cells_per_replica": [sum(c.values()) for c in logs["cells_by_replica"]],
         "log_counts": logs["counts"],
-        "log_errors": logs["errors"][:10],
+        "failures": dict(logs["failures"].most_common(5)),
         "exit_codes": codes,
         "misrouted_sends": replicas.misrouted,
         "socket_connects": fake.socket_connects,
@@ -917,13 +919,7 @@ async def replica_run(
 
 
 def replicas_ok(r: dict[str, Any]) -> bool:
-    return (
-        r["arrived"] == r["expected"]
-        and not r["duplicates"]
-        and not r["missing"]
-        and not r["wrong_token"]
-        and all(code == 0 for code in r["exit_codes"])
-    )
+    return r["right"] == r["expected"] and all(code == 0 for code in r["exit_codes"])
 
 
 # --- report ------------------------------------------------------------------------------------
@@ -999,9 +995,10 @@ def print_report(results: dict[str, Any]) -> None:
         n = run["replicas"]
         print(
             f"  {n} replica{'s' if n > 1 else ''} (MAX_KERNELS {run['max_kernels_each']} each): "
-            f"{run['threads']} threads × 2 turns in {run['seconds']:.1f} s; replies "
-            f"{run['arrived']}/{run['expected']}, duplicates {len(run['duplicates'])}, missing "
-            f"{len(run['missing'])}, wrong token {len(run['wrong_token'])}: "
+            f"{run['threads']} threads × 2 turns in {run['seconds']:.1f} s: right replies "
+            f"{run['right']}/{run['expected']}; duplicates {len(run['duplicates'])}, turns "
+            f"failed with a warning {len(run['failed'])}, lost without a word "
+            f"{len(run['lost'])}, wrong output {len(run['wrong_output'])}: "
             f"{'PASS' if replicas_ok(run) else 'FAIL'}"
         )
         lat = run["turn_latency"]
@@ -1024,9 +1021,13 @@ def print_report(results: dict[str, Any]) -> None:
             f"exit codes {run['exit_codes']}; socket connects {run['socket_connects']}, "
             f"misrouted sends {run['misrouted_sends']}"
         )
-        for label in ("duplicates", "missing", "wrong_token", "log_errors"):
+        for label in ("duplicates", "failed", "lost", "wrong_output"):
             if run[label]:
-                print(f"    {label}: " + "; ".join(run[label][:10]))
+                print(f"    {label}: " + "; ".join(run[label][:8]))
+        for text, n in run["warnings"].items():
+            print(f"    warning in threads ×{n}: {text}")
+        for text, n in run["failures"].items():
+            print(f"    failed turns in the logs ×{n}: {text}")
     runs = results["replicas"]
     if len(runs) == 2:
         two, one = runs
@@ -1153,12 +1154,11 @@ async def main(args: argparse.Namespace) -> int:
     ok = False
     try:
         results = await measure(args, scratch)
-        await asyncio.sleep(1.0)
-        leftovers = kernel_processes()
-        for process in leftovers:
-            with contextlib.suppress(psutil.Error):
-                process.kill()
-        results["leftover_kernel_pids"] = [p.pid for p in leftovers]
+        leftovers = await leftover_kernels()
+        for pid in leftovers:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        results["leftover_kernel_pids"] = leftovers
         results["total_seconds"] = time.monotonic() - began
         results["load_before_after"] = [load_before, psutil.getloadavg()[0]]
         print_report(results)

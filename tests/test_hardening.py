@@ -240,6 +240,9 @@ async def test_produced_file_copy_never_follows_links(tmp_path: Path) -> None:
     (root / "leak.txt").symlink_to(secret / "ok.txt")
     with pytest.raises(TransferError):
         await files.fetch("leak.txt", tmp_path / "out3", 1024)
+    os.mkfifo(root / "pipe.csv")  # would block a plain open for ever
+    with pytest.raises(TransferError, match="not a regular file"):
+        await asyncio.wait_for(files.fetch("pipe.csv", tmp_path / "out5", 1024), 5)
     (root / "big.bin").write_bytes(b"0" * 2048)
     with pytest.raises(TransferError, match="upload limit"):
         await files.fetch("big.bin", tmp_path / "out4", 1024)

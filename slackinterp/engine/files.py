@@ -79,16 +79,19 @@ def _copy_no_follow(root: Path, name: str, staging: Path, max_bytes: int) -> Pat
         fds.append(os.open(root, nofollow | os.O_DIRECTORY))
         for part in parts[:-1]:
             fds.append(os.open(part, nofollow | os.O_DIRECTORY, dir_fd=fds[-1]))
-        fd = os.open(parts[-1], nofollow, dir_fd=fds[-1])
+        # O_NONBLOCK: a named pipe swapped in would otherwise block the open for ever.
+        fd = os.open(parts[-1], nofollow | os.O_NONBLOCK, dir_fd=fds[-1])
     except OSError as exc:
         raise TransferError(f"{name} is not a regular file in the working directory") from exc
     finally:
         for handle in fds:
             os.close(handle)
+    info = os.fstat(fd)
+    if not stat.S_ISREG(info.st_mode):
+        os.close(fd)
+        raise TransferError(f"{name} is not a regular file")
+    os.set_blocking(fd, True)
     with os.fdopen(fd, "rb") as source:
-        info = os.fstat(source.fileno())
-        if not stat.S_ISREG(info.st_mode):
-            raise TransferError(f"{name} is not a regular file")
         if info.st_size > max_bytes:
             raise TransferError(f"{name} is larger than the upload limit")
         staging.mkdir(parents=True, exist_ok=True)

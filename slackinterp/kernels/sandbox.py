@@ -132,6 +132,8 @@ class BwrapSpec:
 
     def command(self, bwrap: str, kernel_cmd: list[str]) -> list[str]:
         args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        # /dev/shm would otherwise be half the RAM; multiprocessing needs a little of it.
+        args += ["--size", str(self.tmp_bytes // 4), "--tmpfs", "/dev/shm"]
         args += ["--size", str(self.tmp_bytes), "--tmpfs", "/tmp", "--tmpfs", "/home"]
         for path in ALWAYS_HIDDEN_DIRS:
             if Path(path).is_dir():
