@@ -201,6 +201,13 @@ class Settings(BaseSettings):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
 
+    @field_validator("data_dir")
+    @classmethod
+    def _absolute(cls, value: Path) -> Path:
+        # Kernels start with their own cwd (and a sandbox binds paths): relative paths would
+        # point elsewhere there. Relative to where the bot starts, as a user would expect.
+        return Path(value).expanduser().absolute()
+
     @field_validator("log_level")
     @classmethod
     def _level(cls, value: str) -> str:

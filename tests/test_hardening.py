@@ -246,3 +246,18 @@ async def test_produced_file_copy_never_follows_links(tmp_path: Path) -> None:
     (root / "big.bin").write_bytes(b"0" * 2048)
     with pytest.raises(TransferError, match="upload limit"):
         await files.fetch("big.bin", tmp_path / "out4", 1024)
+
+
+@needs_bwrap
+async def test_sandbox_works_when_the_data_dir_is_inside_the_bots_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Both are hidden; the inner one must not be mounted over (found by the CI console run)."""
+    monkeypatch.chdir(tmp_path)
+    rt = await Runtime.open(make_settings(tmp_path, sandbox="bwrap", data_dir=Path("d")))
+    await rt.start()
+    try:
+        result = result_of(await run_turn(rt.engine, A, code("print(6 * 7)")))
+        assert result.text.strip() == "42"
+    finally:
+        await rt.stop()

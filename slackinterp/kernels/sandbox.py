@@ -135,31 +135,39 @@ class BwrapSpec:
         # /dev/shm would otherwise be half the RAM; multiprocessing needs a little of it.
         args += ["--size", str(self.tmp_bytes // 4), "--tmpfs", "/dev/shm"]
         args += ["--size", str(self.tmp_bytes), "--tmpfs", "/tmp", "--tmpfs", "/home"]
-        for path in ALWAYS_HIDDEN_DIRS:
-            if Path(path).is_dir():
-                args += ["--tmpfs", path]
+        hiding = _outermost([*ALWAYS_HIDDEN_DIRS, *(str(p) for p in self.hidden)])
+        for path in hiding:
+            args += ["--tmpfs", path]
         for path in ALWAYS_HIDDEN_FILES:
             if Path(path).exists():
                 args += ["--ro-bind", "/dev/null", path]
-        for path in self.hidden:
-            if path.exists() and str(path) not in ("/", "/home"):
-                args += ["--tmpfs", str(path)]
         for path in self.readonly:
             if path.exists():
                 args += ["--ro-bind", str(path), str(path)]
         args += ["--bind", str(self.runtime_dir), str(self.runtime_dir)]
         args += ["--bind", str(self.workdir), SANDBOX_HOME, "--chdir", SANDBOX_HOME]
         # The empty directories that hide paths are tmpfs: read-only, or code could fill RAM.
-        hiding = ["/home", *ALWAYS_HIDDEN_DIRS, *(str(p) for p in self.hidden)]
-        for path in dict.fromkeys(hiding):
-            if Path(path).is_dir() and path not in ("/", "/tmp"):
-                args += ["--remount-ro", path]
+        # (Not recursive: the binds inside them stay as they are.)
+        for path in ["/home", *hiding]:
+            args += ["--remount-ro", path]
         args += ["--unshare-all", "--die-with-parent", "--new-session"]
         if self.network:
             args.append("--share-net")
         # ipykernel's parent poller would see the sandbox as an orphaning and exit.
         args += ["--unsetenv", "JPY_PARENT_PID", "--"]
         return args + kernel_cmd
+
+
+def _outermost(paths: list[str]) -> list[str]:
+    """Existing directories to hide, without any that lies inside another: a later tmpfs on a
+    parent would shadow the child's mount (and its read-only remount would then fail)."""
+    found = sorted({os.path.normpath(p) for p in paths if Path(p).is_dir()})
+    found = [p for p in found if p not in ("/", "/home", "/tmp")]
+    outer: list[str] = []
+    for path in found:
+        if not any(path == o or path.startswith(o.rstrip("/") + "/") for o in outer):
+            outer.append(path)
+    return outer
 
 
 def sandbox_env(cache_home: str = SANDBOX_HOME) -> dict[str, str]:
