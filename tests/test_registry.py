@@ -136,3 +136,55 @@ async def test_a_leased_kernel_is_not_evicted() -> None:
     c = await reg.acquire("C", Path("/nowhere/C"))  # now A is idle: its seat goes to C
     assert c.kernel.alive and not a.kernel.alive
     await reg.shutdown()
+
+
+class SlowDirectory:
+    """A shared kernel directory whose writes take a while (a busy database)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[str, str]] = {}
+
+    async def kernel_of(self, key: str):
+        return self.rows.get(key)
+
+    async def claim_kernel(self, key: str, kernel_id: str, owner: str) -> None:
+        await asyncio.sleep(0.3)
+        self.rows[key] = (kernel_id, owner)
+
+    async def forget_kernel_of(self, key: str, kernel_id: str) -> None:
+        if self.rows.get(key, ("",))[0] == kernel_id:
+            del self.rows[key]
+
+
+async def test_a_kernel_being_handed_out_is_never_the_victim() -> None:
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=1, capacity_wait=0.2)
+    reg.directory = SlowDirectory()
+    await reg.start()
+    first = asyncio.create_task(reg.acquire("a", Path("/nowhere/a")))
+    await asyncio.sleep(0.1)  # a's slot exists; its claim is still being written
+    from slackinterp.kernels.registry import AtCapacity
+
+    try:
+        await reg.acquire("b", Path("/nowhere/b"))
+    except AtCapacity:
+        pass
+    lease = await first
+    assert lease.kernel.alive  # b did not take a's seat mid-handout
+    await reg.shutdown()
+
+
+async def test_an_evicted_kernel_is_forgotten_before_it_is_deleted() -> None:
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=1)
+    directory = SlowDirectory()
+    reg.directory = directory
+    await reg.start()
+    await reg.acquire("x", Path("/nowhere/x"))
+    reg.mark_idle("x")
+    await reg.acquire("y", Path("/nowhere/y"))  # evicts x
+    assert "x" not in directory.rows
+    reg.mark_idle("y")
+    again = await reg.acquire("x", Path("/nowhere/x"))  # a fresh kernel, not the dead one
+    assert again.kernel.alive
+    await reg.shutdown()

@@ -102,8 +102,8 @@ def cleanup_stale(root: Path) -> int:
         if not path.is_dir():
             continue
         owner = path.name.split("-", 1)[0]
-        if owner.isdigit() and int(owner) != os.getpid() and _pid_alive(int(owner)):
-            continue
+        if owner.isdigit() and _pid_alive(int(owner)):
+            continue  # a live bot process (this one included) owns it
         group = KernelCgroup(path)
         killed += group.kill_all()
         with contextlib.suppress(OSError):

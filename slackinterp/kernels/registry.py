@@ -205,13 +205,18 @@ class KernelRegistry:
         """The thread's kernel, started or restored as needed. Caller holds the thread's lock.
 
         `fresh`: the thread was just created, so there is nothing to replay (saves a query).
+        The slot is leased (busy) from the first moment it is ours until mark_idle, so no
+        other thread's request can evict it while it is being handed out.
         """
         slot = self.slots.get(key)
+        if slot is not None:
+            slot.busy_since = time.monotonic()
         if self.directory is not None:
             slot = await self._adopt_shared(key, cwd, slot)
         if slot is not None and not await slot.kernel.is_alive():
             log.warning("kernels.found_dead thread=%s", key)
             self.slots.pop(key, None)
+            await self._forget_row(slot)
             await slot.kernel.shutdown()
             reason = "died"
             slot = None
@@ -219,8 +224,7 @@ class KernelRegistry:
             reason = "reaped" if key in self._known else "new process"
         if slot is None:
             kernel = await self._new_kernel(cwd)
-            slot = Slot(key, kernel, time.monotonic())
-            self.slots[key] = slot
+            slot = self._insert(key, kernel)
             slot.needs_restore = reason
             if self.directory is not None:
                 await self.directory.claim_kernel(key, kernel.kernel_id, self.replica_id)
@@ -237,6 +241,12 @@ class KernelRegistry:
         self.refill_pool()
         return Lease(slot.kernel, restore)
 
+    def _insert(self, key: str, kernel: Kernel) -> Slot:
+        """A new slot, leased at once (no await between insertion and lease)."""
+        slot = Slot(key, kernel, time.monotonic(), busy_since=time.monotonic())
+        self.slots[key] = slot
+        return slot
+
     async def _adopt_shared(self, key: str, cwd: Path, slot: Slot | None) -> Slot | None:
         """With replicas: use the thread's kernel whoever started it; the caller holds the
         thread's cross-replica lock, so no one else uses the kernel meanwhile."""
@@ -245,27 +255,34 @@ class KernelRegistry:
         if slot is not None and (row is None or row[0] != slot.kernel.kernel_id):
             self.slots.pop(key, None)  # replaced or reset by another replica: let go
             await _detach(slot.kernel)
+            self._notify_freed()
             slot = None
         attach = getattr(self.backend, "attach", None)
         if slot is None and row is not None and attach is not None:
-            if await self.backend.kernel_exists(row[0]):  # type: ignore[attr-defined]
-                kernel = await attach(row[0], cwd)
-                slot = Slot(key, kernel, time.monotonic())
-                self.slots[key] = slot
-                log.info("kernels.attached thread=%s from=%s", key, row[1])
+            try:
+                if await self.backend.kernel_exists(row[0]):  # type: ignore[attr-defined]
+                    kernel = await self._new_kernel(cwd, attach_to=row[0])
+                    slot = self._insert(key, kernel)
+                    log.info("kernels.attached thread=%s from=%s", key, row[1])
+            except Exception as exc:
+                log.warning("kernels.attach_failed thread=%s error=%s", key, exc)
+                await self.directory.forget_kernel_of(key, row[0])
+                return None
         if slot is not None and row is not None and row[1] != self.replica_id:
             await self.directory.claim_kernel(key, slot.kernel.kernel_id, self.replica_id)
         return slot
 
-    async def _new_kernel(self, cwd: Path) -> Kernel:
+    async def _new_kernel(self, cwd: Path, *, attach_to: str | None = None) -> Kernel:
         """A pooled kernel, a fresh one in a free seat, or the seat of the least recently used
         idle kernel. When every seat is busy, wait a while for one (bursts are normal) before
-        telling the caller the bot is at capacity."""
+        telling the caller the bot is at capacity. `attach_to`: take a seat for a kernel
+        another replica started instead of starting one."""
         deadline = time.monotonic() + self.capacity_wait
         while True:
             victim: Slot | None = None
+            kernel: Kernel | None = None
             async with self._lock:
-                if self.pool:
+                if self.pool and attach_to is None:
                     kernel = self.pool.pop(0)
                     self._starting += 1  # in neither pool nor slots while it moves: count it
                     break
@@ -273,7 +290,6 @@ class KernelRegistry:
                     if victim is not None:
                         self.slots.pop(victim.key, None)  # its seat passes straight to us
                     self._starting += 1
-                    kernel = None
                     break
                 freed = self._freed
             remaining = deadline - time.monotonic()
@@ -284,15 +300,17 @@ class KernelRegistry:
                 )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(freed.wait(), remaining)
-        if kernel is not None:
-            try:
-                await kernel.move_to(cwd)
-            finally:
-                self._starting -= 1
-            return kernel
         try:
+            if kernel is not None:
+                if await kernel.is_alive():
+                    await kernel.move_to(cwd)
+                    return kernel
+                log.warning("kernels.pooled_dead kernel=%s", kernel.kernel_id)
+                await kernel.shutdown()  # gone while waiting in the pool: start another
             if victim is not None:
                 await self._stop_slot(victim, "evicted")
+            if attach_to is not None:
+                return await self.backend.attach(attach_to, cwd)  # type: ignore[attr-defined]
             return await self.backend.start_kernel(cwd)
         finally:
             self._starting -= 1
@@ -387,9 +405,10 @@ class KernelRegistry:
             if row is not None and row[1] != self.replica_id:
                 await _detach(slot.kernel)  # another replica serves this thread now
                 return
+        # Forget it first: the thread's next message (on any replica) must not attach to a
+        # kernel that is being deleted.
+        await self._forget_row(slot)
         await slot.kernel.shutdown()
-        if self.directory is not None:
-            await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
         log.info("kernels.released thread=%s why=%s", slot.key, why)
         if why in ("reaped", "evicted"):
             metrics.REAPS.labels(why).inc()
@@ -397,6 +416,11 @@ class KernelRegistry:
             task = asyncio.create_task(self._tell(slot.key, why))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
+
+    async def _forget_row(self, slot: Slot) -> None:
+        if self.directory is not None:
+            with contextlib.suppress(Exception):
+                await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
 
     async def _reset_shared(self, key: str) -> bool:
         """Reset a thread whose kernel another replica started."""
