@@ -60,6 +60,12 @@ from slackinterp.kernels.backend import wait_gone
 from slackinterp.kernels.execution import run_cell
 from slackinterp.runtime import Runtime
 
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python bench/kernels.py` from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from bench.common import pct  # noqa: E402
+
 POOL_SIZE = 3
 SETTLE_SECONDS = 0.5  # a kernel that just became ready gets this long to go quiet
 WARMUP = 20
@@ -100,15 +106,6 @@ CELLS = [
 
 
 # --- statistics ------------------------------------------------------------------------------
-
-
-def pct(values: list[float], p: float) -> float:
-    """Percentile with linear interpolation (numpy's default)."""
-    ordered = sorted(values)
-    pos = (len(ordered) - 1) * p / 100
-    low = int(pos)
-    high = min(low + 1, len(ordered) - 1)
-    return ordered[low] + (ordered[high] - ordered[low]) * (pos - low)
 
 
 def summary(seconds: list[float]) -> dict[str, float]:

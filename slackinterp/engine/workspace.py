@@ -17,7 +17,6 @@ from stat import S_ISREG
 
 MAX_NAME_CHARS = 120
 MAX_SCAN_ENTRIES = 5000
-PRIVATE_DIR = ".slackinterp"
 
 _UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]+")
 
@@ -144,19 +143,6 @@ def human_size(size: int) -> str:
 
 def guess_type(name: str) -> str:
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
-
-
-def disk_usage(root: Path) -> int:
-    total = 0
-    for _name, (size, _mtime) in snapshot(root).items():
-        total += size
-    return total
-
-
-def private_dir(root: Path) -> Path:
-    path = root / PRIVATE_DIR
-    path.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def wipe(root: Path) -> None:

@@ -29,7 +29,8 @@ from slackinterp.kernels.execution import CellControl
 log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = "5.3"
-REMOTE_ROOT = "slackinterp-threads"  # thread directories, relative to the kernel's start dir
+REMOTE_ROOT = "slackinterp-threads"
+ALIVE_CHECK_SECONDS = 2.0  # thread directories, relative to the kernel's start dir
 
 
 class GatewayError(Exception):
@@ -159,6 +160,7 @@ class GatewayKernel:
         self.cwd = cwd  # the bot-side staging directory for this thread's files
         self.control: CellControl | None = None
         self._client: GatewayClient | None = None
+        self._alive_checked = 0.0
 
     @property
     def client(self) -> GatewayClient:
@@ -196,9 +198,16 @@ class GatewayKernel:
                     raise KernelStartError("the gateway kernel did not answer in time") from None
 
     async def is_alive(self) -> bool:
+        """The channels report a death or restart at once; the REST check is a backstop, at
+        most every ALIVE_CHECK_SECONDS (run_cell asks every 0.2 s while a cell is silent)."""
         if self._client is None or self._client.closed.is_set() or self._client.lost_state.is_set():
             return False
-        return await self.backend.kernel_exists(self.kernel_id)
+        now = asyncio.get_running_loop().time()
+        if now - self._alive_checked < ALIVE_CHECK_SECONDS:
+            return True
+        alive = await self.backend.kernel_exists(self.kernel_id)
+        self._alive_checked = now if alive else 0.0
+        return alive
 
     async def interrupt(self) -> None:
         await self.backend.request("POST", f"/api/kernels/{self.kernel_id}/interrupt")

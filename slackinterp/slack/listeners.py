@@ -58,6 +58,7 @@ class SlackListeners:
         self.tasks: set[asyncio.Task[None]] = set()
         self.accepting = True
         self.bot_user_id: str | None = None
+        self.status_memo: dict[str, bool] = {}
         engine.notice_listeners.append(self.on_notice)
 
     def register(self) -> None:
@@ -194,6 +195,7 @@ class SlackListeners:
             user_message_ts=user_ts,
             exec_timeout=self.settings.exec_timeout,
             max_upload_bytes=self.settings.max_upload_mb * 1024 * 1024,
+            status_memo=self.status_memo,
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)

@@ -52,6 +52,8 @@ IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg"}
 CODE_BUDGET = 1200
 OUTPUT_BUDGET = 1500
 STATUS_TEXT = "is running code…"
+# Errors that mean setStatus will never work with this token (not worth one call per turn).
+_STATUS_NEVER = {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated"}
 
 
 def status_line(result: CellResult | None, started: float, timeout: float) -> str:
@@ -167,7 +169,10 @@ class TurnRenderer:
         user_message_ts: str | None = None,
         exec_timeout: float = 120,
         max_upload_bytes: int = 50 * 1024 * 1024,
+        status_memo: dict[str, bool] | None = None,
     ):
+        # Shared by a bot's renderers: whether the loading status is unavailable for good.
+        self.status_memo = status_memo if status_memo is not None else {}
         self.max_upload_bytes = max_upload_bytes
         self.client = client
         self.channel = channel
@@ -283,6 +288,9 @@ class TurnRenderer:
 
     # --- status indicator ----------------------------------------------------------------
     async def _set_status(self) -> None:
+        if self.status_memo.get("unavailable"):
+            await self._set_reaction()
+            return
         try:
             await self.client.api_call(
                 "assistant.threads.setStatus",
@@ -295,7 +303,13 @@ class TurnRenderer:
             self.status_kind = "status"
             return
         except SlackApiError as exc:
-            log.debug("slack.set_status_unavailable error=%s", _reason(exc))
+            reason = _reason(exc)
+            log.debug("slack.set_status_unavailable error=%s", reason)
+            if reason in _STATUS_NEVER:  # the workspace will not allow it: stop asking
+                self.status_memo["unavailable"] = True
+        await self._set_reaction()
+
+    async def _set_reaction(self) -> None:
         if self.user_message_ts:
             with contextlib.suppress(SlackApiError):
                 await self.client.reactions_add(
