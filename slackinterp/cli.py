@@ -50,16 +50,28 @@ def check_run_settings(settings: Settings) -> list[str]:
     return problems
 
 
-def _fail(lines: list[str]) -> int:
+ENV_HINT = (
+    "Settings come from the environment and from a .env file in the current directory "
+    "(copy .env.example to start one)."
+)
+
+
+def _fail(lines: list[str], *, hint: bool = True) -> int:
     print("slackinterp: cannot start:", file=sys.stderr)
     for line in lines:
         print(f"  ✗ {line}", file=sys.stderr)
+    if hint:
+        print(f"  {ENV_HINT}", file=sys.stderr)
     return 2
 
 
 def cmd_run(_args: argparse.Namespace) -> int:
+    """Exit status: 0 after a requested stop, 2 for a configuration Slack or the store
+    rejects, 1 when Slack stayed unreachable (SLACKINTERP_CONNECT_TIMEOUT) or on a crash."""
+    import logging
+
     from slackinterp import logs
-    from slackinterp.app import serve
+    from slackinterp.app import GaveUp, StartError, serve
     from slackinterp.store import StoreError
 
     try:
@@ -71,12 +83,19 @@ def cmd_run(_args: argparse.Namespace) -> int:
         return _fail(problems)
     logs.configure(settings.log_level, settings.log_format.value)
     try:
-        asyncio.run(serve(settings))
-    except StoreError as exc:
+        return asyncio.run(serve(settings))
+    except StartError as exc:
         return _fail([str(exc)])
-    except KeyboardInterrupt:
-        pass
-    return 0
+    except StoreError as exc:
+        return _fail([str(exc)], hint=False)
+    except GaveUp as exc:
+        print(f"slackinterp: giving up: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:  # before the signal handlers were installed
+        return 0
+    except Exception:
+        logging.getLogger("slackinterp").exception("bot.crashed")
+        return 1
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:

@@ -169,6 +169,12 @@ class Settings(BaseSettings):
         3000, ge=1, le=65535, description="Port of the HTTP-mode server (events, commands)."
     )
     command: str = Field("/interp", description="Slash command name the app registers.")
+    connect_timeout: float = _seconds(
+        300,
+        "Seconds `run` keeps retrying an unreachable Slack at start before it exits with "
+        "status 1 (0 = retry forever).",
+        ge=0,
+    )
     # Agent
     max_queued: int = Field(
         5, ge=1, description="Requests that may wait behind a running one in a thread."

@@ -48,6 +48,7 @@ from slackinterp.config import (
     env_name,
     load_settings,
 )
+from slackinterp.slack.preflight import BAD_TOKEN_ERRORS, FIX_APP_TOKEN, FIX_BOT_TOKEN
 
 PASS_MARK, FAIL_MARK, SKIP_MARK = "✓", "✗", "–"
 
@@ -74,15 +75,6 @@ SANDBOX_TIMEOUT = 10.0
 
 PLOT_CODE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
 
-FIX_BOT_TOKEN = (
-    "copy the Bot User OAuth Token (xoxb-…) from your app's OAuth & Permissions page into "
-    "SLACK_BOT_TOKEN; if the app was uninstalled or the token revoked, reinstall the app first"
-)
-FIX_APP_TOKEN = (
-    "create an app-level token with the connections:write scope under Basic Information → "
-    "App-Level Tokens and put it (xapp-…) in SLACK_APP_TOKEN; or unset SLACK_APP_TOKEN and "
-    "set SLACK_SIGNING_SECRET to use HTTP mode"
-)
 FIX_SIGNING_SECRET = (
     "copy the Signing Secret from your app's Basic Information page into SLACK_SIGNING_SECRET, "
     "or set SLACK_APP_TOKEN (xapp-…) to use Socket Mode instead"
@@ -201,15 +193,8 @@ def settings_failures(error: SettingsError) -> list[Check]:
 
 # --- Slack -------------------------------------------------------------------------------
 
-# auth.test errors that mean "this token is no good", as opposed to "Slack is unhappy".
-_BAD_TOKEN_ERRORS = {
-    "invalid_auth",
-    "not_authed",
-    "account_inactive",
-    "token_revoked",
-    "token_expired",
-    "not_allowed_token_type",
-}
+# The same words as `run` (slack/preflight.py) for the same failures.
+_BAD_TOKEN_ERRORS = BAD_TOKEN_ERRORS
 
 
 def _slack_client(token: str | None, settings: Settings) -> Any:

@@ -7,8 +7,10 @@ reverse, and every kernel is shut down.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import signal
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -114,6 +116,22 @@ class Runtime:
         metrics.track_kernels(lambda: len(self.registry.slots), lambda: len(self.registry.pool))
         await self.registry.start()
         self.reaper.start()
+
+    def kernel_pids(self) -> list[int]:
+        """Local kernel processes (sandbox included) this runtime holds, pooled ones too."""
+        kernels = [slot.kernel for slot in self.registry.slots.values()] + list(self.registry.pool)
+        return [pid for pid in (getattr(k, "pid", None) for k in kernels) if pid]
+
+    def kill_kernels(self, pids: list[int]) -> None:
+        """Last resort at exit: SIGKILL each kernel's process group (a clean stop ran out of
+        time, or a second signal forced the exit). Synchronous, so it works from a handler."""
+        for pid in pids:
+            with contextlib.suppress(OSError):
+                group = os.getpgid(pid)
+                if group == os.getpgrp():  # never our own group
+                    os.kill(pid, signal.SIGKILL)
+                else:
+                    os.killpg(group, signal.SIGKILL)
 
     async def stop(self) -> None:
         self.reaper.stop()
