@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import signal
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
@@ -65,9 +66,27 @@ def _fail(lines: list[str], *, hint: bool = True) -> int:
     return 2
 
 
+class _StopRequested(BaseException):
+    """SIGTERM before the event loop's own handlers are installed (imports, settings)."""
+
+
+def _stop_early(_signum: int, _frame: object) -> None:
+    raise _StopRequested
+
+
 def cmd_run(_args: argparse.Namespace) -> int:
     """Exit status: 0 after a requested stop, 2 for a configuration Slack or the store
     rejects, 1 when Slack stayed unreachable (SLACKINTERP_CONNECT_TIMEOUT) or on a crash."""
+    # Importing Bolt, SQLAlchemy and jupyter_client takes a second or more: a stop asked for
+    # meanwhile is honoured quietly too. asyncio.run's loop replaces these handlers.
+    signal.signal(signal.SIGTERM, _stop_early)
+    try:
+        return _run()
+    except (KeyboardInterrupt, _StopRequested):
+        return 0
+
+
+def _run() -> int:
     import logging
 
     from slackinterp import logs
@@ -91,8 +110,8 @@ def cmd_run(_args: argparse.Namespace) -> int:
     except GaveUp as exc:
         print(f"slackinterp: giving up: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:  # before the signal handlers were installed
-        return 0
+    except (KeyboardInterrupt, _StopRequested):
+        raise
     except Exception:
         logging.getLogger("slackinterp").exception("bot.crashed")
         return 1

@@ -215,6 +215,22 @@ async def test_sigint_while_connecting_exits_0(tmp_path: Path) -> None:
     assert "Traceback" not in bot.output()
 
 
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("after", [0.8, 2.0])
+async def test_signal_during_start_up_exits_0_quietly(
+    tmp_path: Path, sig: signal.Signals, after: float
+) -> None:
+    """While Python imports Bolt, SQLAlchemy and jupyter_client, or opens the store."""
+    url = f"http://127.0.0.1:{closed_port()}/api/"
+    env = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1", "SLACK_API_URL": url}
+    async with bot_process(tmp_path, **env) as bot:
+        await asyncio.sleep(after)
+        bot.proc.send_signal(sig)
+        code, _ = await bot.wait_exit(10)
+    assert code == 0, bot.output()
+    assert "Traceback" not in bot.output()
+
+
 # --- signals while running -----------------------------------------------------------------
 
 
