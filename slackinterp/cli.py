@@ -131,7 +131,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
         settings = load_settings()
     except SettingsError as exc:
         return _fail(exc.problems)
-    return console.main(settings, session=args.session)
+    return console.main(settings, session=args.session, files=args.files)
 
 
 def cmd_doctor(_args: argparse.Namespace) -> int:
@@ -144,22 +144,80 @@ def cmd_doctor(_args: argparse.Namespace) -> int:
     return doctor.main(settings)
 
 
+RUN_HELP = """\
+Run the Slack bot. Socket Mode when SLACK_APP_TOKEN is set (recommended: no public URL),
+else HTTP mode on SLACKINTERP_HTTP_PORT with SLACK_SIGNING_SECRET. Settings come from the
+environment and .env. Exit status: 0 after SIGTERM/Ctrl-C, 2 when a setting or token is
+wrong, 1 when Slack stayed unreachable for SLACKINTERP_CONNECT_TIMEOUT."""
+CHAT_HELP = """\
+The same engine in this terminal, no Slack needed. Type a question for the model, or a
+```python block to run code. FILE arguments (and :load PATH) copy files into the session,
+as if attached in Slack. :help lists the commands."""
+DOCTOR_HELP = """\
+Check the settings the way `run` does, the Slack tokens and scopes, the model server, a
+kernel (1+1 and a plot), the data directory, the database and the sandbox. Prints one line
+per check with a fix for each failure; exit status 0 when all pass."""
+MANIFEST_HELP = """\
+Print the Slack app manifest (YAML) to paste into https://api.slack.com/apps → Create New
+App → From a manifest. manifest.yml in the repository is this output with the defaults."""
+
+
+def app_name(value: str) -> str:
+    """Slack accepts app and bot names of 1 to 35 characters."""
+    value = value.strip()
+    if not 1 <= len(value) <= 35:
+        raise argparse.ArgumentTypeError(
+            f"Slack needs an app name of 1 to 35 characters, got {len(value)}"
+        )
+    return value
+
+
+def command_name(value: str) -> str:
+    """Slash commands: lowercase, no spaces, at most 32 characters with the slash."""
+    value = value.strip()
+    if not value.startswith("/"):
+        value = "/" + value
+    if len(value) < 2 or len(value) > 32 or any(c.isspace() or c.isupper() for c in value):
+        raise argparse.ArgumentTypeError(
+            "a slash command is / and 1 to 31 lowercase characters without spaces"
+        )
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slackinterp", description="A code interpreter that lives in Slack."
     )
     parser.add_argument("--version", action="version", version=f"slackinterp {_version()}")
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
-    run = sub.add_parser("run", help="run the Slack bot (Socket Mode or HTTP mode)")
+    run = sub.add_parser(
+        "run", help="run the Slack bot (Socket Mode or HTTP mode)", description=RUN_HELP
+    )
     run.set_defaults(func=cmd_run)
-    chat = sub.add_parser("chat", help="the same engine in this terminal (no Slack needed)")
+    chat = sub.add_parser(
+        "chat", help="the same engine in this terminal (no Slack needed)", description=CHAT_HELP
+    )
     chat.add_argument("--session", default="default", help="session name (default: default)")
+    chat.add_argument(
+        "files", nargs="*", metavar="FILE", help="files to copy into the session first"
+    )
     chat.set_defaults(func=cmd_chat)
-    doctor = sub.add_parser("doctor", help="check settings, Slack, the model and kernels")
+    doctor = sub.add_parser(
+        "doctor", help="check settings, Slack, the model and kernels", description=DOCTOR_HELP
+    )
     doctor.set_defaults(func=cmd_doctor)
-    manifest = sub.add_parser("manifest", help="print the Slack app manifest")
-    manifest.add_argument("--name", default="interp", help="app and bot name (default: interp)")
-    manifest.add_argument("--command", default="/interp", help="slash command (default: /interp)")
+    manifest = sub.add_parser(
+        "manifest", help="print the Slack app manifest", description=MANIFEST_HELP
+    )
+    manifest.add_argument(
+        "--name", type=app_name, default="interp", help="app and bot name (default: interp)"
+    )
+    manifest.add_argument(
+        "--command",
+        type=command_name,
+        default="/interp",
+        help="slash command (default: /interp)",
+    )
     manifest.set_defaults(func=cmd_manifest)
     return parser
 

@@ -16,12 +16,17 @@ import base64
 import codecs
 import contextlib
 import logging
+import mimetypes
 import os
 import re
+import shlex
+import shutil
 import signal
+import stat
 import sys
 import threading
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TextIO
@@ -44,7 +49,7 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
-from slackinterp.engine.turn import TurnRequest, direct_code
+from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
 from slackinterp.engine.workspace import ThreadKey, human_size
 from slackinterp.kernels.execution import CellResult, Display, Error, Result, Status, Stream
 from slackinterp.runtime import Runtime
@@ -55,7 +60,7 @@ CONTINUE = "... "
 FENCE = "```"
 IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg"}
 WARM_TIMEOUT = 30.0
-COMMAND = re.compile(r"^:([a-z]+)\s*$")
+COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
 HELP = """\
 Type a message for the model, or run code directly:
   ```                     a fenced block runs verbatim (```python works too);
@@ -63,12 +68,15 @@ Type a message for the model, or run code directly:
   ```
   a line ending in \\      continues on the next line
 Commands:
-  :reset    fresh kernel: variables and history are gone, files stay
-  :files    list the files in this session's working directory
-  :status   kernel, cells and files of this session
-  :stop     stop what is running (Ctrl-C while a cell runs does the same)
-  :help     this text
-  :quit     leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)"""
+  :load PATH…   copy files from this computer into the session (as attaching them in Slack)
+  :reset        fresh kernel: variables and history are gone, files stay
+  :reset wipe   the same, and the session's files are deleted too
+  :files        list the files in this session's working directory
+  :status       kernel, cells and files of this session
+  :stop         stop what is running (Ctrl-C while a cell runs does the same)
+  :help         this text
+  :quit         leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)
+Up and down arrows recall earlier lines (kept between sessions)."""
 
 
 # --- input -----------------------------------------------------------------------------------
@@ -319,6 +327,33 @@ class TurnPrinter:
         self.screen.line(f"file: {path}" + (f" ({human_size(size)})" if size is not None else ""))
 
 
+# --- files from this computer ----------------------------------------------------------------
+
+
+def local_file(raw: str) -> IncomingFile:
+    """A path typed by the user, as an attachment the engine receives like a Slack upload
+    (same name sanitising, size limit and "received" line)."""
+    path = Path(raw).expanduser()
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise FileFetchError(f"no such file: {raw}") from None
+    except OSError as exc:
+        raise FileFetchError(f"cannot read {raw}: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise FileFetchError(f"{raw} is a directory: load the files in it")
+    if not stat.S_ISREG(info.st_mode):
+        raise FileFetchError(f"{raw} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise FileFetchError(f"cannot read {raw}: permission denied")
+
+    async def fetch(target: Path) -> None:
+        await asyncio.to_thread(shutil.copyfile, path, target)
+
+    mimetype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return IncomingFile(path.name, info.st_size, mimetype, fetch)
+
+
 # --- the session -----------------------------------------------------------------------------
 
 
@@ -340,7 +375,8 @@ class Console:
         self.at_prompt = False
         self.quitting = False
         self.echoes = os.isatty(reader.fd)
-        self.commands = {
+        self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
+            "load": self.cmd_load,
             "reset": self.cmd_reset,
             "files": self.cmd_files,
             "status": self.cmd_status,
@@ -355,7 +391,10 @@ class Console:
     def banner(self) -> None:
         where = self.workdir.resolve()
         self.screen.line(f"slackinterp chat — session {self.key.thread_ts!r}, files in {where}")
-        self.screen.line("Type :help for help, :quit (or Ctrl-D) to leave.")
+        self.screen.line(
+            "Type :help for help, :load PATH to bring in a file, :quit (or Ctrl-D) to leave."
+        )
+        self.screen.line(f"Log: {log_file(self.runtime.settings).resolve()}")
 
     async def run(self) -> None:
         while not self.quitting:
@@ -390,13 +429,9 @@ class Console:
             if action is None:
                 self.screen.line(f"unknown command :{command.group(1)} (try :help)")
             else:
-                await action()
+                await action((command.group(2) or "").strip())
             return
-        self.turn = asyncio.create_task(self._run_turn(text))
-        await self._while_running(self.turn)
-        self.turn = None
-        self.interrupts = 0
-        self.stop_pending = False
+        await self.handle_turn(text, [])
 
     async def _while_running(self, turn: asyncio.Task[None]) -> None:
         """Keep reading while the turn runs: `:stop` acts at once, other lines wait their turn."""
@@ -413,10 +448,29 @@ class Console:
                 self.typed_ahead.append(line.result())
         await asyncio.wait([turn])  # a force-quit cancels the turn; this does not raise
 
-    async def _run_turn(self, text: str) -> None:
+    async def load(self, paths: list[str]) -> None:
+        """Files from this computer into the session, received as Slack attachments are."""
+        files = []
+        for raw in paths:
+            try:
+                files.append(local_file(raw))
+            except FileFetchError as exc:
+                self.screen.line(f"! {exc}")
+        if files:
+            await self.handle_turn("", files)
+
+    async def handle_turn(self, text: str, files: list[IncomingFile]) -> None:
+        self.turn = asyncio.create_task(self._run_turn(text, files))
+        await self._while_running(self.turn)
+        self.turn = None
+        self.interrupts = 0
+        self.stop_pending = False
+
+    async def _run_turn(self, text: str, files: list[IncomingFile] | None = None) -> None:
         await self._announce_kernel(text)
         printer = TurnPrinter(self.screen, self.workdir, self.runtime.settings.exec_timeout)
-        async for event in self.engine.submit(TurnRequest(self.key, text, user="console")):
+        request = TurnRequest(self.key, text, user="console", files=files or [])
+        async for event in self.engine.submit(request):
             if isinstance(event, TurnStarted) and self.stop_pending:
                 self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
             printer.handle(event)
@@ -494,10 +548,24 @@ class Console:
             self._prompt()
 
     # --- commands ----------------------------------------------------------------------------
-    async def cmd_reset(self) -> None:
-        self.screen.line(await self.engine.reset(self.key))
+    async def cmd_reset(self, arg: str = "") -> None:
+        if arg not in ("", "wipe"):
+            self.screen.line("usage: :reset, or :reset wipe to delete the session's files too")
+            return
+        self.screen.line(await self.engine.reset(self.key, wipe=arg == "wipe"))
 
-    async def cmd_files(self) -> None:
+    async def cmd_load(self, arg: str = "") -> None:
+        try:
+            paths = shlex.split(arg)
+        except ValueError as exc:
+            self.screen.line(f"! cannot read the paths: {exc}")
+            return
+        if not paths:
+            self.screen.line("usage: :load PATH… (quote paths with spaces)")
+            return
+        await self.load(paths)
+
+    async def cmd_files(self, arg: str = "") -> None:
         files = await self.engine.files(self.key)
         if not files:
             self.screen.line(f"No files in {self.workdir.resolve()}.")
@@ -507,7 +575,7 @@ class Console:
         for name, size in files:
             self.screen.line(f"  {name.ljust(width)}  {human_size(size)}")
 
-    async def cmd_status(self) -> None:
+    async def cmd_status(self, arg: str = "") -> None:
         status = await self.engine.status(self.key)
         if status.alive:
             kernel = "busy" if status.busy else "idle"
@@ -523,16 +591,16 @@ class Console:
             f"files: {status.files}"
         )
 
-    async def cmd_stop(self) -> None:
+    async def cmd_stop(self, arg: str = "") -> None:
         if self.turn is None:
             self.screen.line("Nothing is running.")
         else:
             self._stop_turn()
 
-    async def cmd_help(self) -> None:
+    async def cmd_help(self, arg: str = "") -> None:
         self.screen.line(HELP)
 
-    async def cmd_quit(self) -> None:
+    async def cmd_quit(self, arg: str = "") -> None:
         self.quit()
 
 
@@ -549,7 +617,7 @@ async def _warm(runtime: Runtime, screen: Screen) -> None:
         screen.line("the kernel is not ready yet; it starts with the first cell")
 
 
-async def chat(settings: Settings, session: str = "default") -> int:
+async def chat(settings: Settings, session: str = "default", files: list[str] | None = None) -> int:
     """Open the runtime, run the session until quit or EOF, and always shut every kernel down."""
     loop = asyncio.get_running_loop()
     screen = Screen(sys.stdout)
@@ -578,6 +646,8 @@ async def chat(settings: Settings, session: str = "default") -> int:
         loop.add_signal_handler(signal.SIGTERM, console.terminate)
         loop.add_signal_handler(signal.SIGHUP, console.terminate)
         reader.start()
+        if files:
+            await console.load(files)
         await console.run()
     except asyncio.CancelledError:
         screen.line("interrupted while starting; leaving")
@@ -593,13 +663,24 @@ def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
         loop.remove_signal_handler(sig)
 
 
-def main(settings: Settings, session: str = "default") -> int:
-    """`slackinterp chat [--session NAME]`."""
-    level = logging.getLevelName(settings.log_level)
-    if level > logging.DEBUG:  # INFO lines would interleave with cell output
-        level = max(level, logging.WARNING)
-    logs.configure(logging.getLevelName(level), settings.log_format.value)
-    return asyncio.run(chat(settings, session))
+def log_file(settings: Settings) -> Path:
+    return settings.data_dir / "logs" / "chat.log"
+
+
+def main(settings: Settings, session: str = "default", files: list[str] | None = None) -> int:
+    """`slackinterp chat [--session NAME] [FILE…]`.
+
+    Log lines go to a file in the data directory: on the screen they would land in the middle
+    of a cell's output or the answer.
+    """
+    path = log_file(settings)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        logs.configure(settings.log_level, settings.log_format.value, path=path)
+    except OSError:  # an unwritable data dir is reported by the runtime, in words
+        level = max(logging.getLevelName(settings.log_level), logging.WARNING)
+        logs.configure(logging.getLevelName(level), settings.log_format.value)
+    return asyncio.run(chat(settings, session, files))
 
 
 if __name__ == "__main__":

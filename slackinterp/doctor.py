@@ -48,7 +48,12 @@ from slackinterp.config import (
     env_name,
     load_settings,
 )
-from slackinterp.slack.preflight import BAD_TOKEN_ERRORS, FIX_APP_TOKEN, FIX_BOT_TOKEN
+from slackinterp.slack.preflight import (
+    BAD_TOKEN_ERRORS,
+    FIX_APP_TOKEN,
+    FIX_BOT_TOKEN,
+    network_reason,
+)
 
 PASS_MARK, FAIL_MARK, SKIP_MARK = "✓", "✗", "–"
 
@@ -172,13 +177,40 @@ def bounded(name: str, seconds: float, on_timeout: str) -> Callable[[CheckFn], B
 # --- settings ----------------------------------------------------------------------------
 
 
-def check_settings(settings: Settings) -> Check:
-    """Settings loaded; say which way the bot will connect to Slack."""
+def check_settings(settings: Settings) -> list[Check]:
+    """The same validation `run` does, then which way the bot will connect to Slack.
+
+    Socket Mode is recommended first: it needs no public URL.
+    """
+    from slackinterp.cli import check_run_settings
+
+    # A token that is not set has its own check below; here what `run` rejects besides.
+    problems = [
+        p
+        for p in check_run_settings(settings)
+        if p.startswith("SLACK_") and " is not set" not in p.split(":", 1)[0]
+    ]
+    if problems:
+        return [
+            failed(SETTINGS, problem.split(": ", 1)[0], problem.split(": ", 1)[-1])
+            for problem in problems
+        ]
     if settings.slack_app_token:
-        mode = "Socket Mode (SLACK_APP_TOKEN is set)"
+        mode = "Socket Mode (SLACK_APP_TOKEN is set; recommended)"
+    elif not settings.slack_signing_secret:
+        return [
+            passed(
+                SETTINGS,
+                "valid, but no Slack connection is configured yet: Socket Mode (SLACK_APP_TOKEN) "
+                "is recommended",
+            )
+        ]
     else:
-        mode = f"HTTP mode (no SLACK_APP_TOKEN; events on port {settings.http_port})"
-    return passed(SETTINGS, f"valid; {mode}")
+        mode = (
+            f"HTTP mode (no SLACK_APP_TOKEN; Slack must reach port {settings.http_port}; Socket "
+            "Mode with an app token is simpler: no public URL)"
+        )
+    return [passed(SETTINGS, f"valid; `slackinterp run` would use {mode}")]
 
 
 def settings_failures(error: SettingsError) -> list[Check]:
@@ -210,7 +242,7 @@ def _slack_unreachable(name: str, settings: Settings, exc: Exception) -> Check:
     where = _safe_url(settings.slack_api_url)
     return failed(
         name,
-        f"cannot reach Slack at {where} ({type(exc).__name__}: {exc})",
+        f"cannot reach Slack at {where}: {network_reason(exc)}",
         "check the network (proxy, firewall, DNS) and SLACK_API_URL "
         "(unset it to use https://slack.com/api/)",
     )
@@ -314,6 +346,13 @@ async def check_slack_connection(settings: Settings) -> Check:
     """Socket Mode needs a working app token; HTTP mode needs the signing secret."""
     if settings.slack_app_token:
         return await check_app_token(settings)
+    if not settings.slack_signing_secret:
+        return failed(
+            APP_TOKEN,
+            "neither SLACK_APP_TOKEN (Socket Mode, recommended) nor SLACK_SIGNING_SECRET "
+            "(HTTP mode) is set",
+            FIX_APP_TOKEN,
+        )
     return check_signing_secret(settings)
 
 
@@ -715,7 +754,7 @@ async def run_checks(settings: Settings) -> list[Check]:
         check_storage(settings),
         check_sandbox(settings),
     )
-    checks = [check_settings(settings)]
+    checks = check_settings(settings)
     for group in groups:
         checks.extend(group if isinstance(group, list) else [group])
     secrets = _secrets(settings)

@@ -11,6 +11,7 @@ import logging
 import re
 import sys
 import time
+from pathlib import Path
 
 _PAIR = re.compile(r"(\w+)=(\S+)")
 
@@ -32,8 +33,11 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(data, ensure_ascii=False)
 
 
-def configure(level: str = "INFO", fmt: str = "text") -> None:
-    handler = logging.StreamHandler(sys.stderr)
+def configure(level: str = "INFO", fmt: str = "text", path: Path | None = None) -> None:
+    """Log to stderr, or append to `path` (the terminal mode keeps its screen for the user)."""
+    handler: logging.Handler = (
+        logging.StreamHandler(sys.stderr) if path is None else logging.FileHandler(path)
+    )
     if fmt == "json":
         handler.setFormatter(JsonFormatter())
     else:

@@ -109,3 +109,45 @@ def test_json_logs_are_one_object_per_event(capsys) -> None:
     assert record["event"] == "cell.finished" and record["thread"] == "T:C:1"
     assert record["cell"] == "ab" and record["level"] == "info"
     logging.getLogger().handlers.clear()
+
+
+def test_subcommand_help_describes_each_command() -> None:
+    assert "Socket Mode" in cli("run", "--help").stdout
+    assert ":load" in cli("chat", "--help").stdout and "FILE" in cli("chat", "--help").stdout
+    assert "sandbox" in cli("doctor", "--help").stdout
+    assert "manifest" in cli("manifest", "--help").stdout.lower()
+
+
+def test_manifest_refuses_names_slack_rejects() -> None:
+    for bad in ("", "x" * 36):
+        done = cli("manifest", "--name", bad)
+        assert done.returncode == 2 and "1 to 35 characters" in done.stderr
+    assert cli("manifest", "--command", "/Has Space").returncode == 2
+    assert "name: analyst" in cli("manifest", "--name", "analyst").stdout
+
+
+def test_run_without_token_points_at_dot_env(tmp_path: Path) -> None:
+    done = cli("run", cwd=tmp_path)
+    assert done.returncode == 2
+    assert "SLACK_BOT_TOKEN is not set" in done.stderr and ".env" in done.stderr
+
+
+def test_doctor_rejects_swapped_tokens_like_run(tmp_path: Path) -> None:
+    env = {
+        "SLACK_BOT_TOKEN": "xapp-1-swapped",
+        "SLACK_APP_TOKEN": "xoxb-1-swapped",
+        "SLACK_API_URL": "http://127.0.0.1:9/api/",
+        "SLACKINTERP_SANDBOX": "none",
+    }
+    assert cli("run", env=env, cwd=tmp_path).returncode == 2
+    done = cli("doctor", env=env, cwd=tmp_path)
+    assert done.returncode == 1
+    assert "✗ settings — SLACK_BOT_TOKEN should start with xoxb-" in done.stdout
+    assert "✗ settings — SLACK_APP_TOKEN should start with xapp-" in done.stdout
+
+
+def test_doctor_recommends_socket_mode_when_nothing_is_set(tmp_path: Path) -> None:
+    done = cli("doctor", env={"SLACKINTERP_SANDBOX": "none"}, cwd=tmp_path)
+    assert "Socket Mode (SLACK_APP_TOKEN) is recommended" in done.stdout
+    assert "neither SLACK_APP_TOKEN (Socket Mode, recommended)" in done.stdout
+    assert "HTTP mode" not in done.stdout.split("\n")[0]

@@ -328,3 +328,46 @@ def test_model_cells_and_streamed_answer(open_chat, fake_model) -> None:
     chat.expect(OK)
     chat.expect(r"The answer is forty-two\.\r\n")
     chat.child.expect_exact(">>> ")
+
+
+def test_files_on_the_command_line_and_load_arrive_in_the_session(tmp_path: Path) -> None:
+    """`chat FILE` and `:load PATH` copy files in, reported as Slack reports attachments."""
+    data = tmp_path / "sales.csv"
+    data.write_text("month,revenue\njan,10\nfeb,12\n")
+    other = tmp_path / "notes dir" / "notes.txt"
+    other.parent.mkdir()
+    other.write_text("budget is 40k")
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("OPENAI_")}
+    environ.update(SLACKINTERP_DATA_DIR=str(tmp_path / "data"), SLACKINTERP_POOL_SIZE="0")
+    child = pexpect.spawn(
+        sys.executable,
+        ["-m", "slackinterp", "chat", str(data)],
+        env=environ,
+        cwd=str(tmp_path),
+        encoding="utf-8",
+        timeout=TIMEOUT,
+        dimensions=(50, 250),
+    )
+    try:
+        child.expect(r"received sales\.csv \(\d+ B\)")
+        child.expect_exact(">>> ")
+        child.sendline(f':load "{other}" missing.csv "{other.parent}"')
+        child.expect(r"! no such file: missing\.csv")
+        child.expect(r"! .*notes dir is a directory")
+        child.expect(r"received notes\.txt")
+        child.sendline("```")
+        child.sendline("import pandas as pd; print(pd.read_csv('sales.csv').revenue.sum())")
+        child.sendline("print(open('notes.txt').read())")
+        child.sendline("```")
+        child.expect("22")
+        child.expect("budget is 40k")
+        child.sendline(":reset wipe")
+        child.expect("files deleted")
+        child.sendline(":files")
+        child.expect("No files in")
+        child.sendline(":quit")
+        child.expect(pexpect.EOF)
+    finally:
+        child.close(force=True)
+    log = tmp_path / "data" / "logs" / "chat.log"
+    assert log.exists()  # log lines go to the file, never between cell outputs
