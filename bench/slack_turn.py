@@ -27,6 +27,15 @@ sent (Linux: perf_counter and the fake's monotonic clock are both CLOCK_MONOTONI
               records send → ack) must stay p99 < 300 ms. pool_size=4 (kernels come warm),
               max_kernels=30.
 
+(c) latency   With --slack-latency-ms (default 100) added to every Web API call of the fake,
+              as Slack's own API answers in ~50–300 ms: time to output (envelope sent → the
+              first Web API call carrying the cell's output is answered) and Web API calls per
+              cell, for a thread's first cell and for follow-ups, next to bench/minimal_bot.py
+              (Bolt + a raw kernel, one chat.postMessage per cell) on its own fake Slack with
+              the same latency, measured interleaved in the same run; then --threads new
+              threads at once to each. Targets: follow-up <= 1.1x the minimal bot, first cell
+              <= 1.2x, <= 2 calls per fast cell, the burst <= 1.0x.
+
 The fake Slack shares this process and event loop with the bot, so its request handling is
 part of what is measured (as a real Slack's network time would be). Every kernel is shut down
 at the end and psutil checks that no ipykernel process is left.
@@ -36,11 +45,13 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import logging
 import shutil
 import sys
 import tempfile
 import time
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -51,7 +62,7 @@ if str(ROOT) not in sys.path:
 
 import psutil  # noqa: E402
 
-from bench.common import RawKernel, leftover_kernels, ms  # noqa: E402
+from bench.common import RawKernel, leftover_kernels, ms, pct  # noqa: E402
 from slackinterp.slack.render import UPDATE_INTERVAL  # noqa: E402
 from tests.fakes.slack import Call, FakeSlack  # noqa: E402
 from tests.slack_harness import CHANNEL, finished_cells, running_bot  # noqa: E402
@@ -85,8 +96,8 @@ class TimedCalls(list):
 class TimedSlack(FakeSlack):
     """FakeSlack that timestamps Web API calls and event envelopes (tests/fakes is untouched)."""
 
-    def __init__(self) -> None:
-        super().__init__()
+    def __init__(self, latency: float = 0.0) -> None:
+        super().__init__(latency=latency)
         self.calls: TimedCalls = TimedCalls()
         self.sent: dict[str, float] = {}
 
@@ -237,6 +248,158 @@ async def bench_burst(fake: TimedSlack, n_threads: int, n_commands: int) -> dict
     }
 
 
+# --- (c) latency against a minimal bot --------------------------------------------------------
+
+TARGET_FOLLOWUP = 1.1
+TARGET_FIRST = 1.2
+TARGET_CALLS = 2
+TARGET_BURST = 1.0
+QUIET = 1.5  # seconds after the output within which a cell's remaining calls are counted
+LATENCY_SAMPLES = 8
+
+
+def _mentions(call: Call, token: str) -> bool:
+    if call.method not in (
+        "chat.postMessage",
+        "chat.update",
+        "chat.startStream",
+        "chat.appendStream",
+        "chat.stopStream",
+    ):
+        return False
+    return token in json.dumps(call.params, ensure_ascii=False)
+
+
+@dataclass
+class Cell:
+    to_output: float  # envelope sent → the call carrying the output was answered
+    calls: int  # Web API calls from the envelope to QUIET s after the output
+
+
+async def timed_cell(fake: TimedSlack, thread_ts: str | None) -> tuple[Cell, str]:
+    token = f"out-{uuid.uuid4().hex[:8]}"
+    start = len(fake.calls)
+    ts, envelopes = await fake.user_message(
+        CHANNEL, f"<@{fake.bot_user_id}> ```print('{token}')```", thread_ts=thread_ts
+    )
+    sent = fake.sent[envelopes[-1]]
+    await fake.wait_for(lambda: any(_mentions(c, token) for c in fake.calls[start:]), timeout=60)
+    arrived = next(at for at, c in fake.since(start) if _mentions(c, token))
+    await asyncio.sleep(QUIET)
+    calls = sum(1 for at, _c in fake.since(start) if at <= arrived + QUIET)
+    return Cell(arrived + fake.latency - sent, calls), thread_ts or ts
+
+
+async def burst(fake: TimedSlack, n: int) -> float:
+    """Seconds from sending n top-level mentions at once to the last output answered."""
+    tokens = [f"burst-{uuid.uuid4().hex[:8]}" for _ in range(n)]
+    start = len(fake.calls)
+    began = time.perf_counter()
+    await asyncio.gather(
+        *(fake.user_message(CHANNEL, f"<@{fake.bot_user_id}> ```print('{t}')```") for t in tokens)
+    )
+    seen: dict[str, float] = {}
+    scanned = start
+
+    def done() -> bool:
+        nonlocal scanned
+        while scanned < len(fake.calls):
+            call = fake.calls[scanned]
+            for token in tokens:
+                if token not in seen and _mentions(call, token):
+                    seen[token] = fake.calls.times[scanned]
+            scanned += 1
+        return len(seen) == n
+
+    await fake.wait_for(done, timeout=120)
+    return max(seen.values()) + fake.latency - began
+
+
+async def bench_latency(latency_ms: float, threads: int, scratch: Path) -> dict[str, Any]:
+    from bench.minimal_bot import MinimalBot
+
+    latency = latency_ms / 1000
+    ours: dict[str, list[Cell]] = {"first": [], "follow": []}
+    mini: dict[str, list[Cell]] = {"first": [], "follow": []}
+    async with (
+        TimedSlack(latency) as fake,
+        TimedSlack(latency) as fake_min,
+        running_bot(fake, scratch / "ours", pool_size=POOL_SIZE, max_kernels=MAX_KERNELS) as bot,
+    ):
+        minimal = MinimalBot(
+            fake_min.api_url, fake_min.bot_token, fake_min.app_token, scratch / "min", POOL_SIZE
+        )
+        await minimal.start()
+        try:
+            await fake_min.wait_socket_connected()
+            await bot.runtime.registry.wait_pool_ready(timeout=READY_TIMEOUT)
+            # One warm-up thread each (imports, first SQLite writes, Bolt's auth.test).
+            for target in (fake, fake_min):
+                _cell, root = await timed_cell(target, None)
+                await timed_cell(target, root)
+            for _ in range(LATENCY_SAMPLES):
+                for target, into in ((fake, ours), (fake_min, mini)):
+                    await bot.runtime.registry.wait_pool_ready(timeout=READY_TIMEOUT)
+                    first, root = await timed_cell(target, None)
+                    follow, _ = await timed_cell(target, root)
+                    into["first"].append(first)
+                    into["follow"].append(follow)
+            await bot.runtime.registry.wait_pool_ready(timeout=READY_TIMEOUT)
+            await asyncio.sleep(1.0)
+            burst_ours = await burst(fake, threads)
+            burst_min = await burst(fake_min, threads)
+        finally:
+            await minimal.stop()
+    return {
+        "latency_ms": latency_ms,
+        "threads": threads,
+        "ours": ours,
+        "mini": mini,
+        "burst_ours": burst_ours,
+        "burst_min": burst_min,
+    }
+
+
+def report_latency(c: dict[str, Any]) -> bool:
+    print(
+        f"(c) with {c['latency_ms']:g} ms added to every Web API call: time to output "
+        f"(envelope sent → output answered) and Web API calls per cell, "
+        f"{LATENCY_SAMPLES} interleaved samples each"
+    )
+    print(f"    {'':26}{'slackinterp':>14}{'minimal bot':>14}{'ratio':>8}{'target':>9}")
+    ok = True
+    for kind, label, target in (
+        ("first", "new thread, first cell", TARGET_FIRST),
+        ("follow", "follow-up cell", TARGET_FOLLOWUP),
+    ):
+        ours = pct([x.to_output for x in c["ours"][kind]], 50) * 1000
+        mini = pct([x.to_output for x in c["mini"][kind]], 50) * 1000
+        ratio = ours / mini
+        passed = ratio <= target
+        ok &= passed
+        print(
+            f"    {label + ' p50':26}{ours:>11.0f} ms{mini:>11.0f} ms{ratio:>7.2f}x"
+            f"{'<= ' + format(target, 'g') + 'x':>9} {'PASS' if passed else 'MISS'}"
+        )
+        calls = pct([x.calls for x in c["ours"][kind]], 50)
+        mcalls = pct([x.calls for x in c["mini"][kind]], 50)
+        passed = calls <= TARGET_CALLS
+        ok &= passed
+        print(
+            f"    {'  Web API calls per cell':26}{calls:>14.0f}{mcalls:>14.0f}{'':>8}"
+            f"{'<= ' + str(TARGET_CALLS):>9} {'PASS' if passed else 'MISS'}"
+        )
+    ratio = c["burst_ours"] / c["burst_min"]
+    passed = ratio <= TARGET_BURST
+    ok &= passed
+    print(
+        f"    {str(c['threads']) + ' new threads at once':26}{c['burst_ours']:>12.2f} s"
+        f"{c['burst_min']:>12.2f} s{ratio:>7.2f}x{'<= 1x':>9} {'PASS' if passed else 'MISS'}"
+    )
+    print()
+    return ok
+
+
 # --- shutdown check ---------------------------------------------------------------------------
 
 
@@ -313,9 +476,21 @@ def report(a: dict[str, Any], b: dict[str, Any], leftovers: list[int], seconds: 
     return ok_a and ok_b1 and ok_b2 and not leftovers
 
 
-async def main(turns: int, threads: int, commands: int) -> int:
+async def main(turns: int, threads: int, commands: int, latency_ms: float, only: str) -> int:
     began = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-slack-"))
+    if only == "latency":
+        try:
+            c = await bench_latency(latency_ms, threads, scratch)
+            leftovers = await leftover_kernels()
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+        ok = report_latency(c)
+        print(
+            f"leftover kernel processes: {leftovers or 'none'}; total "
+            f"{time.perf_counter() - began:.0f} s"
+        )
+        return 0 if ok and not leftovers else 1
     try:
         raw = await RawKernel(scratch / "raw").start()
         try:
@@ -341,10 +516,29 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--turns", type=int, default=30, help="measured turns for (a)")
     parser.add_argument("--threads", type=int, default=20, help="new threads in the burst (b)")
     parser.add_argument("--commands", type=int, default=50, help="slash commands in (b)")
+    parser.add_argument(
+        "--slack-latency-ms",
+        type=float,
+        default=100.0,
+        help="milliseconds the fake Slack adds to every Web API call in (c) (default 100)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=("all", "latency", "loopback"),
+        default="all",
+        help="latency: (c) only; loopback: (a) and (b) only",
+    )
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     args = parse_args()
-    sys.exit(asyncio.run(main(max(5, args.turns), max(1, args.threads), max(1, args.commands))))
+    status = 0
+    if args.only in ("all", "loopback"):
+        status |= asyncio.run(
+            main(max(5, args.turns), max(1, args.threads), max(1, args.commands), 0, "loopback")
+        )
+    if args.only in ("all", "latency"):
+        status |= asyncio.run(main(0, max(1, args.threads), 0, args.slack_latency_ms, "latency"))
+    sys.exit(status)

@@ -570,6 +570,7 @@ class _State:
     file_scope_missing: bool
     max_text_length: int
     echo_bot_messages: bool
+    latency: float
     calls: list[Call]
     workspace: Workspace
     ephemerals: list[dict[str, Any]]
@@ -765,6 +766,8 @@ class _WebApi(_State):
         params.pop("token", None)
         self.calls.append(Call(method, params))
         self._touch()
+        if self.latency > 0:  # Slack's Web API answers in ~50–300 ms, not loopback's 1 ms
+            await asyncio.sleep(self.latency)
         if delay := self.faults.delay_for(method):
             await asyncio.sleep(delay)
         fault = self.faults.take(method, web_api=True)
@@ -1807,6 +1810,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
         bot_token: str = "xoxb-fake-1-bot",
         app_token: str = "xapp-fake-1-app",
         host: str = "127.0.0.1",
+        latency: float = 0.0,
     ) -> None:
         self.bot_token = bot_token
         self.app_token = app_token
@@ -1823,6 +1827,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
         self.file_scope_missing = False
         self.max_text_length = 4000
         self.echo_bot_messages = False  # Slack does echo them; off keeps envelopes tidy
+        self.latency = latency  # seconds added to every Web API call (benchmarks)
 
         self.calls: list[Call] = []
         self.workspace = Workspace(TsClock(), self.team_id)
