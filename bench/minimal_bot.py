@@ -4,7 +4,7 @@ A Bolt AsyncApp over Socket Mode (the same libraries as slackinterp) that, on an
 whose text holds a ``` block, runs the block in a raw jupyter_client kernel of that thread and
 posts ONE message with the output: one Web API call per cell, nothing else (no status, no
 running message, no store, no sandbox, no escaping beyond what Slack needs). Kernels come from
-a warm pool of the same size as the bot's, then start on demand.
+a warm pool of the same size as the bot's, refilled in the background as the bot's is.
 """
 
 from __future__ import annotations
