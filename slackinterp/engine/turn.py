@@ -49,6 +49,7 @@ from slackinterp.engine.files import (
 )
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey, human_size
+from slackinterp.kernels import shell
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import (
     CellControl,
@@ -380,6 +381,8 @@ class Engine:
         async def on_output(output: Output) -> None:
             emit(CellOutput(cell_id, output))
 
+        if shell.has_shell_line(code):
+            shell.make_strict(lease.kernel.client)
         try:
             return await run_cell(
                 lease.kernel,
