@@ -201,9 +201,13 @@ async def test_http_mode_needs_the_signing_secret(tmp_path: Path, good: dict[str
         configured(tmp_path, good, slack_app_token=None, slack_signing_secret="s3cret")
     )
 
-    assert without.name == doctor.SIGNING_SECRET and not without.ok
-    assert without.fix and "SLACK_SIGNING_SECRET" in without.fix
-    assert with_secret.ok
+    # Neither is set: Socket Mode is recommended first (issue 18), HTTP mode still named.
+    assert without.name == doctor.APP_TOKEN and not without.ok
+    assert "Socket Mode, recommended" in without.detail
+    assert without.fix and without.fix.index("SLACK_APP_TOKEN") < without.fix.index(
+        "SLACK_SIGNING_SECRET"
+    )
+    assert with_secret.ok and with_secret.name == doctor.SIGNING_SECRET
 
 
 # --- model ---------------------------------------------------------------------------------
