@@ -89,7 +89,9 @@ async def test_earlier_messages_reach_the_model_marked_and_named(tmp_path: Path)
         model.script(Reply(text="It is 4,500."), Reply(text="Noted the deploy."))
         root, _ = await slack.user_message(CHANNEL, "Q3 budget is 4200 EUR", user="U2")
         await slack.other_bot_message(CHANNEL, "deploy finished", thread_ts=root)
-        await slack.user_message(CHANNEL, "marketing wants 300 more", user="U3", thread_ts=root)
+        marketing, _ = await slack.user_message(
+            CHANNEL, "marketing wants 300 more", user="U3", thread_ts=root
+        )
         await slack.user_message(
             CHANNEL, "<@UBOT> what is the budget mentioned above?", thread_ts=root
         )
@@ -104,6 +106,21 @@ async def test_earlier_messages_reach_the_model_marked_and_named(tmp_path: Path)
         # Later: another bot posts, and a person edits an earlier message; the next turn gets
         # just those, not the bot's own answer and not what the model already saw.
         await slack.other_bot_message(CHANNEL, "rollback done", thread_ts=root)
+        # Slack sends message_changed when replies or unfurls change a message: not an edit,
+        # so not context again.
+        parent = slack.message(CHANNEL, marketing)
+        await slack.send_event(
+            {
+                "type": "message",
+                "subtype": "message_changed",
+                "hidden": True,
+                "channel": CHANNEL,
+                "channel_type": "channel",
+                "ts": slack.workspace.clock.next(),
+                "message": parent | {"attachments": [{"fallback": "unfurl"}]},
+                "previous_message": parent,
+            }
+        )
         await slack.edit_message(CHANNEL, root, "Q3 budget is 5000 EUR", user="U2")
         await asyncio.sleep(0.5)
         await slack.user_message(CHANNEL, "anything new?", thread_ts=root)
@@ -112,6 +129,7 @@ async def test_earlier_messages_reach_the_model_marked_and_named(tmp_path: Path)
         assert "[deploybot (bot)]: rollback done" in second
         assert "[user-u2 (edited)]: Q3 budget is 5000 EUR" in second
         assert "deploy finished" not in second and "It is 4,500" not in second
+        assert "4200" not in second and "marketing" not in second
         assert len(slack.calls_to("conversations.replies")) == 1
         # users.info once per person: names are cached.
         looked_up = [c["user"] for c in slack.calls_to("users.info")]

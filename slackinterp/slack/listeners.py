@@ -168,8 +168,12 @@ class SlackListeners:
         self._learn(context)
         subtype = event.get("subtype")
         if subtype == "message_changed":
-            await self._remember(body, event.get("message") or {}, event.get("channel"))
-            return  # an edit never runs anything ("edit and resubmit" is not offered)
+            # Slack also sends these when a reply is added or a link unfurls: only a real
+            # edit of the text counts. An edit never runs anything (no "edit and resubmit").
+            new, old = event.get("message") or {}, event.get("previous_message") or {}
+            if new.get("edited") and new.get("text") != old.get("text"):
+                await self._remember(body, new, event.get("channel"))
+            return
         if event.get("bot_id") and subtype in HANDLED_SUBTYPES | {"bot_message"}:
             await self._remember(body, event, event.get("channel"))
             return
@@ -203,7 +207,9 @@ class SlackListeners:
         if Own(self.bot_user_id, self.bot_id).wrote(message):
             return
         key = ThreadKey(installation_team(body), channel, thread_ts)
-        if not self.allowed(channel, None) or not await self.engine.has_thread(key):
+        if not self.allowed(channel, message.get("user")):
+            return
+        if not await self.engine.has_thread(key):
             return
         await self.store.add_pending_context(key.id, trimmed(message))
         log.info("context.pending thread=%s ts=%s", key.id, message["ts"])

@@ -235,7 +235,7 @@ class ThreadReader:
         pending = await self.store.take_pending_context(key.id)
         await self.store.set_context_cursor(key.id, message_ts)
         self.followed.add(key.id)
-        if not in_thread and not pending:
+        if limit <= 0 or (not in_thread and not pending):
             return context
         messages = self._select(key, raw, pending, message_ts, cursor, own, limit)
         await self._fill(client, key, messages, context)
