@@ -223,15 +223,17 @@ class ThreadReader:
         cursor = await self.store.context_cursor(key.id)
         raw: list[dict[str, Any]] = []
         limit = self.settings.thread_context_messages
-        if in_thread and limit > 0 and (new_thread or key.id not in self.followed):
-            since = None if new_thread else cursor
-            if new_thread or since is not None:
-                try:
-                    raw = await self._replies(client, key, since=since, before=message_ts)
-                except SlackApiError as exc:
-                    context.notes.append(_failure_note(exc.response.get("error"), exc.response))
-                except (aiohttp.ClientError, TimeoutError) as exc:
-                    context.notes.append(_failure_note(type(exc).__name__, None))
+        # Whole (within the bounds) for a thread's first turn; afterwards only past the
+        # cursor, and only when this process may have missed something. A thread that had a
+        # session before it had a cursor is not read back (the model has seen its turns).
+        first = cursor is None and new_thread
+        if in_thread and limit > 0 and key.id not in self.followed and (first or cursor):
+            try:
+                raw = await self._replies(client, key, since=cursor, before=message_ts)
+            except SlackApiError as exc:
+                context.notes.append(_failure_note(exc.response.get("error"), exc.response))
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                context.notes.append(_failure_note(type(exc).__name__, None))
         pending = await self.store.take_pending_context(key.id)
         await self.store.set_context_cursor(key.id, message_ts)
         self.followed.add(key.id)
