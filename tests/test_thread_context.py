@@ -4,6 +4,7 @@ with cursor pagination, users.info) and the fake model; real Bolt, slack_sdk and
 from __future__ import annotations
 
 import asyncio
+import copy
 import time
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -257,3 +258,29 @@ async def test_messages_older_than_the_age_limit_are_not_read(tmp_path: Path) ->
         assert "fresh reply" in content and "old reply" not in content
         assert "old parent" in content  # the thread's first message always is
         assert float(slack.calls_to("conversations.replies")[0]["oldest"]) > time.time() - 3 * 3600
+
+
+async def test_a_new_version_of_a_file_is_fetched_again_under_a_new_name(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+        recent_clock(fake)
+        csv = fake.add_user_file("sales.csv", SALES, "text/csv", "csv", user="U2")
+        root, _ = await fake.user_message(CHANNEL, "data", user="U2", files=[csv])
+        await fake.user_message(CHANNEL, "<@UBOT> ```x = 1```", thread_ts=root)
+        await wait_text(fake, root, "Received `sales.csv`")
+        await wait_cells(fake, root, 1)
+        # The file is edited (same id, new content) and the message with it changes.
+        newer = SALES + b"mar,30\n"
+        fake._file_bytes[csv["id"]] = newer
+        fake.files[csv["id"]].update(size=len(newer), updated=int(time.time()) + 5)
+        fake.workspace.find(CHANNEL, root)["files"] = [copy.deepcopy(fake.files[csv["id"]])]
+        await fake.edit_message(CHANNEL, root, "data (updated)", user="U2")
+        await asyncio.sleep(0.5)
+        await fake.user_message(
+            CHANNEL,
+            "```import os\nnames = sorted(n for n in os.listdir('.') if n.endswith('.csv'))\n"
+            "print('FILES', *names, 'MAR', open('sales-1.csv').read().count('mar'))```",
+            thread_ts=root,
+        )
+        cells = await wait_cells(fake, root, 2)
+        assert "FILES sales-1.csv sales.csv MAR 1" in all_text(cells[1])
+        assert downloads_of(fake, csv) == 2

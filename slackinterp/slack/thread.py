@@ -173,7 +173,6 @@ class ThreadReader:
         self.fetcher = fetcher
         self.names = NameCache()
         self.followed: set[str] = set()  # threads whose every message this process has seen
-        self.replies_calls = 0
 
     def loader(
         self,
@@ -259,7 +258,6 @@ class ThreadReader:
         messages: list[dict[str, Any]] = []
         cursor: str | None = None
         for _page in range(MAX_PAGES):
-            self.replies_calls += 1
             response = await client.conversations_replies(
                 channel=key.channel,
                 ts=key.thread_ts,
