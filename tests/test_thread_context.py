@@ -284,3 +284,12 @@ async def test_a_new_version_of_a_file_is_fetched_again_under_a_new_name(tmp_pat
         cells = await wait_cells(fake, root, 2)
         assert "FILES sales-1.csv sales.csv MAR 1" in all_text(cells[1])
         assert downloads_of(fake, csv) == 2
+
+
+async def test_an_empty_mention_with_nothing_above_says_so(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, allowed_users="U1") as (slack, model, _bot):
+        recent_clock(slack)
+        root, _ = await slack.user_message(CHANNEL, "only an outsider spoke", user="U9")
+        await slack.user_message(CHANNEL, "<@UBOT>", thread_ts=root)
+        await wait_text(slack, root, "I found nothing above to act on")
+        assert model.requests == [] and cell_messages(slack, root) == []

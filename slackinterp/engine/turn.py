@@ -300,7 +300,10 @@ class Engine:
         except Exception as exc:
             log.exception("context.failed thread=%s", request.key.id)
             context = ThreadContext(
-                notes=[f"I could not read the earlier messages of this thread ({exc})."]
+                notes=[
+                    "I could not read the earlier messages of this thread "
+                    f"({type(exc).__name__}); going on without them."
+                ]
             )
         for note in context.notes:
             emit(Notice("context", note))
