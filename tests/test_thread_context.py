@@ -79,6 +79,8 @@ async def test_csv_posted_before_the_first_mention_is_read_once(tmp_path: Path) 
             await wait_cells(fake, root, 3)
             calls = fake.calls_to("conversations.replies")
             assert len(calls) == 2 and calls[1]["oldest"] and calls[1]["latest"]
+            # Only the thread it was mentioned in, never another thread or channel.
+            assert {(c["channel"], c["ts"]) for c in calls} == {(CHANNEL, root)}
             assert downloads_of(fake, csv) == 1
             received = [m for m in bot_messages(fake, root) if "Received `sales" in m["text"]]
             assert len(received) == 1
