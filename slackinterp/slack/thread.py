@@ -15,6 +15,7 @@ model through someone else's mention.
 
 from __future__ import annotations
 
+import asyncio
 import html
 import logging
 import re
@@ -42,6 +43,7 @@ MAX_PAGES = 20
 MESSAGE_CHARS = 4000  # one message's text at most, before the overall budget
 NAME_TTL = 3600.0
 NAME_CACHE_SIZE = 5000
+FOLLOWED_LIMIT = 20000
 # Subtypes that are people (or bots) saying something; joins, topic changes etc. are not.
 SPOKEN = {None, "file_share", "thread_broadcast", "bot_message", "me_message"}
 _LINK = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|([^>]*))?>")
@@ -235,6 +237,8 @@ class ThreadReader:
                 context.notes.append(_failure_note(type(exc).__name__, None))
         pending = await self.store.take_pending_context(key.id)
         await self.store.set_context_cursor(key.id, message_ts)
+        if len(self.followed) >= FOLLOWED_LIMIT:
+            self.followed.clear()  # forgotten threads are read again from their cursor
         self.followed.add(key.id)
         if limit <= 0 or (not in_thread and not pending):
             return context
@@ -323,6 +327,8 @@ class ThreadReader:
         messages: list[dict[str, Any]],
         context: ThreadContext,
     ) -> None:
+        people = {str(m["user"]) for m in messages if m.get("user") and not m.get("bot_id")}
+        await asyncio.gather(*(self.names.name(client, user) for user in sorted(people)))
         for message in messages:
             bot = bool(message.get("bot_id")) or message.get("subtype") == "bot_message"
             if bot:
