@@ -189,6 +189,24 @@ class Settings(BaseSettings):
     history_budget: int = Field(
         60000, ge=4000, description="Characters of thread history sent to the model at most."
     )
+    thread_context_messages: int = Field(
+        50,
+        ge=0,
+        le=1000,
+        description="Earlier thread messages read as context on the first mention "
+        "(newest kept; 0 = never read the thread).",
+    )
+    thread_context_chars: int = Field(
+        12000,
+        ge=0,
+        description="Characters of earlier thread messages given to the model (newest kept).",
+    )
+    thread_context_age_hours: float = Field(
+        168,
+        gt=0,
+        description="Thread messages older than this many hours are not read "
+        "(the thread's first message always is).",
+    )
     kernel_network: bool = Field(
         False,
         description="Let sandboxed kernels use the network (without a sandbox they always can).",

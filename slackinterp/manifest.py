@@ -14,10 +14,11 @@ from slackinterp.slack.listeners import SHORTCUT_ID
 
 BOT_SCOPES = [
     "app_mentions:read",  # app_mention events
-    "channels:history",  # follow-ups in public channel threads (message.channels)
+    "channels:history",  # follow-ups and earlier messages (conversations.replies) in channels
     "groups:history",  # … in private channels (message.groups)
     "im:history",  # direct messages (message.im)
     "mpim:history",  # group DMs (message.mpim)
+    "users:read",  # names of the people in a thread's earlier messages (users.info)
     "chat:write",  # cell messages, answers, notices, loading status
     "commands",  # the slash command
     "files:read",  # download files users attach

@@ -132,6 +132,37 @@ kernel_procs = Table(
 )
 
 
+# Thread context (schema version 3): how far a thread has been read from Slack, messages seen
+# through events (edits, other bots) waiting for the next turn, and files already fetched.
+thread_context = Table(
+    "thread_context",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("cursor_ts", String(40), nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+context_pending = Table(
+    "context_pending",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("message", Text, nullable=False),  # a trimmed Slack message, JSON
+    Column("created_at", Float, nullable=False),
+)
+
+context_files = Table(
+    "context_files",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("file_id", String(100), primary_key=True),
+    Column("version", String(100), primary_key=True),
+    Column("seen_at", Float, nullable=False),
+)
+
+PENDING_LIMIT = 50
+
+
 class StoreError(Exception):
     """The database cannot be opened or written; the message says what to check."""
 
@@ -161,7 +192,13 @@ def _v2(conn: Connection) -> None:
     thread_kernels.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2}
+def _v3(conn: Connection) -> None:
+    """Version 3: thread context read from Slack (cursor, pending messages, fetched files)."""
+    for table in (thread_context, context_pending, context_files):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 # PostgreSQL's advisory locks share one 64-bit key space per database with anyone else using
@@ -525,6 +562,100 @@ class Store:
             result = await conn.execute(delete(seen_events).where(seen_events.c.seen_at < cutoff))
             return int(result.rowcount or 0)
 
+    # thread context -----------------------------------------------------------------------
+    async def context_cursor(self, key: str) -> str | None:
+        """The newest message ts of the thread already read or handled; None: never read."""
+        query = select(thread_context.c.cursor_ts).where(thread_context.c.thread_key == key)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).first()
+        return row.cursor_ts if row else None
+
+    async def set_context_cursor(self, key: str, ts: str) -> None:
+        """Move the cursor forward (never back: a queued older turn cannot rewind it)."""
+        async with self._engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    select(thread_context.c.cursor_ts).where(thread_context.c.thread_key == key)
+                )
+            ).first()
+            if row is not None and _ts_order(row.cursor_ts) >= _ts_order(ts):
+                return
+            await conn.execute(
+                self._insert(thread_context)
+                .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
+                .on_conflict_do_update(
+                    index_elements=[thread_context.c.thread_key],
+                    set_={"cursor_ts": ts, "updated_at": time.time()},
+                )
+            )
+
+    async def add_pending_context(self, key: str, message: dict[str, Any]) -> None:
+        """A message seen through an event (an edit, another bot) for the thread's next turn;
+        the newest PENDING_LIMIT are kept."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                insert(context_pending).values(
+                    thread_key=key, message=json.dumps(message), created_at=time.time()
+                )
+            )
+            ids = (
+                await conn.execute(
+                    select(context_pending.c.id)
+                    .where(context_pending.c.thread_key == key)
+                    .order_by(context_pending.c.id.desc())
+                    .offset(PENDING_LIMIT)
+                )
+            ).all()
+            if ids:
+                await conn.execute(
+                    delete(context_pending).where(context_pending.c.id.in_([r.id for r in ids]))
+                )
+
+    async def take_pending_context(self, key: str) -> list[dict[str, Any]]:
+        """The thread's pending messages, oldest first; gone once taken."""
+        async with self._engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    select(context_pending.c.id, context_pending.c.message)
+                    .where(context_pending.c.thread_key == key)
+                    .order_by(context_pending.c.id)
+                )
+            ).all()
+            if rows:
+                await conn.execute(
+                    delete(context_pending).where(context_pending.c.id.in_([r.id for r in rows]))
+                )
+        return [json.loads(r.message) for r in rows]
+
+    async def mark_file_seen(self, key: str, file_id: str, version: str) -> bool:
+        """Record a Slack file version as fetched into the thread; False when it already was."""
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                self._insert(context_files)
+                .values(
+                    thread_key=key,
+                    file_id=_clean(file_id, 100),
+                    version=_clean(version, 100),
+                    seen_at=time.time(),
+                )
+                .on_conflict_do_nothing(
+                    index_elements=[
+                        context_files.c.thread_key,
+                        context_files.c.file_id,
+                        context_files.c.version,
+                    ]
+                )
+            )
+        return result.rowcount == 1
+
+    async def files_seen(self, key: str) -> set[tuple[str, str]]:
+        query = select(context_files.c.file_id, context_files.c.version).where(
+            context_files.c.thread_key == key
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return {(r.file_id, r.version) for r in rows}
+
     # turns in flight (crash notices) -------------------------------------------------------
     async def turn_started(self, key: str) -> None:
         now = time.time()
@@ -614,6 +745,15 @@ class Store:
         query = select(kernel_procs.c.pid, kernel_procs.c.owner_pid, kernel_procs.c.connection_file)
         async with self._engine.connect() as conn:
             return [(r.pid, r.owner_pid, r.connection_file) for r in (await conn.execute(query))]
+
+
+def _ts_order(ts: str) -> tuple[int, int]:
+    """Slack ts "1700000000.000100" as a sortable pair (a float loses the last digit)."""
+    seconds, _, micros = ts.partition(".")
+    try:
+        return int(seconds), int(micros or 0)
+    except ValueError:
+        return 0, 0
 
 
 async def _discard(conn: AsyncConnection) -> None:

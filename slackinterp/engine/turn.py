@@ -70,6 +70,9 @@ NO_MODEL_HINT = (
     "No model is configured, so I can only run code: send a ```python block, "
     "or set OPENAI_API_KEY / OPENAI_BASE_URL."
 )
+NOTHING_ABOVE = (
+    "I found nothing above to act on. Mention me with a question, or send a ```python block."
+)
 # Slack users type ```code``` on one line as often as a fenced block with a language tag.
 _FENCE = re.compile(
     r"^\s*```(?:[ \t]*(?:python3?|py)?[ \t]*\n)?(?P<code>.*?)\n?[ \t]*```\s*$", re.S | re.I
@@ -104,11 +107,22 @@ class IncomingFile:
 
 
 @dataclass
+class ThreadContext:
+    """What a front-end found earlier in the thread, read inside the turn (in turn order)."""
+
+    earlier: list[prompts.EarlierMessage] = field(default_factory=list)
+    files: list[IncomingFile] = field(default_factory=list)
+    code: str | None = None  # code of the message the request asked to run ("run this")
+    notes: list[str] = field(default_factory=list)  # one line each: what could not be read
+
+
+@dataclass
 class TurnRequest:
     key: ThreadKey
     text: str
     user: str = ""
     files: list[IncomingFile] = field(default_factory=list)
+    context: Callable[[], Awaitable[ThreadContext]] | None = None
 
 
 @dataclass(frozen=True)
@@ -226,18 +240,22 @@ class Engine:
         try:
             session.fresh = await self.store.touch_thread(session.key.id)
             await self.store.turn_started(session.key.id)
-            received = await self._receive_files(session, request.files, emit)
-            code = direct_code(request.text)
+            context = await self._thread_context(request, emit)
+            received = await self._receive_files(session, context.files + request.files, emit)
+            code = direct_code(request.text) or context.code
             if code is not None:
                 await self.run_code(session, code, "user", emit, produced)
             elif self.agent is None:
                 if request.text.strip() or not received:
                     emit(TurnFailed(NO_MODEL_HINT, kind="no_model"))
-            elif request.text.strip() or received:
+            elif request.text.strip() or received or context.earlier:
                 hooks = _Hooks(self, session, emit, produced)
+                text = prompts.with_earlier_conversation(
+                    context.earlier, request.text, self.settings.thread_context_chars
+                )
                 answer = await self.agent.run_turn(
                     session.key.id,
-                    request.text,
+                    text,
                     received,
                     session.workdir,
                     hooks,
@@ -245,6 +263,8 @@ class Engine:
                 )
                 if answer:
                     emit(AssistantText(answer))
+            else:  # an empty mention in a thread with nothing above it to act on
+                emit(Notice("empty", NOTHING_ABOVE))
         except ModelError as exc:
             metrics.TURNS_FAILED.labels(exc.kind).inc()
             emit(TurnFailed(exc.message, kind=exc.kind))
@@ -272,6 +292,24 @@ class Engine:
             )
 
     # --- files in ------------------------------------------------------------------------
+    async def _thread_context(self, request: TurnRequest, emit: Emit) -> ThreadContext:
+        """The thread's earlier messages and files; a failed read costs a note, not the turn."""
+        if request.context is None:
+            return ThreadContext()
+        try:
+            context = await request.context()
+        except Exception as exc:
+            log.exception("context.failed thread=%s", request.key.id)
+            context = ThreadContext(
+                notes=[
+                    "I could not read the earlier messages of this thread "
+                    f"({type(exc).__name__}); going on without them."
+                ]
+            )
+        for note in context.notes:
+            emit(Notice("context", note))
+        return context
+
     async def _receive_files(
         self, session: ThreadSession, files: list[IncomingFile], emit: Emit
     ) -> list[FileReceived]:

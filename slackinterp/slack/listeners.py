@@ -4,9 +4,8 @@ then hand the work to a task of our own so Slack never waits on a kernel or a mo
 from __future__ import annotations
 
 import asyncio
-import html
 import logging
-import re
+import time
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -17,10 +16,12 @@ from slackinterp.config import Settings
 from slackinterp.engine.events import Notice
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
 from slackinterp.slack import controls
 from slackinterp.slack import text as t
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer, buttons
+from slackinterp.slack.thread import Own, ThreadReader, clean_text, trimmed
 from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
@@ -28,15 +29,35 @@ log = logging.getLogger(__name__)
 HANDLED_SUBTYPES = {None, "file_share", "thread_broadcast"}
 SHORTCUT_ID = "reset_kernel"
 MAX_TEXT = 40000
-_LINK = re.compile(r"<((?:https?|mailto):[^|>]+)(?:\|([^>]*))?>")
+# An edited mention older than this may have been handled before the record of it expired:
+# it is left alone rather than risk running its code again.
+EDIT_WINDOW = SEEN_EVENTS_TTL - 24 * 3600
+__all__ = ["SlackListeners", "clean_text", "installation_team"]
 
 
-def clean_text(text: str, bot_user_id: str | None) -> str:
-    """Slack's message text → what the user typed: no bot mention, links and entities undone."""
-    if bot_user_id:
-        text = re.sub(rf"<@{re.escape(bot_user_id)}(\|[^>]*)?>", "", text)
-    text = _LINK.sub(lambda m: m.group(2) or m.group(1), text)
-    return html.unescape(text).strip()
+def installation_team(body: dict[str, Any]) -> str:
+    """The workspace (or Grid organisation) the app is installed in, never the poster's team.
+
+    In a Slack Connect channel `event.team` is the poster's organisation; threads are keyed by
+    the installation and the channel (channel ids are unique across Slack) so anyone's
+    follow-up reaches the same kernel. An org-wide Grid install has no team in its
+    authorization: the organisation is the key."""
+    for auth in (body.get("authorizations") or [])[:1]:
+        if auth.get("team_id"):
+            return str(auth["team_id"])
+        if auth.get("is_enterprise_install") and auth.get("enterprise_id"):
+            return str(auth["enterprise_id"])
+    team = body.get("team_id") or body.get("context_team_id")
+    if not team and isinstance(body.get("team"), dict):
+        team = body["team"].get("id")
+    return str(team or "T")
+
+
+def _seconds(ts: Any) -> float:
+    try:
+        return float(ts)
+    except (TypeError, ValueError):
+        return 0.0
 
 
 class SlackListeners:
@@ -58,6 +79,8 @@ class SlackListeners:
         self.tasks: set[asyncio.Task[None]] = set()
         self.accepting = True
         self.bot_user_id: str | None = None
+        self.bot_id: str | None = None
+        self.reader = ThreadReader(store, settings, fetcher)
         self.status_memo: dict[str, bool] = {}
         engine.notice_listeners.append(self.on_notice)
 
@@ -93,19 +116,30 @@ class SlackListeners:
         except SlackApiError as exc:
             log.warning("access.refuse_failed error=%s", exc.response.get("error"))
 
-    async def first_time(self, body: dict[str, Any]) -> bool:
+    async def first_time(self, body: dict[str, Any], event: dict[str, Any] | None = None) -> bool:
+        """False for a redelivery (same event_id) or a message already handled (same channel
+        and ts: an edit re-sends app_mention with a new event_id). Both are kept in the store,
+        so this holds across restarts and replicas."""
         event_id = body.get("event_id")
-        if not event_id:
-            return True
-        if await self.store.first_sighting(event_id):
-            return True
-        log.info("event.redelivery_ignored event_id=%s", event_id)
-        return False
+        if event_id and not await self.store.first_sighting(event_id):
+            log.info("event.redelivery_ignored event_id=%s", event_id)
+            return False
+        if event and event.get("channel") and event.get("ts"):
+            if not await self.store.first_sighting(f"msg:{event['channel']}:{event['ts']}"):
+                log.info(
+                    "event.message_seen_ignored channel=%s ts=%s", event["channel"], event["ts"]
+                )
+                return False
+        return True
 
     def spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
         self.tasks.add(task)
         task.add_done_callback(self.tasks.discard)
+
+    def _learn(self, context: Any) -> None:
+        self.bot_user_id = context.get("bot_user_id") or self.bot_user_id
+        self.bot_id = context.get("bot_id") or self.bot_id
 
     def _mention(self) -> str:
         return f"<@{self.bot_user_id}>" if self.bot_user_id else "@interp"
@@ -114,19 +148,36 @@ class SlackListeners:
     async def on_mention(
         self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient, context: Any
     ) -> None:
-        self.bot_user_id = context.get("bot_user_id") or self.bot_user_id
+        self._learn(context)
         if str(event.get("channel", "")).startswith("D"):
             return  # DMs arrive as message.im; handled there
-        if event.get("bot_id") or not await self.first_time(body):
+        if event.get("bot_id"):
+            return
+        if event.get("edited") and time.time() - _seconds(event.get("ts")) > EDIT_WINDOW:
+            log.info("event.old_edit_ignored channel=%s ts=%s", event.get("channel"), event["ts"])
+            return
+        # An edit of a handled mention is a seen message: nothing runs again. An edit that
+        # added the mention is the first sighting of that message: it runs once.
+        if not await self.first_time(body, event):
             return
         await self._accept(body, event, client, mentioned=True)
 
     async def on_message(
         self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient, context: Any
     ) -> None:
-        self.bot_user_id = context.get("bot_user_id") or self.bot_user_id
+        self._learn(context)
         subtype = event.get("subtype")
-        if subtype not in HANDLED_SUBTYPES or event.get("bot_id") or event.get("hidden"):
+        if subtype == "message_changed":
+            # Slack also sends these when a reply is added or a link unfurls: only a real
+            # edit of the text counts. An edit never runs anything (no "edit and resubmit").
+            new, old = event.get("message") or {}, event.get("previous_message") or {}
+            if new.get("edited") and new.get("text") != old.get("text"):
+                await self._remember(body, new, event.get("channel"))
+            return
+        if event.get("bot_id") and subtype in HANDLED_SUBTYPES | {"bot_message"}:
+            await self._remember(body, event, event.get("channel"))
+            return
+        if subtype not in HANDLED_SUBTYPES or event.get("hidden"):
             return
         if event.get("user") in (None, self.bot_user_id):
             return
@@ -138,12 +189,30 @@ class SlackListeners:
             thread_ts = event.get("thread_ts")
             if not thread_ts:
                 return
-            key = ThreadKey(self._team(body, event), event["channel"], thread_ts)
+            key = ThreadKey(installation_team(body), event["channel"], thread_ts)
             if not await self.engine.has_thread(key):
                 return
-        if not await self.first_time(body):
+        if not await self.first_time(body, event):
             return
         await self._accept(body, event, client, mentioned=is_dm)
+
+    async def _remember(
+        self, body: dict[str, Any], message: dict[str, Any], channel: str | None
+    ) -> None:
+        """An edit or another bot's message in a thread with a session: context for the
+        thread's next turn (the bot's own messages are not)."""
+        thread_ts = message.get("thread_ts")
+        if not channel or not thread_ts or not message.get("ts"):
+            return
+        if Own(self.bot_user_id, self.bot_id).wrote(message):
+            return
+        key = ThreadKey(installation_team(body), channel, thread_ts)
+        if not self.allowed(channel, message.get("user")):
+            return
+        if not await self.engine.has_thread(key):
+            return
+        await self.store.add_pending_context(key.id, trimmed(message))
+        log.info("context.pending thread=%s ts=%s", key.id, message["ts"])
 
     async def _accept(
         self,
@@ -160,9 +229,10 @@ class SlackListeners:
         if not self.allowed(channel, user):
             await self.refuse(client, channel, user, thread_ts)
             return
-        key = ThreadKey(self._team(body, event), channel, thread_ts)
+        key = ThreadKey(installation_team(body), channel, thread_ts)
         text = clean_text(event.get("text") or "", self.bot_user_id)
         files = event.get("files") or []
+        in_thread = thread_ts != event["ts"]
         if mentioned and not files:
             control = controls.parse_control(text)
             if control is not None:
@@ -176,12 +246,22 @@ class SlackListeners:
                 f"I take at most {MAX_TEXT:,}. Attach long text as a file instead.",
             )
             return
-        if not text and not files:
+        if not text and not files and not (in_thread and mentioned):
             await self._reply(
                 client, key, controls.help_text(self.settings.command, self._mention())
             )
             return
-        request = TurnRequest(key, text, user, self.fetcher.incoming(files))
+        loader = self.reader.loader(
+            client,
+            key,
+            message_ts=event["ts"],
+            text=text,
+            run_above=mentioned,
+            files=files,
+            new_thread=not await self.engine.has_thread(key),
+            own=Own(self.bot_user_id, self.bot_id),
+        )
+        request = TurnRequest(key, text, user, self.fetcher.incoming(files), context=loader)
         self.spawn(self._run(client, key, request, event["ts"]), f"turn-{key.id}")
 
     async def _run(
@@ -211,10 +291,6 @@ class SlackListeners:
             await client.chat_postMessage(channel=key.channel, thread_ts=key.thread_ts, text=text)
         except SlackApiError as exc:
             log.warning("slack.reply_failed error=%s", exc.response.get("error"))
-
-    @staticmethod
-    def _team(body: dict[str, Any], event: dict[str, Any]) -> str:
-        return str(event.get("team") or body.get("team_id") or "T")
 
     async def tell_interrupted(self, key_ids: list[str]) -> None:
         """After a crash or kill: threads whose request was cut short are told so."""
@@ -265,7 +341,7 @@ class SlackListeners:
         link_text = next((w for w in words[1:] if "/archives/" in w), None)
         arg = "wipe" if "wipe" in [w.lower() for w in words[1:]] else ""
         if link_text is None:
-            await respond(**self._kernel_list(body.get("team_id", "T"), channel))
+            await respond(**self._kernel_list(channel))
             return
         link = controls.parse_permalink(link_text)
         if link is None:
@@ -283,7 +359,7 @@ class SlackListeners:
                 text="That thread is in another channel; run the command there.",
             )
             return
-        key = ThreadKey(body.get("team_id", "T"), link.channel, link.thread_ts)
+        key = await self._thread_key(body, link.channel, link.thread_ts)
         if not await self.engine.has_thread(key):
             await respond(response_type="ephemeral", text="I have no session in that thread.")
             return
@@ -292,12 +368,31 @@ class SlackListeners:
         )
         await respond(response_type="ephemeral", text=answer)
 
-    def _kernel_list(self, team: str, channel: str) -> dict[str, Any]:
+    async def _thread_key(self, body: dict[str, Any], channel: str, thread_ts: str) -> ThreadKey:
+        """The session of a thread named by a command or shortcut. Their payloads carry no
+        authorizations and may name the actor's team (Slack Connect), so a session is looked
+        up by its channel and thread, which identify it across Slack."""
+        for session in self.engine.sessions.values():
+            if session.key.channel == channel and session.key.thread_ts == thread_ts:
+                return session.key
+        team = body.get("team")
+        candidates = [
+            installation_team(body),
+            body.get("team_id"),
+            team.get("id") if isinstance(team, dict) else None,
+            (body.get("user") or {}).get("team_id"),
+        ]
+        for candidate in dict.fromkeys(c for c in candidates if c):
+            key = ThreadKey(str(candidate), channel, thread_ts)
+            if await self.engine.has_thread(key):
+                return key
+        return ThreadKey(installation_team(body), channel, thread_ts)
+
+    def _kernel_list(self, channel: str) -> dict[str, Any]:
         live = [
             s
             for s in self.engine.sessions.values()
             if s.key.channel == channel
-            and s.key.team == team
             and (self.engine.registry.slot(s.key.id) is not None or s.busy)
         ]
         if not live:
@@ -372,7 +467,6 @@ class SlackListeners:
         message = body.get("message") or {}
         channel = (body.get("channel") or {}).get("id", "")
         user = (body.get("user") or {}).get("id", "")
-        team = (body.get("team") or {}).get("id") or body.get("team_id") or "T"
         if not self.allowed(channel, user):
             await respond(
                 response_type="ephemeral",
@@ -382,7 +476,7 @@ class SlackListeners:
         thread_ts = message.get("thread_ts") or message.get("ts")
         if not thread_ts:
             return
-        key = ThreadKey(team, channel, thread_ts)
+        key = await self._thread_key(body, channel, thread_ts)
         self.spawn(self._reset_from(client, key, user), f"reset-{key.id}")
 
     # --- shutdown ------------------------------------------------------------------------

@@ -34,6 +34,7 @@ import uuid
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Iterator
 from dataclasses import dataclass, field
+from decimal import Decimal
 from typing import Any, NamedTuple, Self
 from urllib.parse import quote, urlencode
 
@@ -980,14 +981,33 @@ class _WebApi(_State):
         return text, chunks
 
     def _conversations_replies(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
+        """Slack's shape: oldest first; `oldest`/`latest` bound the replies (exclusive unless
+        `inclusive`), the thread's parent always opens the first page and never a later one;
+        `limit` is capped at ``replies_max_limit`` (1000; 15 for non-Marketplace apps)."""
         channel = self._channel_param(params)
         self._require_scope(self._history_scope(channel))
         ts = str(params.get("ts") or "")
         messages = self.workspace.thread(channel, ts)
         if not messages:
             raise SlackError("thread_not_found")
+        inclusive = _truthy(params.get("inclusive"))
+
+        def within(message: dict[str, Any]) -> bool:
+            at = Decimal(str(message["ts"]))
+            for bound, later in ((params.get("oldest"), True), (params.get("latest"), False)):
+                if bound in (None, ""):
+                    continue
+                edge = Decimal(str(bound))
+                if at == edge and not inclusive:
+                    return False
+                if (at < edge) if later else (at > edge):
+                    return False
+            return True
+
+        parent, replies = messages[0], [m for m in messages[1:] if within(m)]
+        messages = [parent, *replies]
         offset = _decode_cursor(params.get("cursor"))
-        limit = int(params.get("limit") or 1000)
+        limit = min(int(params.get("limit") or 1000), self.replies_max_limit)
         page = messages[offset : offset + limit]
         has_more = offset + limit < len(messages)
         cursor = _encode_cursor(offset + limit) if has_more else ""
@@ -1570,9 +1590,16 @@ class _Senders(_Delivery):
     """What Slack sends when users act: events, slash commands, clicks, shortcuts."""
 
     async def send_event(
-        self, event: dict[str, Any], *, event_id: str | None = None, retry_attempt: int = 0
+        self,
+        event: dict[str, Any],
+        *,
+        event_id: str | None = None,
+        retry_attempt: int = 0,
+        envelope_fields: dict[str, Any] | None = None,
     ) -> str:
-        """Deliver an Events API event_callback; same event_id + retry_attempt = redelivery."""
+        """Deliver an Events API event_callback; same event_id + retry_attempt = redelivery.
+
+        ``envelope_fields`` replace top-level payload fields (Enterprise Grid, Slack Connect)."""
         event = dict(event)
         event.setdefault("event_ts", event.get("ts") or self.workspace.clock.next())
         event_id = event_id or _random_id("Ev", 10)
@@ -1599,6 +1626,7 @@ class _Senders(_Delivery):
             "is_ext_shared_channel": False,
             "event_context": f"4-{secrets.token_urlsafe(24)}",
         }
+        payload.update(envelope_fields or {})
         envelope = Envelope(
             str(uuid.uuid4()),
             "events_api",
@@ -1651,6 +1679,66 @@ class _Senders(_Delivery):
             mention["type"] = "app_mention"
             envelope_ids.append(await self.send_event(mention))
         return message["ts"], envelope_ids
+
+    async def edit_message(
+        self, channel: str, ts: str, text: str, *, user: str = "U1"
+    ) -> list[str]:
+        """A person edits their message as Slack reports it: a hidden ``message_changed``
+        (new and previous message) and, when the new text mentions the bot, ``app_mention``
+        again with the same ts, an ``edited`` field and a new event_id. Returns envelope ids."""
+        message = self.workspace.require(channel, ts)
+        previous = copy.deepcopy(message)
+        message["text"] = text
+        message["blocks"] = rich_text_blocks(text)
+        message["edited"] = {"user": user, "ts": self.workspace.clock.next()}
+        self._touch()
+        kind = {"D": "im", "G": "group"}.get(channel[:1], "channel")
+        changed = {
+            "type": "message",
+            "subtype": "message_changed",
+            "hidden": True,
+            "channel": channel,
+            "channel_type": kind,
+            "ts": message["edited"]["ts"],
+            "event_ts": message["edited"]["ts"],
+            "message": copy.deepcopy(message),
+            "previous_message": previous,
+        }
+        envelope_ids: list[str] = []
+        if self._history_scope(channel, kind) in self.scopes:
+            envelope_ids.append(await self.send_event(changed))
+        if f"<@{self.bot_user_id}>" in text and kind != "im":
+            mention = {k: v for k, v in message.items() if k not in ("reply_count", "subtype")}
+            mention.update(type="app_mention", channel=channel, event_ts=message["edited"]["ts"])
+            envelope_ids.append(await self.send_event(mention))
+        return envelope_ids
+
+    async def other_bot_message(
+        self,
+        channel: str,
+        text: str,
+        *,
+        thread_ts: str | None = None,
+        bot_id: str = "BOTHER",
+        name: str = "deploybot",
+    ) -> str:
+        """Another app posts (chat.postMessage with its own token); the message event goes out."""
+        author = {
+            "user": "UOTHERBOT",
+            "bot_id": bot_id,
+            "app_id": "AOTHER",
+            "bot_profile": {"id": bot_id, "app_id": "AOTHER", "name": name, "deleted": False},
+        }
+        message = self.workspace.post(
+            channel, author=author, text=text, blocks=rich_text_blocks(text), thread_ts=thread_ts
+        )
+        self._touch()
+        event = copy.deepcopy(message)
+        kind = {"D": "im", "G": "group"}.get(channel[:1], "channel")
+        event.update(channel=channel, event_ts=message["ts"], channel_type=kind)
+        if self._history_scope(channel, kind) in self.scopes:
+            await self.send_event(event)
+        return str(message["ts"])
 
     async def slash_command(
         self, command: str, text: str = "", *, channel: str, user: str = "U1"
@@ -1828,6 +1916,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
         self.max_text_length = 4000
         self.echo_bot_messages = False  # Slack does echo them; off keeps envelopes tidy
         self.latency = latency  # seconds added to every Web API call (benchmarks)
+        self.replies_max_limit = 1000  # conversations.replies page size cap
 
         self.calls: list[Call] = []
         self.workspace = Workspace(TsClock(), self.team_id)

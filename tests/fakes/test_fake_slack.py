@@ -389,3 +389,48 @@ async def test_http_mode_posts_signed_requests(fake: FakeSlack) -> None:
 async def test_wait_for_times_out_with_context(fake: FakeSlack) -> None:
     with pytest.raises(TimeoutError, match="condition not met"):
         await fake.wait_for(lambda: False, timeout=0.05)
+
+
+async def test_replies_bounds_pages_and_parent(fake: FakeSlack, client: AsyncWebClient) -> None:
+    root = fake.workspace.post(CHANNEL, author={"user": "U1"}, text="root")["ts"]
+    ts = [
+        fake.workspace.post(CHANNEL, author={"user": "U1"}, text=f"r{i}", thread_ts=root)["ts"]
+        for i in range(6)
+    ]
+    page = await client.conversations_replies(
+        channel=CHANNEL, ts=root, oldest=ts[1], latest=ts[5], limit=2
+    )
+    # The parent opens the first page even outside the bounds; both bounds are exclusive.
+    assert [m["text"] for m in page["messages"]] == ["root", "r2"]
+    assert page["has_more"]
+    cursor = page["response_metadata"]["next_cursor"]
+    page = await client.conversations_replies(
+        channel=CHANNEL, ts=root, oldest=ts[1], latest=ts[5], limit=2, cursor=cursor
+    )
+    assert [m["text"] for m in page["messages"]] == ["r3", "r4"] and not page["has_more"]
+    inclusive = await client.conversations_replies(
+        channel=CHANNEL, ts=root, oldest=ts[4], latest=ts[5], inclusive=True
+    )
+    assert [m["text"] for m in inclusive["messages"]] == ["root", "r4", "r5"]
+    fake.replies_max_limit = 3
+    capped = await client.conversations_replies(channel=CHANNEL, ts=root, limit=100)
+    assert len(capped["messages"]) == 3 and capped["has_more"]
+
+
+async def test_edit_and_other_bot_events(fake: FakeSlack, socket_client: SocketModeClient) -> None:
+    await socket_client.connect()
+    ts, _ = await fake.user_message(CHANNEL, "plain")
+    envelopes = await fake.edit_message(CHANNEL, ts, f"<@{fake.bot_user_id}> now")
+    assert len(envelopes) == 2
+    changed, mention = (fake.envelopes[e].payload["event"] for e in envelopes)
+    assert changed["subtype"] == "message_changed" and changed["hidden"]
+    assert changed["previous_message"]["text"] == "plain"
+    assert changed["message"]["edited"]["user"] == "U1"
+    assert mention["type"] == "app_mention" and mention["ts"] == ts and mention["edited"]
+    assert (
+        fake.envelopes[envelopes[0]].payload["event_id"]
+        != fake.envelopes[envelopes[1]].payload["event_id"]
+    )
+    bot_ts = await fake.other_bot_message(CHANNEL, "beep", thread_ts=ts)
+    message = fake.message(CHANNEL, bot_ts)
+    assert message is not None and message["bot_id"] == "BOTHER" and message["thread_ts"] == ts

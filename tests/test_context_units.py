@@ -1,0 +1,168 @@
+"""Thread context without Slack: the store's context tables (SQLite and PostgreSQL, and the
+migration from version 2), the prompt block, and the reader's choice of messages."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from sqlalchemy import inspect
+from sqlalchemy.ext.asyncio import create_async_engine
+
+from slackinterp.config import normalize_database_url
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.llm.prompts import EARLIER_HEADER, EarlierMessage, with_earlier_conversation
+from slackinterp.slack.files import SlackFileFetcher
+from slackinterp.slack.thread import (
+    Own,
+    ThreadReader,
+    asks_to_run_above,
+    file_version,
+    trimmed,
+)
+from slackinterp.store import MIGRATIONS, PENDING_LIMIT, Store, metadata, migrate
+from tests.conftest import make_settings
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    opened = await Store.open(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
+
+
+async def test_cursor_moves_only_forward(store: Store) -> None:
+    assert await store.context_cursor("k") is None
+    await store.set_context_cursor("k", "1700000000.000200")
+    await store.set_context_cursor("k", "1700000000.000100")  # an older, queued turn
+    assert await store.context_cursor("k") == "1700000000.000200"
+    await store.set_context_cursor("k", "1700000001.000000")
+    assert await store.context_cursor("k") == "1700000001.000000"
+    assert await store.context_cursor("other") is None
+
+
+async def test_pending_context_is_taken_once_and_bounded(store: Store) -> None:
+    for i in range(PENDING_LIMIT + 5):
+        await store.add_pending_context("k", {"ts": f"1.{i:06d}", "text": f"m{i}"})
+    await store.add_pending_context("other", {"ts": "2.000000", "text": "x"})
+    taken = await store.take_pending_context("k")
+    assert len(taken) == PENDING_LIMIT
+    assert taken[0]["text"] == "m5" and taken[-1]["text"] == f"m{PENDING_LIMIT + 4}"
+    assert await store.take_pending_context("k") == []
+    assert [m["text"] for m in await store.take_pending_context("other")] == ["x"]
+
+
+async def test_files_seen_per_thread_and_version(store: Store) -> None:
+    assert await store.mark_file_seen("k", "F1", "100:5")
+    assert not await store.mark_file_seen("k", "F1", "100:5")
+    assert await store.mark_file_seen("k", "F1", "200:7")  # a later version
+    assert await store.mark_file_seen("k2", "F1", "100:5")  # another thread
+    assert await store.files_seen("k") == {("F1", "100:5"), ("F1", "200:7")}
+
+
+async def test_a_version_2_database_gains_the_context_tables(db_url: str) -> None:
+    engine = create_async_engine(normalize_database_url(db_url))
+    context_tables = {"thread_context", "context_pending", "context_files"}
+    try:
+        async with engine.begin() as conn:
+            tables = [t for t in metadata.sorted_tables if t.name not in context_tables]
+            await conn.run_sync(lambda c: metadata.create_all(c, tables=tables))
+            await conn.exec_driver_sql(
+                "INSERT INTO meta (key, value) VALUES ('schema_version', '2')"
+            )
+        assert await migrate(engine, MIGRATIONS) == (2, 3)
+        async with engine.connect() as conn:
+            names = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
+        assert context_tables <= names
+    finally:
+        await engine.dispose()
+
+
+def test_earlier_conversation_block() -> None:
+    earlier = [
+        EarlierMessage("ann", "the budget is 4200"),
+        EarlierMessage("ci", "build green", bot=True),
+        EarlierMessage("bo", "make it 5000", edited=True, files=("q3.csv",)),
+    ]
+    text = with_earlier_conversation(earlier, "what is it?", 10_000)
+    assert text.startswith(EARLIER_HEADER)
+    assert "[ann]: the budget is 4200\n[ci (bot)]: build green\n[bo (edited)]: make it 5000" in text
+    assert "[attached: q3.csv]" in text
+    assert text.endswith("My request:\nwhat is it?")
+    assert with_earlier_conversation([], "plain", 10_000) == "plain"
+    assert "act on the conversation above" in with_earlier_conversation(earlier, "", 10_000)
+
+
+def test_earlier_conversation_keeps_the_newest_within_budget() -> None:
+    earlier = [EarlierMessage("u", f"message {i} " + "z" * 50) for i in range(20)]
+    text = with_earlier_conversation(earlier, "go", 300)
+    assert "message 19" in text and "message 0 " not in text
+    assert "older messages left out)" in text
+    block = text.split("<earlier_conversation>")[1].split("</earlier_conversation>")[0]
+    assert len(block) < 400
+    # One huge newest message: its end is kept.
+    huge = with_earlier_conversation([EarlierMessage("u", "a" * 5000 + "END")], "go", 1000)
+    assert "END" in huge and len(huge) < 1600
+
+
+def test_run_this_and_file_versions() -> None:
+    for text in (
+        "",
+        "run this",
+        "Run it.",
+        "please run this code",
+        "execute",
+        "run the code above",
+    ):
+        assert asks_to_run_above(text), text
+    for text in ("run this analysis on sales", "what is this", "running late"):
+        assert not asks_to_run_above(text), text
+    assert file_version({"created": 5, "size": 3}) == "5:3"
+    assert file_version({"created": 5, "updated": 9, "size": 4}) == "9:4"
+    slim = trimmed(
+        {
+            "ts": "1.1",
+            "user": "U1",
+            "text": "hi",
+            "blocks": [{"type": "rich_text"}],
+            "edited": {"user": "U1", "ts": "1.2"},
+            "files": [{"id": "F1", "name": "a.csv", "url_private_download": "u", "preview": "x"}],
+        }
+    )
+    assert slim == {
+        "ts": "1.1",
+        "user": "U1",
+        "text": "hi",
+        "edited": True,
+        "files": [{"id": "F1", "name": "a.csv", "url_private_download": "u"}],
+    }
+
+
+def test_selection_drops_own_and_unlisted_keeps_parent_and_newest(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, allowed_users="U1,U2")
+    reader = ThreadReader(None, settings, SlackFileFetcher("x", 1))  # type: ignore[arg-type]
+    key = ThreadKey("T1", "C1", "100.000001")
+    raw = [
+        {"ts": "100.000001", "user": "U2", "text": "parent"},
+        {"ts": "100.000002", "user": "UBOT", "bot_id": "BME", "text": "my own answer"},
+        {"ts": "100.000003", "user": "U9", "text": "not on the list"},
+        {"ts": "100.000004", "user": "U2", "subtype": "channel_join", "text": "joined"},
+        *({"ts": f"100.00001{i}", "user": "U1", "text": f"n{i}"} for i in range(5)),
+        {"ts": "100.000099", "user": "U1", "text": "the request itself"},
+    ]
+    chosen = reader._select(key, raw, [], "100.000099", None, Own("UBOT", "BME"), 4)
+    assert [m["text"] for m in chosen] == ["parent", "n2", "n3", "n4"]
+    # With a cursor: the parent Slack returns again is left out; pending edits come back in.
+    pending = [{"ts": "100.000001", "user": "U2", "text": "parent, edited", "edited": True}]
+    chosen = reader._select(key, raw, pending, "100.000099", "100.000013", Own("UBOT", "BME"), 50)
+    assert [m["text"] for m in chosen] == ["parent, edited", "n4"]
