@@ -122,7 +122,7 @@ thread_kernels = Table(
     Column("updated_at", Float, nullable=False),
 )
 
-# The thread as a notebook since its last reset (schema version 3): questions and answers as
+# The thread as a notebook since its last reset (schema version 4): questions and answers as
 # Markdown, cells with their nbformat outputs (JSON), bounded per thread by the engine.
 transcript = Table(
     "transcript",
@@ -176,12 +176,12 @@ def _v2(conn: Connection) -> None:
     thread_kernels.create(conn, checkfirst=True)
 
 
-def _v3(conn: Connection) -> None:
-    """Version 3: the thread's transcript, for notebook export."""
+def _v4(conn: Connection) -> None:
+    """Version 4: the thread's transcript, for notebook export."""
     transcript.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3}
+MIGRATIONS: dict[int, Migration] = {2: _v2, 4: _v4}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 # PostgreSQL's advisory locks share one 64-bit key space per database with anyone else using
