@@ -162,6 +162,12 @@ class Settings(BaseSettings):
     max_download_mb: int = Field(
         100, ge=1, description="Largest user upload downloaded into a thread, in MiB."
     )
+    notebook_max_mb: int = Field(
+        20,
+        ge=1,
+        description="Cell outputs (images included) kept per thread for `export`, in MiB; past "
+        "it images are left out of the notebook, then outputs.",
+    )
     metrics_port: int = Field(
         0, ge=0, le=65535, description="Port for /metrics and /healthz in Socket Mode (0 = off)."
     )

@@ -33,6 +33,7 @@ from typing import TextIO
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
+from slackinterp.engine import workspace
 from slackinterp.engine.events import (
     AssistantDelta,
     AssistantText,
@@ -71,6 +72,7 @@ Commands:
   :load PATH…   copy files from this computer into the session (as attaching them in Slack)
   :reset        fresh kernel: variables and history are gone, files stay
   :reset wipe   the same, and the session's files are deleted too
+  :export       this session as a Jupyter notebook (.ipynb) in the current directory
   :files        list the files in this session's working directory
   :status       kernel, cells and files of this session
   :stop         stop what is running (Ctrl-C while a cell runs does the same)
@@ -377,6 +379,7 @@ class Console:
         self.echoes = os.isatty(reader.fd)
         self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "load": self.cmd_load,
+            "export": self.cmd_export,
             "reset": self.cmd_reset,
             "files": self.cmd_files,
             "status": self.cmd_status,
@@ -564,6 +567,21 @@ class Console:
             self.screen.line("usage: :load PATH… (quote paths with spaces)")
             return
         await self.load(paths)
+
+    async def cmd_export(self, arg: str = "") -> None:
+        """The session since its last reset as a notebook, written to the current directory."""
+        name, data, cells = await self.engine.export(self.key, self.key.thread_ts)
+        if not cells:
+            self.screen.line("Nothing to export yet: no cell has run since the last reset.")
+            return
+        target = workspace.unique_path(Path.cwd(), name)
+        try:
+            await asyncio.to_thread(target.write_bytes, data)
+        except OSError as exc:
+            self.screen.line(f"! could not write {target}: {exc.strerror}")
+            return
+        plural = "s" if cells != 1 else ""
+        self.screen.line(f"notebook: {target} ({cells} code cell{plural}, {human_size(len(data))})")
 
     async def cmd_files(self, arg: str = "") -> None:
         files = await self.engine.files(self.key)

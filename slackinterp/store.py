@@ -122,6 +122,21 @@ thread_kernels = Table(
     Column("updated_at", Float, nullable=False),
 )
 
+# The thread as a notebook since its last reset (schema version 4): questions and answers as
+# Markdown, cells with their nbformat outputs (JSON), bounded per thread by the engine.
+transcript = Table(
+    "transcript",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),  # question | answer | code
+    Column("source", Text, nullable=False),
+    Column("outputs", Text, nullable=False, default="[]"),
+    Column("execution_count", Integer),
+    Column("size", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+)
+
 kernel_procs = Table(
     "kernel_procs",
     metadata,
@@ -198,7 +213,12 @@ def _v3(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3}
+def _v4(conn: Connection) -> None:
+    """Version 4: the thread's transcript, for notebook export."""
+    transcript.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 # PostgreSQL's advisory locks share one 64-bit key space per database with anyone else using
@@ -522,6 +542,62 @@ class Store:
     async def clear_replay(self, key: str) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(update(cells).where(cells.c.thread_key == key).values(replay=False))
+
+    # transcript (notebook export) ---------------------------------------------------------
+    async def add_entry(
+        self,
+        key: str,
+        kind: str,
+        source: str,
+        outputs: Sequence[dict[str, Any]] = (),
+        execution_count: int | None = None,
+    ) -> int:
+        """Append to the thread's transcript; returns the stored size in characters."""
+        encoded = json.dumps(list(outputs), ensure_ascii=False)
+        size = len(source) + len(encoded)
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                insert(transcript).values(
+                    thread_key=key,
+                    kind=kind,
+                    source=_clean(source),
+                    outputs=_clean(encoded),
+                    execution_count=execution_count,
+                    size=size,
+                    created_at=time.time(),
+                )
+            )
+        return size
+
+    async def transcript(self, key: str) -> list[tuple[str, str, list[dict[str, Any]], int | None]]:
+        """(kind, source, outputs, execution_count) since the last reset, in order."""
+        query = (
+            select(
+                transcript.c.kind,
+                transcript.c.source,
+                transcript.c.outputs,
+                transcript.c.execution_count,
+            )
+            .where(transcript.c.thread_key == key)
+            .order_by(transcript.c.id)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [(r.kind, r.source, json.loads(r.outputs), r.execution_count) for r in rows]
+
+    async def transcript_stats(self, key: str) -> tuple[int, int]:
+        """(code cells, characters stored) of the thread's transcript."""
+        query = select(
+            func.count().filter(transcript.c.kind == "code"),
+            func.coalesce(func.sum(transcript.c.size), 0),
+        ).where(transcript.c.thread_key == key)
+        async with self._engine.connect() as conn:
+            row = (await conn.execute(query)).one()
+        return int(row[0] or 0), int(row[1] or 0)
+
+    async def clear_transcript(self, key: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(transcript).where(transcript.c.thread_key == key))
 
     # model history -------------------------------------------------------------------------
     async def add_history(self, key: str, messages: Sequence[dict[str, Any]]) -> None:

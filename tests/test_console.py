@@ -371,3 +371,23 @@ def test_files_on_the_command_line_and_load_arrive_in_the_session(tmp_path: Path
         child.close(force=True)
     log = tmp_path / "data" / "logs" / "chat.log"
     assert log.exists()  # log lines go to the file, never between cell outputs
+
+
+def test_export_writes_a_notebook_to_the_current_directory(open_chat, tmp_path: Path) -> None:
+    import nbformat
+
+    chat = open_chat()
+    chat.send(":export")
+    chat.expect("Nothing to export yet")
+    chat.code("n = 5\nprint(n * 2)")
+    chat.expect("10")
+    chat.expect(OK)
+    chat.send(":export")
+    match = chat.expect(r"notebook: (\S+\.ipynb) \(1 code cell")
+    path = Path(match.group(1))
+    assert path.parent == tmp_path
+    nb = nbformat.read(path, as_version=4)
+    nbformat.validate(nb)
+    cell = next(c for c in nb.cells if c.cell_type == "code")
+    assert cell.source == "n = 5\nprint(n * 2)"
+    assert cell.outputs[0]["text"] == "10\n"

@@ -22,7 +22,7 @@ import psutil
 
 from slackinterp import metrics
 from slackinterp.config import Settings
-from slackinterp.engine import workspace
+from slackinterp.engine import notebook, workspace
 from slackinterp.engine.events import (
     AssistantDelta,
     AssistantText,
@@ -243,12 +243,17 @@ class Engine:
             context = await self._thread_context(request, emit)
             received = await self._receive_files(session, context.files + request.files, emit)
             code = direct_code(request.text) or context.code
+            run = notebook.run_request(request.text, [f.name for f in received])
             if code is not None:
                 await self.run_code(session, code, "user", emit, produced)
+            elif run is not None:
+                await self._run_notebook(session, run, emit, produced)
             elif self.agent is None:
                 if request.text.strip() or not received:
                     emit(TurnFailed(NO_MODEL_HINT, kind="no_model"))
             elif request.text.strip() or received or context.earlier:
+                if request.text.strip():
+                    await self.store.add_entry(session.key.id, "question", request.text.strip())
                 hooks = _Hooks(self, session, emit, produced)
                 text = prompts.with_earlier_conversation(
                     context.earlier, request.text, self.settings.thread_context_chars
@@ -263,6 +268,7 @@ class Engine:
                 )
                 if answer:
                     emit(AssistantText(answer))
+                    await self.store.add_entry(session.key.id, "answer", answer)
             else:  # an empty mention in a thread with nothing above it to act on
                 emit(Notice("empty", NOTHING_ABOVE))
         except ModelError as exc:
@@ -463,6 +469,7 @@ class Engine:
             error_name=result.error.ename if result.error else None,
             duration=result.duration,
         )
+        await self._record_for_export(key, code, result)
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
             key,
@@ -600,6 +607,7 @@ class Engine:
             self.registry.forget(key.id)
             await self.store.clear_replay(key.id)
             await self.store.clear_history(key.id)
+            await self.store.clear_transcript(key.id)
             session.variables = None
             session.snapshot = {}
             await asyncio.to_thread(clear_staging, self._spill_dir(session))
@@ -664,6 +672,54 @@ class Engine:
     def _spill_dir(self, session: ThreadSession) -> Path:
         """Bot-side, never in the working directory, where code could plant a symlink."""
         return self.settings.data_dir / "outputs" / session.key.dirname
+
+    # --- the thread as a notebook -----------------------------------------------------------
+    async def _record_for_export(self, key: str, code: str, result: CellResult) -> None:
+        """The cell and its outputs, for `export`; bounded by SLACKINTERP_NOTEBOOK_MAX_MB."""
+        count, used = await self.store.transcript_stats(key)
+        outputs = notebook.cell_outputs(result, count + 1)
+        cap = self.settings.notebook_max_mb * 1024 * 1024
+        if used + notebook.outputs_size(outputs) > cap:
+            outputs = notebook.without_images(outputs, "SLACKINTERP_NOTEBOOK_MAX_MB reached")
+            if used + notebook.outputs_size(outputs) > cap:
+                outputs = [notebook.note("outputs not kept: SLACKINTERP_NOTEBOOK_MAX_MB reached")]
+        await self.store.add_entry(key, "code", code, outputs, count + 1)
+
+    async def export(self, key: ThreadKey, label: str) -> tuple[str, bytes, int]:
+        """The thread since its last reset as an .ipynb: (file name, bytes, code cells)."""
+        rows = await self.store.transcript(key.id)
+        entries = [notebook.Entry(kind, source, outputs, n) for kind, source, outputs, n in rows]
+        nb = notebook.build(entries, title=label)
+        cells = sum(1 for e in entries if e.kind == "code")
+        return notebook.export_name(label), notebook.dumps(nb), cells
+
+    async def _run_notebook(
+        self, session: ThreadSession, run: notebook.RunRequest, emit: Emit, produced: list[str]
+    ) -> None:
+        """An uploaded notebook's code cells, in order, one cell message each."""
+        names = {name for name, _size in await self.files(session.key)}
+        if run.name not in names:
+            emit(TurnFailed(notebook.missing_text(run.name, names), kind="notebook"))
+            return
+        files_api = await self._thread_files(session, emit)
+        staging = self.settings.data_dir / "incoming" / uuid.uuid4().hex
+        try:
+            await asyncio.to_thread(staging.mkdir, parents=True)
+            path = await files_api.fetch(run.name, staging, notebook.MAX_NOTEBOOK_BYTES)
+            cells = notebook.code_cells(await asyncio.to_thread(path.read_bytes), run.name)
+        except (notebook.NotebookError, TransferError) as exc:
+            emit(TurnFailed(str(exc), kind="notebook"))
+            return
+        finally:
+            await asyncio.to_thread(clear_staging, staging)
+        emit(Notice("notebook", notebook.running_text(run, len(cells))))
+        for number, code in enumerate(cells, 1):
+            if session.stop_requested.is_set():
+                return
+            result = await self.run_code(session, code, "user", emit, produced)
+            if not result.ok and not run.keep_going:
+                emit(Notice("notebook", notebook.stopped_text(run, number, len(cells), result)))
+                return
 
     # --- lifecycle notices from the registry ----------------------------------------------
     async def _on_lifecycle(self, key_id: str, what: str) -> None:
