@@ -71,8 +71,9 @@ async def test_files_seen_per_thread_and_version(store: Store) -> None:
 
 
 async def test_a_version_2_database_gains_the_context_tables(db_url: str) -> None:
+    """v2 → v3 (thread context) → v4 (the transcript for notebook export) in one step."""
     engine = create_async_engine(normalize_database_url(db_url))
-    context_tables = {"thread_context", "context_pending", "context_files"}
+    context_tables = {"thread_context", "context_pending", "context_files", "transcript"}
     try:
         async with engine.begin() as conn:
             tables = [t for t in metadata.sorted_tables if t.name not in context_tables]
@@ -80,7 +81,7 @@ async def test_a_version_2_database_gains_the_context_tables(db_url: str) -> Non
             await conn.exec_driver_sql(
                 "INSERT INTO meta (key, value) VALUES ('schema_version', '2')"
             )
-        assert await migrate(engine, MIGRATIONS) == (2, 3)
+        assert await migrate(engine, MIGRATIONS) == (2, 4)
         async with engine.connect() as conn:
             names = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
         assert context_tables <= names
