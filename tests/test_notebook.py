@@ -219,3 +219,37 @@ async def test_notebook_attached_in_slack_with_run_it(tmp_path: Path) -> None:
         await fake.user_message(CHANNEL, "<@UBOT> run steps.ipynb", thread_ts=ts)
         cells = await wait_cells(fake, ts, 4)
         assert "total 10" in all_text(cells[3])
+
+
+async def test_export_in_slack_by_mention_and_by_slash_command(tmp_path: Path) -> None:
+    from tests.fakes.slack import FakeSlack
+    from tests.slack_harness import CHANNEL, running_bot, wait_cells, wait_text
+
+    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> export")
+        await wait_text(fake, ts, "Nothing to export yet")
+        await fake.user_message(
+            CHANNEL, "<@UBOT> ```print('exported ' + str(6 * 7))```", thread_ts=ts
+        )
+        await wait_cells(fake, ts, 1)
+        await fake.user_message(CHANNEL, "```1 / 0```", thread_ts=ts)
+        await wait_cells(fake, ts, 2)
+        await fake.user_message(CHANNEL, "<@UBOT> export", thread_ts=ts)
+        await wait_text(fake, ts, "2 code cells since the last reset")
+        upload = next(u for u in fake.uploads if u.filename.endswith(".ipynb"))
+        assert upload.thread_ts == ts and upload.filename.startswith(f"{CHANNEL}-")
+        nb = nbformat.reads(upload.content.decode(), as_version=4)
+        nbformat.validate(nb)
+        cells = [c for c in nb.cells if c.cell_type == "code"]
+        assert stdout_of(cells[0]) == "exported 42\n"
+        assert [o.ename for o in cells[1].outputs if o.output_type == "error"] == [
+            "ZeroDivisionError"
+        ]
+        # From anywhere in the channel, with the thread's link.
+        await fake.slash_command(
+            "/interp", f"export {fake.permalink(CHANNEL, ts)}", channel=CHANNEL
+        )
+        await fake.wait_for(
+            lambda: len([u for u in fake.uploads if u.filename.endswith(".ipynb")]) == 2
+        )
+        await fake.wait_for(lambda: any("2 code cells" in str(r) for r in fake.responses))

@@ -1,5 +1,6 @@
-"""The control words (reset, stop, status, files, help) and thread permalinks, for every entry
-point that offers them: mentions, DMs, the slash command, buttons and the shortcut."""
+"""The control words (reset, stop, status, files, export, help) and thread permalinks, for
+every entry point that offers them: mentions, DMs, the slash command, buttons and the
+shortcut."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey, human_size
 from slackinterp.slack import text as t
 
-WORDS = ("reset", "stop", "status", "files", "help")
+WORDS = ("reset", "stop", "status", "files", "export", "help")
 
 
 def help_text(command: str = "/interp", mention: str = "@interp") -> str:
@@ -25,8 +26,10 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             "files",
             f"• `{mention} stop` stop what runs · `{mention} status` kernel state · "
             f"`{mention} files` list files · `{mention} help`",
-            f"• `{command} reset|stop|status|files [thread link]` does the same from anywhere in "
-            "the channel; without a link it lists the channel's kernels.",
+            f"• `{mention} export` this thread as a Jupyter notebook (.ipynb) · attach a notebook "
+            "with `run it` to run its cells here",
+            f"• `{command} reset|stop|status|files|export [thread link]` does the same from "
+            "anywhere in the channel; without a link it lists the channel's kernels.",
         ]
     )
 

@@ -281,6 +281,9 @@ class SlackListeners:
             await renderer.handle(event)
 
     async def _control(self, client: AsyncWebClient, key: ThreadKey, word: str, arg: str) -> None:
+        if word == "export":
+            await self._reply(client, key, await self._export(client, key))
+            return
         answer = await controls.run_control(
             self.engine, key, word, arg, command=self.settings.command, mention=self._mention()
         )
@@ -291,6 +294,30 @@ class SlackListeners:
             await client.chat_postMessage(channel=key.channel, thread_ts=key.thread_ts, text=text)
         except SlackApiError as exc:
             log.warning("slack.reply_failed error=%s", exc.response.get("error"))
+
+    async def _export(self, client: AsyncWebClient, key: ThreadKey) -> str:
+        """Upload the thread as an .ipynb into the thread; returns what to tell the user."""
+        # Named for the channel id: its name would need the channels:read scopes.
+        name, data, cells = await self.engine.export(key, key.channel)
+        if not cells:
+            return "Nothing to export yet: no cell has run in this thread since the last reset."
+        try:
+            await client.files_upload_v2(
+                channel=key.channel,
+                thread_ts=key.thread_ts,
+                content=data,
+                filename=name,
+                title=name,
+            )
+        except SlackApiError as exc:
+            error = exc.response.get("error")
+            log.warning("slack.export_failed thread=%s error=%s", key.id, error)
+            return f":warning: I could not upload the notebook ({t.escape(str(error))})."
+        plural = "s" if cells != 1 else ""
+        return (
+            f":notebook: `{t.escape(name)}`: {cells} code cell{plural} since the last reset, "
+            "with their outputs. It opens in JupyterLab, VS Code or Colab."
+        )
 
     async def tell_interrupted(self, key_ids: list[str]) -> None:
         """After a crash or kill: threads whose request was cut short are told so."""
@@ -363,9 +390,12 @@ class SlackListeners:
         if not await self.engine.has_thread(key):
             await respond(response_type="ephemeral", text="I have no session in that thread.")
             return
-        answer = await controls.run_control(
-            self.engine, key, word, arg, command=command, mention=self._mention()
-        )
+        if word == "export":
+            answer = await self._export(client, key)
+        else:
+            answer = await controls.run_control(
+                self.engine, key, word, arg, command=command, mention=self._mention()
+            )
         await respond(response_type="ephemeral", text=answer)
 
     async def _thread_key(self, body: dict[str, Any], channel: str, thread_ts: str) -> ThreadKey:
