@@ -77,8 +77,7 @@ Commands:
   :status       kernel, cells and files of this session
   :stop         stop what is running (Ctrl-C while a cell runs does the same)
   :help         this text
-  :quit         leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)
-Up and down arrows recall earlier lines (kept between sessions)."""
+  :quit         leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)"""
 
 
 # --- input -----------------------------------------------------------------------------------
