@@ -1,6 +1,6 @@
 """Every setting slackinterp reads, with its environment variable, default and validation.
 
-One place, so the README table, `.env.example` and `doctor` can all be checked against it.
+One place, so the docs' settings table, `.env.example` and `doctor` can all be checked against it.
 Slack and OpenAI variables keep their vendors' names; ours carry the `SLACKINTERP_` prefix.
 """
 
@@ -42,7 +42,7 @@ CommaList = Annotated[list[str], NoDecode]
 
 
 class Settings(BaseSettings):
-    """Runtime configuration. Field descriptions are the docs; the README table is checked."""
+    """Runtime configuration. Field descriptions are the docs; a test checks their table."""
 
     model_config = SettingsConfigDict(
         env_prefix=PREFIX,
@@ -380,7 +380,7 @@ def settings_rows() -> list[tuple[str, str, str]]:
 
 
 def settings_table() -> str:
-    """The README's settings table; a test keeps the README equal to it."""
+    """The settings table of docs/configuration.md; a test keeps the two equal."""
     lines = ["| variable | default | meaning |", "|---|---|---|"]
     lines += [f"| `{env}` | `{default}` | {meaning} |" for env, default, meaning in settings_rows()]
     return "\n".join(lines)

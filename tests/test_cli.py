@@ -91,14 +91,79 @@ def test_manifest_is_valid_and_matches_the_code() -> None:
 
 def test_readme_table_and_env_example_follow_config() -> None:
     readme = (ROOT / "README.md").read_text()
+    configuration = (ROOT / "docs" / "configuration.md").read_text()
     match = re.search(
-        r"<!-- settings-table:start -->\n(.*?)\n<!-- settings-table:end -->", readme, re.S
+        r"<!-- settings-table:start -->\n(.*?)\n<!-- settings-table:end -->", configuration, re.S
     )
-    assert match, "README.md has no settings table markers"
+    assert match, "docs/configuration.md has no settings table markers"
     assert match.group(1) == config.settings_table()
     assert (ROOT / ".env.example").read_text() == config.env_example()
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert f"`{ci}`" in readme or f"\n{ci}\n" in readme, "README must show the CI command"
+
+
+RUN_COMMAND = (
+    'python3 -m venv .venv && .venv/bin/pip install -e ".[analysis]" && .venv/bin/slackinterp run'
+)
+
+
+def test_readme_is_short_with_its_commands_first() -> None:
+    """A newcomer finds the run and test commands on the first screen, on lines of their own."""
+    lines = (ROOT / "README.md").read_text().splitlines()
+    assert len(lines) <= 250, f"README.md has {len(lines)} lines; move details into docs/"
+    ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
+    first = lines[:80]
+    assert RUN_COMMAND in first, "the run command must be a line of its own in the first 80"
+    assert ci in first, "the CI test command must be a line of its own in the first 80"
+    assert first.index(RUN_COMMAND) < first.index(ci)
+    # The .env step comes before the commands.
+    assert any(".env.example" in line for line in lines[: first.index(RUN_COMMAND)])
+
+
+def prose_lines(path: Path) -> list[tuple[int, str]]:
+    """A Markdown file's lines outside fenced blocks, with inline code kept (program output and
+    sample files live in the fenced blocks)."""
+    lines, fenced = [], False
+    for number, line in enumerate(path.read_text().splitlines(), 1):
+        if re.match(r" {0,3}```", line) and line.count("```") == 1:  # 4 spaces: indented code
+            fenced = not fenced
+        elif not fenced:
+            lines.append((number, line))
+    return lines
+
+
+def doc_files() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def test_docs_use_one_spelling_of_the_command() -> None:
+    """`slackinterp …` alone is not on PATH after the README's install: always `.venv/bin/`."""
+    found = []
+    for path in doc_files():
+        if path.name == "SECURITY.md":  # rewritten on its own; the lead aligns it when merging
+            continue
+        for number, line in prose_lines(path):
+            found += [f"{path.name}:{number}" for _ in re.finditer(BARE_COMMAND, line)]
+    assert not found, "bare `slackinterp …` commands (write .venv/bin/slackinterp): " + str(found)
+
+
+BARE_COMMAND = re.compile(r"`slackinterp (run|chat|doctor|manifest)\b")
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+CODE_SPAN = re.compile(r"(`+).*?\1")
+
+
+def test_relative_links_in_docs_point_to_files() -> None:
+    broken, checked = [], 0
+    for path in doc_files():
+        for _number, line in prose_lines(path):
+            for target in LINK.findall(CODE_SPAN.sub("", line)):
+                if re.match(r"[a-z][a-z0-9+.-]*:", target) or target.startswith("#"):
+                    continue  # a URL (https:, mailto:) or an anchor in the same file
+                checked += 1
+                if not (path.parent / target.split("#", 1)[0]).exists():
+                    broken.append(f"{path.relative_to(ROOT)} → {target}")
+    assert not broken, "links to files that do not exist: " + ", ".join(broken)
+    assert checked > 20  # the docs do link to each other
 
 
 def test_json_logs_are_one_object_per_event(capsys) -> None:
