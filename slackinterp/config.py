@@ -105,8 +105,11 @@ class Settings(BaseSettings):
     gateway_timeout: float = _seconds(
         60, "Seconds a kernel gateway request (create, interrupt, restart) may take."
     )
-    idle_timeout: float = _seconds(1800, "Seconds idle before a kernel is reaped.")
-    reap_interval: float = _seconds(60, "Seconds between reaper runs.")
+    idle_timeout: float = _seconds(
+        1800,
+        "Seconds a thread's kernel may sit idle before it is stopped (files stay; variables come back by re-running the thread's cells).",
+    )
+    reap_interval: float = _seconds(60, "Seconds between checks for idle kernels.")
     exec_timeout: float = _seconds(
         120, "Seconds one cell may run before it is interrupted (then restarted)."
     )
@@ -114,10 +117,11 @@ class Settings(BaseSettings):
         3, "Seconds an interrupted cell gets to stop before the kernel is restarted."
     )
     busy_cap: float = _seconds(
-        900, "Seconds a kernel may stay busy in total before the reaper restarts it."
+        900, "Seconds a kernel may stay busy in total before it is restarted."
     )
     restore_timeout: float = _seconds(
-        60, "Seconds the replay of a thread's cells may take when its state is restored."
+        60,
+        "Seconds re-running a thread's earlier cells may take when a stopped kernel is brought back.",
     )
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
@@ -185,7 +189,7 @@ class Settings(BaseSettings):
     max_queued: int = Field(
         5, ge=1, description="Requests that may wait behind a running one in a thread."
     )
-    max_rounds: int = Field(8, ge=1, le=100, description="Model rounds (tool calls) per turn.")
+    max_rounds: int = Field(8, ge=1, le=100, description="Model rounds (tool calls) per request.")
     model_timeout: float = _seconds(
         120, "Seconds to wait for the model server before giving up on a call."
     )
