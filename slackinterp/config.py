@@ -107,7 +107,8 @@ class Settings(BaseSettings):
     )
     idle_timeout: float = _seconds(
         1800,
-        "Seconds a thread's kernel may sit idle before it is stopped (files stay; variables come back by re-running the thread's cells).",
+        "Seconds a thread's kernel may sit idle before it is stopped (files stay; variables "
+        "come back by re-running the thread's cells).",
     )
     reap_interval: float = _seconds(60, "Seconds between checks for idle kernels.")
     exec_timeout: float = _seconds(
@@ -121,7 +122,8 @@ class Settings(BaseSettings):
     )
     restore_timeout: float = _seconds(
         60,
-        "Seconds re-running a thread's earlier cells may take when a stopped kernel is brought back.",
+        "Seconds re-running a thread's earlier cells may take when a stopped kernel is "
+        "brought back.",
     )
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
