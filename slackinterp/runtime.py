@@ -52,6 +52,10 @@ class Runtime:
         if settings.gateway_url:
             return await cls._with_backend(settings, store, gateway_backend(settings), None)
         bwrap = resolve_sandbox(settings)
+        try:
+            user = sandbox.kernel_user(settings.kernel_user)
+        except sandbox.KernelUserError as exc:
+            raise SandboxUnavailable(str(exc)) from None
         backend = LocalBackend(
             kernel_name=settings.kernel_name,
             cache_dir=(data_dir / "cache").resolve(),
@@ -65,6 +69,7 @@ class Runtime:
             bwrap=bwrap,
             network=settings.kernel_network,
             hidden=hidden_paths(settings),
+            kernel_user=user,
         )
 
         return await cls._with_backend(settings, store, backend, bwrap)
