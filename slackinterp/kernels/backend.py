@@ -103,11 +103,20 @@ class SandboxedKernelManager(AsyncKernelManager):
         sandbox.write_args(self.args_fd, self.bwrap_spec.options())
         return self.bwrap_spec.command(self.bwrap_bin, self.args_fd, cmd)
 
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors bwrap reads (and closes) before anything of the kernel runs."""
+        spec = self.bwrap_spec
+        fds = [self.args_fd, spec.seccomp_fd if spec is not None else None]
+        return tuple(fd for fd in fds if fd is not None)
+
     def close_args(self) -> None:
-        if self.args_fd is not None:
+        for fd in self.pass_fds:
             with contextlib.suppress(OSError):
-                os.close(self.args_fd)
-            self.args_fd = None
+                os.close(fd)
+        self.args_fd = None
+        if self.bwrap_spec is not None:
+            self.bwrap_spec.seccomp_fd = None
 
 
 class LocalKernel:
@@ -287,6 +296,7 @@ class LocalBackend:
             network=self.network,
             user=self.user,
             setpriv=self._setpriv,
+            seccomp_fd=sandbox.seccomp_fd(),
         )
         # A signal would hit bwrap, not the kernel: interrupt over the control channel.
         km.kernel_spec.interrupt_mode = "message"
@@ -355,7 +365,7 @@ class LocalBackend:
                     user=self.user,
                     switch_user=self.bwrap is None,
                 ),
-                pass_fds=(km.args_fd,) if km.args_fd is not None else (),
+                pass_fds=km.pass_fds,
             )
         except Exception as exc:
             km.close_args()

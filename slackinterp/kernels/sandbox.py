@@ -13,6 +13,7 @@ import pwd
 import resource
 import shutil
 import stat
+import struct
 import subprocess
 import sys
 import time
@@ -284,6 +285,7 @@ class BwrapSpec:
     network: bool = False
     user: KernelUser | None = None  # the bot is root: the kernel runs as this user
     setpriv: str = "/usr/bin/setpriv"
+    seccomp_fd: int | None = None  # no ptrace (seccomp_program)
 
     def options(self) -> list[str]:
         """bubblewrap's options, passed through a file descriptor (`--args`), so that the
@@ -326,6 +328,9 @@ class BwrapSpec:
         if self.user is not None:
             args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
             args += ["--cap-add", "CAP_SETPCAP"]
+        if self.seccomp_fd is not None:
+            os.lseek(self.seccomp_fd, 0, os.SEEK_SET)  # read again on every (re)start
+            args += ["--seccomp", str(self.seccomp_fd)]
         # ipykernel's parent poller would see the sandbox as an orphaning and exit.
         args += ["--unsetenv", "JPY_PARENT_PID"]
         return args
@@ -365,9 +370,50 @@ class BwrapSpec:
         return f"{SANDBOX_RUNTIME}/{name}"
 
 
+# --- seccomp: no ptrace ----------------------------------------------------------------------
+
+# Per architecture: the audit arch, and ptrace, process_vm_readv, process_vm_writev.
+_SYSCALLS = {
+    "x86_64": (0xC000003E, (101, 310, 311)),
+    "aarch64": (0xC00000B7, (117, 270, 271)),
+}
+_X32_BIT = 0x40000000
+
+
+def seccomp_program(machine: str | None = None) -> bytes | None:
+    """A classic BPF seccomp filter that makes ptrace and cross-process memory access fail
+    with EPERM (and any other ABI than the native one), or None on an unknown architecture.
+
+    Without a user switch (the bot is not root) the kernel runs as the same uid as
+    bubblewrap's init process inside the sandbox, so ptrace would be allowed by uid rules."""
+    known = _SYSCALLS.get(machine or os.uname().machine)
+    if known is None:
+        return None
+    arch, denied = known
+    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
+    allow, eperm = 0x7FFF0000, 0x00050000 | 1
+    program = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm), (ld_abs, 0, 0, 0)]
+    deny_at = len(program) + 1 + len(denied) + 1  # index of the final "deny" instruction
+    program.append((jge, deny_at - len(program) - 1, 0, _X32_BIT))
+    for number in denied:
+        program.append((jeq, deny_at - len(program) - 1, 0, number))
+    program += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
+    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
+
+
 def args_fd() -> int:
     """An anonymous file that holds bwrap's options (rewritten before every (re)start)."""
     return os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+
+
+def seccomp_fd() -> int | None:
+    """An anonymous file holding the seccomp program for bwrap's --seccomp, or None."""
+    program = seccomp_program()
+    if program is None:
+        return None
+    fd = os.memfd_create("bwrap-seccomp", os.MFD_CLOEXEC)
+    os.write(fd, program)
+    return fd
 
 
 def write_args(fd: int, args: list[str]) -> None:
