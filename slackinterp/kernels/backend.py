@@ -366,6 +366,9 @@ class LocalBackend:
                     switch_user=self.bwrap is None,
                 ),
                 pass_fds=km.pass_fds,
+                # Sandboxed, --die-with-parent ends the kernel with the bot, and the bot's pid
+                # (JPY_PARENT_PID) would only show in the environment of bwrap inside.
+                independent=self.bwrap is not None,
             )
         except Exception as exc:
             km.close_args()
