@@ -76,6 +76,16 @@ out["ptrace_init"] = call(libc.ptrace, 16, 1, 0, 0)  # PTRACE_ATTACH
 out["ptrace_child"] = call(libc.ptrace, 16, child.pid, 0, 0)
 libc.ptrace(17, 1, 0, 0), libc.ptrace(17, child.pid, 0, 0)  # PTRACE_DETACH, if ever attached
 child.kill()
+escaped = []
+for procs in ("/sys/fs/cgroup/pids/cgroup.procs", "/sys/fs/cgroup/pids/slackinterp/cgroup.procs",
+              "/sys/fs/cgroup/cgroup.procs", "/sys/fs/cgroup/slackinterp/cgroup.procs"):
+    try:
+        with open(procs, "w") as handle:  # leave the kernel's pids cgroup: outlive a reset
+            handle.write(str(os.getpid()))
+        escaped.append(procs)
+    except OSError:
+        pass
+out["cgroup_escape"] = escaped
 try:
     socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_ICMP).close()
     out["raw_socket"] = "ok"

@@ -149,6 +149,7 @@ def test_1_kernel_code_has_no_privileges(attacks: dict[str, Any]) -> None:
     assert got["setuid0"] != "ok"
     assert got["ptrace_init"] != "ok" and got["ptrace_child"] != "ok"
     assert got["raw_socket"] != "ok"
+    assert got["cgroup_escape"] == []
     if ROOT:  # a root-owned 0600 file outside the hidden paths stays unreadable
         assert got["secret"] == "Permission denied"
     assert got["upload"] == "1,2\n3,4\n"  # the bot's 0600 upload is the kernel's to change
@@ -256,6 +257,7 @@ def test_1_without_the_sandbox_a_root_bot_still_runs_kernels_unprivileged() -> N
     assert kernel["capeff"] == "0000000000000000"
     assert kernel["setuid0"] != "ok" and kernel["raw_socket"] != "ok"
     assert kernel["mount"] != "ok" and kernel["ptrace_init"] != "ok"
+    assert kernel["cgroup_escape"] == []  # it cannot leave its pids cgroup to outlive a reset
     assert kernel["secret"] == "Permission denied"
     assert kernel["upload"] == "1,2\n3,4\n"
 
