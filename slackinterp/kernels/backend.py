@@ -281,6 +281,7 @@ class LocalBackend:
     async def _prepare_sandbox(self, km: SandboxedKernelManager, cwd: Path, runtime: Path) -> None:
         if not self._font_cache_ready:
             await asyncio.to_thread(sandbox.build_font_cache, self.cache_dir / "matplotlib")
+            await asyncio.to_thread(sandbox.world_writable_dirs)  # scanned once, off the loop
             self._font_cache_ready = True
         await asyncio.to_thread(
             sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd, self.user
