@@ -267,12 +267,17 @@ async def test_1_an_unreachable_kernel_user_is_refused_with_a_clear_message(
     tmp_path: Path,
 ) -> None:
     """pytest's tmp_path lies under a 0700 directory: the kernel user cannot reach it, and
-    the bot says so instead of running the kernel as root."""
-    from slackinterp.kernels.backend import KernelStartError
+    the thread is told so (without host paths) instead of the kernel running as root."""
+    from slackinterp.engine.events import CellFinished, TurnFailed
+    from slackinterp.engine.workspace import ThreadKey
+    from tests.conftest import run_turn
 
     rt = await Runtime.open(make_settings(tmp_path, sandbox="none"))
     try:
-        with pytest.raises(KernelStartError, match="SLACKINTERP_KERNEL_USER"):
-            await rt.registry.backend.start_kernel(tmp_path / "work")
+        events = await run_turn(rt.engine, ThreadKey("T", "C", "1.1"), "```python\n1+1\n```")
     finally:
         await rt.stop()
+    failure = next(e for e in events if isinstance(e, TurnFailed))
+    assert failure.kind == "kernel_start" and "SLACKINTERP_KERNEL_USER" in failure.message
+    assert str(tmp_path) not in failure.message and "/root" not in failure.message
+    assert not [e for e in events if isinstance(e, CellFinished)]

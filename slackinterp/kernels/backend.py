@@ -319,11 +319,13 @@ class LocalBackend:
             return
         places = [cwd, self.runtime_dir]
         ok, detail = await asyncio.to_thread(sandbox.user_can_run_python, self.user, places)
-        if not ok:
+        if not ok:  # the detail names host paths: the log gets it, the thread does not
+            log.warning("kernels.user_unusable user=%s detail=%s", self.user.name, detail)
             raise KernelStartError(
                 f"kernels run as {self.user.name} (SLACKINTERP_KERNEL_USER) because the bot "
                 f"runs as root, and {self.user.name} cannot run the kernel's Python "
-                f"or reach its directories ({detail}). Enable the sandbox (bubblewrap), make "
+                "or reach its directories (the log has the details). Enable the sandbox "
+                "(bubblewrap), make "
                 "Python and SLACKINTERP_DATA_DIR readable for that user, or run the bot as a "
                 "non-root user."
             )
