@@ -664,7 +664,7 @@ async def _bwrap_works() -> tuple[bool, str]:
 
 
 def _kernel_user(settings: Settings) -> Any:
-    from slackinterp.kernels.sandbox import kernel_user
+    from slackinterp.kernels.privileges import kernel_user
 
     return kernel_user(str(getattr(settings, "kernel_user", "nobody")))
 

@@ -16,7 +16,7 @@ from typing import Any
 from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
 from slackinterp.engine.turn import Engine
-from slackinterp.kernels import sandbox
+from slackinterp.kernels import privileges, sandbox
 from slackinterp.kernels.backend import LocalBackend
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
@@ -53,8 +53,8 @@ class Runtime:
             return await cls._with_backend(settings, store, gateway_backend(settings), None)
         bwrap = resolve_sandbox(settings)
         try:
-            user = sandbox.kernel_user(settings.kernel_user)
-        except sandbox.KernelUserError as exc:
+            user = privileges.kernel_user(settings.kernel_user)
+        except privileges.KernelUserError as exc:
             raise SandboxUnavailable(str(exc)) from None
         backend = LocalBackend(
             kernel_name=settings.kernel_name,

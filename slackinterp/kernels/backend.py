@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 
-from slackinterp.kernels import cgroups, sandbox
+from slackinterp.kernels import cgroups, privileges, sandbox
 from slackinterp.kernels.execution import CellControl
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ class SandboxedKernelManager(AsyncKernelManager):
     bwrap_spec: sandbox.BwrapSpec | None = None
     bwrap_bin: str = "bwrap"
     args_fd: int | None = None  # bwrap's options (memfd), inherited by bwrap only
-    kernel_user: sandbox.KernelUser | None = None
+    kernel_user: privileges.KernelUser | None = None
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
@@ -127,7 +127,7 @@ class LocalKernel:
         km: AsyncKernelManager,
         cwd: Path,
         recorder: ProcessRecorder | None,
-        user: sandbox.KernelUser | None = None,
+        user: privileges.KernelUser | None = None,
     ):
         self.km = km
         self.user = user
@@ -216,7 +216,7 @@ class LocalKernel:
         # No need to wait for the reply: the kernel handles shell requests in order, so the
         # next cell runs in the new directory. (Saves a round trip on every pooled start.)
         self.cwd.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(sandbox.hand_over, self.cwd, self.user)
+        await asyncio.to_thread(privileges.hand_over, self.cwd, self.user)
         self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
 
     async def shutdown(self) -> None:
@@ -254,7 +254,7 @@ class LocalBackend:
         network: bool = True,
         hidden: list[Path] | None = None,
         use_cgroups: bool = True,
-        kernel_user: sandbox.KernelUser | None = None,
+        kernel_user: privileges.KernelUser | None = None,
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
@@ -297,7 +297,7 @@ class LocalBackend:
             network=self.network,
             user=self.user,
             setpriv=self._setpriv,
-            seccomp_fd=sandbox.seccomp_fd(),
+            seccomp_fd=privileges.seccomp_fd(),
         )
         # A signal would hit bwrap, not the kernel: interrupt over the control channel.
         km.kernel_spec.interrupt_mode = "message"
@@ -318,7 +318,7 @@ class LocalBackend:
         if self._user_checked or self.user is None:
             return
         places = [cwd, self.runtime_dir]
-        ok, detail = await asyncio.to_thread(sandbox.user_can_run_python, self.user, places)
+        ok, detail = await asyncio.to_thread(privileges.user_can_run_python, self.user, places)
         if not ok:  # the detail names host paths: the log gets it, the thread does not
             log.warning("kernels.user_unusable user=%s detail=%s", self.user.name, detail)
             raise KernelStartError(
@@ -333,7 +333,7 @@ class LocalBackend:
 
     async def _start_kernel(self, cwd: Path) -> LocalKernel:
         cwd.mkdir(parents=True, exist_ok=True)
-        await asyncio.to_thread(sandbox.hand_over, cwd, self.user)
+        await asyncio.to_thread(privileges.hand_over, cwd, self.user)
         await self._check_user(cwd)
         # One runtime directory per kernel (connection file + IPC sockets): a sandboxed kernel
         # sees only its own, so it cannot read another kernel's key and drive it.
@@ -458,7 +458,7 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _adopt(pooled: Path, target: Path, user: sandbox.KernelUser | None = None) -> None:
+def _adopt(pooled: Path, target: Path, user: privileges.KernelUser | None = None) -> None:
     """Move `target`'s entries into the pooled kernel's directory, then rename it to `target`.
 
     Renames never follow links; a link in the way is removed, not followed."""
@@ -473,4 +473,4 @@ def _adopt(pooled: Path, target: Path, user: sandbox.KernelUser | None = None) -
             entry.rename(dest)
         target.rmdir()
     pooled.rename(target)
-    sandbox.hand_over(target, user)  # the thread's files, uploads included, go to the kernel
+    privileges.hand_over(target, user)  # the thread's files, uploads included, go to the kernel
