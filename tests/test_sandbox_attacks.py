@@ -26,7 +26,7 @@ from typing import Any
 import pytest
 
 from slackinterp.engine import workspace
-from slackinterp.kernels import sandbox
+from slackinterp.kernels import privileges, sandbox
 from slackinterp.runtime import Runtime
 from tests.conftest import make_settings
 from tests.sandbox_attacks import MAX_FILES, Targets, listen
@@ -281,3 +281,15 @@ async def test_1_an_unreachable_kernel_user_is_refused_with_a_clear_message(
     assert failure.kind == "kernel_start" and "SLACKINTERP_KERNEL_USER" in failure.message
     assert str(tmp_path) not in failure.message and "/root" not in failure.message
     assert not [e for e in events if isinstance(e, CellFinished)]
+
+
+@pytest.mark.skipif(not ROOT, reason="only a root bot resolves SLACKINTERP_KERNEL_USER")
+async def test_1_an_unknown_kernel_user_stops_the_bot_with_a_clear_message(
+    tmp_path: Path,
+) -> None:
+    from slackinterp.runtime import SandboxUnavailable
+
+    with pytest.raises(SandboxUnavailable, match="SLACKINTERP_KERNEL_USER=no-such-user-x"):
+        await Runtime.open(make_settings(tmp_path, kernel_user="no-such-user-x"))
+    assert privileges.kernel_user("root") is None  # the operator's explicit choice
+    assert privileges.kernel_user("nobody") is not None
