@@ -4,6 +4,8 @@
 # bubblewrap needs user namespaces: with Docker's default seccomp profile it may not start;
 # then SLACKINTERP_SANDBOX=auto falls back to no sandbox (see `slackinterp doctor`), or run with
 # --security-opt seccomp=unconfined to keep it.
+# Run as root anyway (USER removed), kernels run as SLACKINTERP_KERNEL_USER (nobody) through
+# setpriv (util-linux), never as root; the interpreter below (/usr/local) is readable by it.
 FROM python:3.11-slim
 
 RUN apt-get update \

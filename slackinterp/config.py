@@ -129,8 +129,20 @@ class Settings(BaseSettings):
         SandboxMode.AUTO,
         description="auto (bubblewrap when it works), bwrap (required) or none.",
     )
+    kernel_user: str = Field(
+        "nobody",
+        min_length=1,
+        description="User kernels run as when the bot runs as root (name or uid); root keeps "
+        "them root (unsafe). Ignored when the bot is not root.",
+    )
     workspace_quota_mb: int = Field(
         2048, ge=1, description="Disk space a thread's working directory may use, in MiB."
+    )
+    workspace_max_files: int = Field(
+        50000,
+        ge=100,
+        description="Files and directories a thread's kernel may keep (working directory and "
+        "its own /tmp).",
     )
     pool_size: int = Field(2, ge=0, le=64, description="Warm kernels kept ready.")
     max_kernels: int = Field(

@@ -565,6 +565,7 @@ async def check_kernel(settings: Settings) -> Check:
             # The same sandbox the bot will use, so this checks what will really run.
             bwrap=_sandbox_binary(settings),
             network=settings.kernel_network,
+            kernel_user=_kernel_user(settings),
         )
         start = time.monotonic()
         try:
@@ -686,6 +687,22 @@ async def _bwrap_works() -> tuple[bool, str]:
     return True, "bubblewrap works"
 
 
+def _kernel_user(settings: Settings) -> Any:
+    from slackinterp.kernels.privileges import kernel_user
+
+    return kernel_user(str(getattr(settings, "kernel_user", "nobody")))
+
+
+def _kernel_user_text(settings: Settings) -> str:
+    """Who kernel code runs as: a root bot hands kernels to SLACKINTERP_KERNEL_USER."""
+    user = _kernel_user(settings)
+    if user is not None:
+        return f"kernels run as {user.name} (uid {user.uid}) with no capabilities"
+    if os.geteuid() == 0:
+        return "kernels run as root (SLACKINTERP_KERNEL_USER=root): root-only files are exposed"
+    return f"kernels run as the bot's user (uid {os.geteuid()})"
+
+
 def _sandbox_mode(settings: Settings) -> str:
     return str(getattr(settings, "sandbox", "none"))  # a StrEnum prints as its value
 
@@ -704,10 +721,16 @@ async def check_sandbox(settings: Settings) -> Check:
         return skipped(SANDBOX, "kernels run on the gateway; isolation is the gateway's (pods)")
     mode = _sandbox_mode(settings)
     works, what = await _bwrap_works()
+    try:
+        who = _kernel_user_text(settings)
+    except ValueError as exc:  # SLACKINTERP_KERNEL_USER names no user here
+        return failed(SANDBOX, str(exc), "set SLACKINTERP_KERNEL_USER to an existing user")
     if works and mode == "none":
-        return passed(SANDBOX, f"{what}, but {_sandbox_variable()}=none keeps kernels out of it")
+        return passed(
+            SANDBOX, f"{what}, but {_sandbox_variable()}=none keeps kernels out of it; {who}"
+        )
     if works:
-        return passed(SANDBOX, f"{what}; {_sandbox_variable()}={mode} uses it")
+        return passed(SANDBOX, f"{what}; {_sandbox_variable()}={mode} uses it; {who}")
     if mode == "bwrap":
         fix = (
             "apt-get install bubblewrap"

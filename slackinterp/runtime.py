@@ -18,7 +18,7 @@ from typing import Any
 from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
 from slackinterp.engine.turn import Engine
-from slackinterp.kernels import sandbox
+from slackinterp.kernels import privileges, sandbox
 from slackinterp.kernels.backend import LocalBackend
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
@@ -54,6 +54,10 @@ class Runtime:
         if settings.gateway_url:
             return await cls._with_backend(settings, store, gateway_backend(settings), None)
         bwrap = resolve_sandbox(settings)
+        try:
+            user = privileges.kernel_user(settings.kernel_user)
+        except privileges.KernelUserError as exc:
+            raise SandboxUnavailable(str(exc)) from None
         backend = LocalBackend(
             kernel_name=settings.kernel_name,
             cache_dir=(data_dir / "cache").resolve(),
@@ -67,6 +71,7 @@ class Runtime:
             bwrap=bwrap,
             network=settings.kernel_network,
             hidden=hidden_paths(settings),
+            kernel_user=user,
         )
 
         return await cls._with_backend(settings, store, backend, bwrap)

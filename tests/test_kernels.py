@@ -318,7 +318,12 @@ async def crash_bot(data: Path, sandbox: str) -> int:
     return int(line.split()[1])
 
 
-async def test_orphans_of_a_crashed_run_are_cleaned_up(tmp_path: Path) -> None:
+async def test_orphans_of_a_crashed_run_are_cleaned_up(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Unsandboxed kernels of a root bot run as SLACKINTERP_KERNEL_USER, who cannot reach
+    # pytest's 0700 tmp_path (tests/test_sandbox_attacks.py covers that); keep them root here.
+    monkeypatch.setenv("SLACKINTERP_KERNEL_USER", "root")
     orphan = await crash_bot(tmp_path / "data", "none")
     assert _alive(orphan)  # the killed bot left its kernel behind
     rt = await Runtime.open(make_settings(tmp_path, sandbox="none"))

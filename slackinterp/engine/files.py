@@ -10,10 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import json
 import os
 import shutil
 import stat
+import uuid
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -30,7 +32,7 @@ class TransferError(Exception):
 class ThreadFiles(Protocol):
     async def snapshot(self) -> workspace.Snapshot: ...
 
-    async def total_size(self) -> int: ...
+    async def usage(self) -> workspace.Usage: ...
 
     async def put(self, source: Path, name: str) -> str: ...
 
@@ -42,18 +44,24 @@ class ThreadFiles(Protocol):
 class LocalFiles:
     """The working directory is on this machine."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, scratch: list[Path] | None = None, max_files: int = 0):
         self.root = root
+        self.scratch = scratch or []  # the kernel's other writable places (its /tmp …)
+        self.max_files = max_files
 
     async def snapshot(self) -> workspace.Snapshot:
         return await asyncio.to_thread(workspace.snapshot, self.root)
 
-    async def total_size(self) -> int:
-        return await asyncio.to_thread(workspace.total_size, self.root)
+    async def usage(self) -> workspace.Usage:
+        """Everything the kernel can write: the working directory and its scratch places."""
+        return await asyncio.to_thread(
+            workspace.usage, [self.root, *self.scratch], stop_after=self.max_files
+        )
 
     async def put(self, source: Path, name: str) -> str:
         target = workspace.unique_path(self.root, name)
         source.replace(target)
+        _same_owner(self.root, target)
         return target.name
 
     async def fetch(self, name: str, staging: Path, max_bytes: int) -> Path:
@@ -67,6 +75,23 @@ class LocalFiles:
 
     async def wipe(self) -> None:
         await asyncio.to_thread(workspace.wipe, self.root)
+
+
+def _same_owner(root: Path, target: Path) -> None:
+    """A root bot hands an upload to the kernel's user, who owns the working directory (the
+    rename kept the bot's owner and the download's 0600). Never follows a link."""
+    if os.geteuid() != 0:
+        return
+    with contextlib.suppress(OSError):
+        owner = os.stat(root, follow_symlinks=False)
+        os.chown(target, owner.st_uid, owner.st_gid, follow_symlinks=False)
+
+
+def staging_path(staging: Path, name: str) -> Path:
+    """A fresh place for one produced file's bot-side copy: a directory of its own (unique
+    id), so no two names can collide, and the file's own last component for people to read."""
+    leaf = workspace.sanitize_filename(name)
+    return staging / uuid.uuid4().hex[:16] / leaf
 
 
 def _copy_no_follow(root: Path, name: str, staging: Path, max_bytes: int) -> Path:
@@ -94,8 +119,8 @@ def _copy_no_follow(root: Path, name: str, staging: Path, max_bytes: int) -> Pat
     with os.fdopen(fd, "rb") as source:
         if info.st_size > max_bytes:
             raise TransferError(f"{name} is larger than the upload limit")
-        staging.mkdir(parents=True, exist_ok=True)
-        target = staging / name.replace("/", "__")
+        target = staging_path(staging, name)
+        target.parent.mkdir(parents=True)
         with target.open("wb") as out:
             copied = 0
             while chunk := source.read(CHUNK_BYTES):
@@ -132,19 +157,37 @@ print(__si_snapshot())
 del __si_snapshot
 """
 
-_TOTAL = r"""
-def __si_total():
-    import os
-    total = 0
-    for dirpath, _d, filenames in os.walk("."):
-        for name in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                pass
-    return total
-print(__si_total())
-del __si_total
+_USAGE = r"""
+def __si_usage(seconds, stop_after):
+    import os, stat, time
+    total = entries = 0
+    end = time.monotonic() + seconds
+    stack = ["."]
+    while stack:
+        try:
+            listing = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                entries += 1
+                if entries %% 512 == 0 and time.monotonic() > end:
+                    return total, entries, 0
+                if stop_after and entries > stop_after:
+                    return total, entries, 1
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used = info.st_blocks * 512
+                if stat.S_ISREG(info.st_mode):
+                    used = max(used, info.st_size)
+                elif stat.S_ISDIR(info.st_mode):
+                    stack.append(entry.path)
+                total += used
+    return total, entries, 1
+print(*__si_usage(%r, %d))
+del __si_usage
 """
 
 _OPEN = r"""
@@ -188,9 +231,10 @@ del __si_wipe
 class KernelFiles:
     """The working directory is wherever the kernel runs; reach it through hidden cells."""
 
-    def __init__(self, kernel: Any, *, timeout: float = 60.0):
+    def __init__(self, kernel: Any, *, timeout: float = 60.0, max_files: int = 0):
         self.kernel = kernel
         self.timeout = timeout
+        self.max_files = max_files
 
     async def _run(self, code: str) -> str:
         result = await run_cell(
@@ -210,8 +254,11 @@ class KernelFiles:
         raw = await self._run(_SNAPSHOT % workspace.MAX_SCAN_ENTRIES)
         return {name: (int(v[0]), int(v[1])) for name, v in json.loads(raw or "{}").items()}
 
-    async def total_size(self) -> int:
-        return int(await self._run(_TOTAL) or 0)
+    async def usage(self) -> workspace.Usage:
+        """Counted by the kernel, with the same rules and time bound as on a local disk."""
+        raw = await self._run(_USAGE % (workspace.USAGE_SECONDS, self.max_files))
+        total, entries, complete = (int(v) for v in (raw or "0 0 1").split())
+        return workspace.Usage(total, entries, bool(complete))
 
     async def put(self, source: Path, name: str) -> str:
         final = await self._run(_OPEN % name)
@@ -223,8 +270,8 @@ class KernelFiles:
         return final
 
     async def fetch(self, name: str, staging: Path, max_bytes: int) -> Path:
-        staging.mkdir(parents=True, exist_ok=True)
-        target = staging / name.replace("/", "__")
+        target = staging_path(staging, name)
+        target.parent.mkdir(parents=True)
         offset = 0
         with target.open("wb") as out:
             while offset <= max_bytes:

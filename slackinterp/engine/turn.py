@@ -387,11 +387,10 @@ class Engine:
         cell_id: str | None = None
         try:
             files_api = self._files_of(session, lease.kernel)
-            used = await files_api.total_size()
-            if used > self.quota_bytes:
+            over = self._over_quota(await files_api.usage())
+            if over is not None:
                 raise QuotaExceeded(
-                    self._quota_text(used) + " Delete files before running more "
-                    "code (`reset wipe` deletes them all)."
+                    over + " Delete files before running more code (`reset wipe` deletes them all)."
                 )
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
@@ -481,24 +480,34 @@ class Engine:
         if result.status is Status.DIED and self.remote:
             return  # a dead remote kernel cannot show its files
         await self._report_files(session, files_api, cell_id, before, emit, produced)
-        used = await files_api.total_size()
-        if used > self.quota_bytes:
-            emit(
-                Notice(
-                    "quota",
-                    self._quota_text(used) + " New cells will not run until files are deleted.",
-                )
-            )
+        over = self._over_quota(await files_api.usage())
+        if over is not None:
+            emit(Notice("quota", over + " New cells will not run until files are deleted."))
 
     @property
     def quota_bytes(self) -> int:
         return self.settings.workspace_quota_mb * 1024 * 1024
 
-    def _quota_text(self, used: int) -> str:
-        return (
-            f"This thread's files use {human_size(used)}, over its "
-            f"{self.settings.workspace_quota_mb} MiB quota (SLACKINTERP_WORKSPACE_QUOTA_MB)."
-        )
+    def _over_quota(self, used: workspace.Usage) -> str | None:
+        """What is over the quota, in words, or None. Bytes and entries of everything the
+        kernel can write count; a walk that ran out of time counts as over."""
+        max_files = self.settings.workspace_max_files
+        if used.bytes > self.quota_bytes:
+            return (
+                f"This thread's files use {human_size(used.bytes)}, over its "
+                f"{self.settings.workspace_quota_mb} MiB quota (SLACKINTERP_WORKSPACE_QUOTA_MB)."
+            )
+        if used.files > max_files:
+            return (
+                f"This thread's kernel keeps more than {max_files:,} files and directories, "
+                "its limit (SLACKINTERP_WORKSPACE_MAX_FILES)."
+            )
+        if not used.complete:
+            return (
+                "This thread's kernel keeps more files and directories than can be counted in "
+                f"{workspace.USAGE_SECONDS:.0f} s (SLACKINTERP_WORKSPACE_MAX_FILES)."
+            )
+        return None
 
     async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
@@ -559,11 +568,12 @@ class Engine:
         sent = 0
         for name in names:
             size = after[name][0]
+            shown = workspace.display_name(name)  # what people see; `name` is what is read
             if size > limit:
                 emit(
                     FileSkipped(
                         cell_id,
-                        name,
+                        shown,
                         f"{human_size(size)} is over the "
                         f"{self.settings.max_upload_mb} MiB upload limit "
                         "(SLACKINTERP_MAX_UPLOAD_MB); it stays in the working directory",
@@ -574,7 +584,7 @@ class Engine:
                 emit(
                     FileSkipped(
                         cell_id,
-                        name,
+                        shown,
                         f"only {self.settings.max_files_per_cell} files "
                         "are uploaded per cell (SLACKINTERP_MAX_FILES_PER_CELL)",
                     )
@@ -583,12 +593,13 @@ class Engine:
             try:
                 path = await files_api.fetch(name, self._outbox(session) / cell_id, limit)
             except TransferError as exc:
-                emit(FileSkipped(cell_id, name, f"it could not be fetched from the kernel ({exc})"))
+                reason = f"it could not be fetched from the kernel ({exc})"
+                emit(FileSkipped(cell_id, shown, reason))
                 continue
             sent += 1
             if produced is not None:
                 produced.append(name)
-            emit(FileProduced(cell_id, path, name, size))
+            emit(FileProduced(cell_id, path, shown, size))
 
     # --- controls ------------------------------------------------------------------------
     def stop(self, key: ThreadKey) -> bool:
@@ -636,7 +647,7 @@ class Engine:
 
     async def files(self, key: ThreadKey) -> list[tuple[str, int]]:
         snap = await self._listing(self.session(key))
-        return [(name, size) for name, (size, _m) in sorted(snap.items())]
+        return [(workspace.display_name(n), size) for n, (size, _m) in sorted(snap.items())]
 
     async def _listing(self, session: ThreadSession) -> workspace.Snapshot:
         """Remote: as of the last cell (asking the kernel would wait behind a running cell)."""
@@ -654,9 +665,12 @@ class Engine:
         return lease
 
     def _files_of(self, session: ThreadSession, kernel: Any) -> ThreadFiles:
+        max_files = self.settings.workspace_max_files
         if self.remote:
-            return KernelFiles(kernel)
-        return LocalFiles(session.workdir)
+            return KernelFiles(kernel, max_files=max_files)
+        # The kernel's /tmp and sockets count against the quota too (kernels/backend.py).
+        scratch = list(getattr(kernel, "scratch_dirs", []))
+        return LocalFiles(session.workdir, scratch, max_files)
 
     async def _thread_files(self, session: ThreadSession, emit: Emit) -> ThreadFiles:
         """For receiving files. Remote: the lease ends with the turn's first cell or, at the

@@ -10,15 +10,20 @@ import mimetypes
 import os
 import re
 import shutil
+import time
 import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
-from stat import S_ISREG
+from stat import S_ISDIR, S_ISREG
 
 MAX_NAME_CHARS = 120
 MAX_SCAN_ENTRIES = 5000
 
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|]+")
+_UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|`]+")
+# Control, format (U+202E right-to-left override, zero-width spaces …), surrogate, private-use
+# and unassigned characters, and line/paragraph separators: they disguise a name or break the
+# message it is shown in.
+_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ def sanitize_filename(name: str) -> str:
     """
     name = unicodedata.normalize("NFC", name or "")
     name = name.replace("\\", "/").split("/")[-1]
-    name = _UNSAFE.sub("_", name).strip().lstrip(".").strip()
+    name = _UNSAFE.sub("_", _visible(name)).strip().lstrip(".").strip()
     if name in ("", "_"):
         name = "file"
     if len(name) > MAX_NAME_CHARS:
@@ -65,6 +70,19 @@ def sanitize_filename(name: str) -> str:
         else:
             name = name[:MAX_NAME_CHARS]
     return name
+
+
+def _visible(text: str) -> str:
+    """`text` with every invisible or disguising character replaced by `_`."""
+    return "".join("_" if unicodedata.category(c) in _HIDDEN_CATEGORIES else c for c in text)
+
+
+def display_name(name: str) -> str:
+    """How a produced file's relative path is shown and uploaded: the same path, with control
+    and format characters and backticks made visible (`_`), so a name can neither disguise its
+    extension nor break out of the message it is shown in."""
+    shown = _visible(unicodedata.normalize("NFC", name)).replace("`", "_")
+    return shown[: MAX_NAME_CHARS * 2] or "file"
 
 
 def unique_path(directory: Path, name: str) -> Path:
@@ -115,20 +133,51 @@ def changed(before: Snapshot, after: Snapshot) -> list[str]:
     return [name for name, sig in after.items() if before.get(name) != sig]
 
 
-def total_size(root: Path) -> int:
-    """Bytes used by everything in a working directory, hidden files included (bounded walk)."""
-    total = 0
-    seen = 0
-    for dirpath, _dirnames, filenames in os.walk(root):
-        for filename in filenames:
-            seen += 1
-            if seen > MAX_SCAN_ENTRIES * 4:
-                return total
-            try:
-                total += (Path(dirpath) / filename).lstat().st_size
-            except OSError:
-                continue
-    return total
+@dataclass(frozen=True)
+class Usage:
+    """What a kernel keeps on disk: bytes, entries (files, directories, links …), and whether
+    the walk saw everything before its time ran out (if not, the counts are a lower bound)."""
+
+    bytes: int
+    files: int
+    complete: bool = True
+
+
+USAGE_SECONDS = 5.0
+
+
+def usage(roots: list[Path], *, seconds: float = USAGE_SECONDS, stop_after: int = 0) -> Usage:
+    """Everything under `roots`, hidden entries included, never following a link.
+
+    Bounded by time, not by count: a count cap lets code hide bytes behind many empty files.
+    Disk use is `max(size, blocks)`, so sparse files count in full and directories count
+    too. `stop_after` > 0: stop once more entries than that were seen (already over)."""
+    total = entries = 0
+    end = time.monotonic() + seconds
+    stack = [str(root) for root in roots]
+    while stack:
+        try:
+            listing = os.scandir(stack.pop())
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                entries += 1
+                if entries % 512 == 0 and time.monotonic() > end:
+                    return Usage(total, entries, complete=False)
+                if stop_after and entries > stop_after:
+                    return Usage(total, entries)
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used = info.st_blocks * 512
+                if S_ISREG(info.st_mode):
+                    used = max(used, info.st_size)
+                elif S_ISDIR(info.st_mode):
+                    stack.append(entry.path)
+                total += used
+    return Usage(total, entries)
 
 
 def human_size(size: int) -> str:

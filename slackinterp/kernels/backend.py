@@ -22,7 +22,7 @@ from typing import Any, Protocol
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 
-from slackinterp.kernels import cgroups, sandbox
+from slackinterp.kernels import cgroups, privileges, sandbox
 from slackinterp.kernels.execution import CellControl
 
 log = logging.getLogger(__name__)
@@ -77,23 +77,60 @@ class ProcessRecorder(Protocol):
 
 class SandboxedKernelManager(AsyncKernelManager):
     """Launches the kernel inside bubblewrap; the command is rebuilt on every (re)start, so a
-    pooled kernel that moved to its thread's directory restarts there."""
+    pooled kernel that moved to its thread's directory restarts there.
+
+    jupyter_client calls format_kernel_cmd after writing the connection file and before
+    launching, on every (re)start: the place to hand the runtime directory to the kernel user
+    and to (re)write bwrap's options."""
 
     bwrap_spec: sandbox.BwrapSpec | None = None
     bwrap_bin: str = "bwrap"
+    args_fd: int | None = None  # bwrap's options (memfd), inherited by bwrap only
+    kernel_user: privileges.KernelUser | None = None
 
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
-        if self.bwrap_spec is None:
+        user = self.kernel_user
+        connection_file = Path(self.connection_file)
+        if user is not None:  # the kernel creates its IPC sockets there
+            os.chown(connection_file.parent, user.uid, user.gid, follow_symlinks=False)
+        if self.bwrap_spec is None or self.args_fd is None:
+            if user is not None:
+                os.chown(connection_file, user.uid, user.gid, follow_symlinks=False)
             return cmd
-        return self.bwrap_spec.command(self.bwrap_bin, cmd)
+        inside = self.bwrap_spec.prepare_runtime(connection_file, self.kernel_id or "k")
+        cmd = [inside if arg == self.connection_file else arg for arg in cmd]
+        sandbox.write_args(self.args_fd, self.bwrap_spec.options())
+        return self.bwrap_spec.command(self.bwrap_bin, self.args_fd, cmd)
+
+    @property
+    def pass_fds(self) -> tuple[int, ...]:
+        """The descriptors bwrap reads (and closes) before anything of the kernel runs."""
+        spec = self.bwrap_spec
+        fds = [self.args_fd, spec.seccomp_fd if spec is not None else None]
+        return tuple(fd for fd in fds if fd is not None)
+
+    def close_args(self) -> None:
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.args_fd = None
+        if self.bwrap_spec is not None:
+            self.bwrap_spec.seccomp_fd = None
 
 
 class LocalKernel:
     """An ipykernel process on this machine and the client talking to it."""
 
-    def __init__(self, km: AsyncKernelManager, cwd: Path, recorder: ProcessRecorder | None):
+    def __init__(
+        self,
+        km: AsyncKernelManager,
+        cwd: Path,
+        recorder: ProcessRecorder | None,
+        user: privileges.KernelUser | None = None,
+    ):
         self.km = km
+        self.user = user
         self.kernel_id = km.kernel_id or ""
         self.cwd = cwd
         self.control: CellControl | None = None
@@ -137,6 +174,12 @@ class LocalKernel:
         await self.km.interrupt_kernel()
 
     @property
+    def scratch_dirs(self) -> list[Path]:
+        """Where the kernel can write besides its working directory (its /tmp and /dev/shm
+        under the sandbox, its sockets): the workspace quota counts them too."""
+        return [self.runtime_subdir] if self.runtime_subdir is not None else []
+
+    @property
     def sandboxed(self) -> bool:
         return getattr(self.km, "bwrap_spec", None) is not None
 
@@ -157,7 +200,7 @@ class LocalKernel:
         """
         old = self.cwd
         if self.sandboxed:
-            await asyncio.to_thread(_adopt, old, cwd)
+            await asyncio.to_thread(_adopt, old, cwd, self.user)
             self.km.bwrap_spec.workdir = cwd  # type: ignore[attr-defined]
             self.km._launch_args["cwd"] = str(cwd)  # restarts launch from the new place
             self.cwd = cwd
@@ -173,6 +216,7 @@ class LocalKernel:
         # No need to wait for the reply: the kernel handles shell requests in order, so the
         # next cell runs in the new directory. (Saves a round trip on every pooled start.)
         self.cwd.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(privileges.hand_over, self.cwd, self.user)
         self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
 
     async def shutdown(self) -> None:
@@ -184,6 +228,8 @@ class LocalKernel:
         except Exception as exc:
             log.warning("kernel.shutdown_failed kernel=%s error=%s", self.kernel_id, exc)
             _kill_group(pid)
+        if isinstance(self.km, SandboxedKernelManager):
+            self.km.close_args()
         if self._recorder is not None and self._recorded_pid is not None:
             await self._recorder.forget_kernel(self._recorded_pid)
             self._recorded_pid = None
@@ -208,6 +254,7 @@ class LocalBackend:
         network: bool = True,
         hidden: list[Path] | None = None,
         use_cgroups: bool = True,
+        kernel_user: privileges.KernelUser | None = None,
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
@@ -217,6 +264,8 @@ class LocalBackend:
         self.bwrap = bwrap
         self.network = network
         self.hidden = hidden or []
+        self.user = kernel_user  # None: kernels run as the bot's own user (it is not root)
+        self._user_checked = kernel_user is None or bwrap is not None
         self._font_cache_ready = False
         self._starting = asyncio.Semaphore(max(2, os.cpu_count() or 2))
         self.pids_root = cgroups.pids_root() if use_cgroups else None
@@ -225,21 +274,30 @@ class LocalBackend:
         else:
             log.info("kernels.process_limit kind=pids_cgroup root=%s", self.pids_root)
         runtime_dir.mkdir(parents=True, exist_ok=True)
-        sandbox.prepare_cache(cache_dir)
+        sandbox.prepare_cache(cache_dir, kernel_user if bwrap is None else None)
+        if kernel_user is not None:
+            log.info("kernels.user name=%s uid=%d", kernel_user.name, kernel_user.uid)
 
     async def _prepare_sandbox(self, km: SandboxedKernelManager, cwd: Path, runtime: Path) -> None:
         if not self._font_cache_ready:
             await asyncio.to_thread(sandbox.build_font_cache, self.cache_dir / "matplotlib")
+            await asyncio.to_thread(sandbox.world_writable_dirs)  # scanned once, off the loop
             self._font_cache_ready = True
-        await asyncio.to_thread(sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd)
+        await asyncio.to_thread(
+            sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd, self.user
+        )
         argv0 = km.kernel_spec.argv[0] if km.kernel_spec and km.kernel_spec.argv else None
         km.bwrap_bin = self.bwrap or "bwrap"
+        km.args_fd = sandbox.args_fd()
         km.bwrap_spec = sandbox.BwrapSpec(
             workdir=cwd,
             runtime_dir=runtime,
             hidden=self.hidden,
             readonly=sandbox.python_prefixes(argv0),
             network=self.network,
+            user=self.user,
+            setpriv=self._setpriv,
+            seccomp_fd=privileges.seccomp_fd(),
         )
         # A signal would hit bwrap, not the kernel: interrupt over the control channel.
         km.kernel_spec.interrupt_mode = "message"
@@ -250,18 +308,44 @@ class LocalBackend:
         async with self._starting:
             return await self._start_kernel(cwd)
 
+    @property
+    def _setpriv(self) -> str:
+        return shutil.which("setpriv") or "/usr/bin/setpriv"
+
+    async def _check_user(self, cwd: Path) -> None:
+        """Without a sandbox the kernel user must reach the interpreter, the working
+        directory and the runtime directory on the host itself."""
+        if self._user_checked or self.user is None:
+            return
+        places = [cwd, self.runtime_dir]
+        ok, detail = await asyncio.to_thread(privileges.user_can_run_python, self.user, places)
+        if not ok:  # the detail names host paths: the log gets it, the thread does not
+            log.warning("kernels.user_unusable user=%s detail=%s", self.user.name, detail)
+            raise KernelStartError(
+                f"kernels run as {self.user.name} (SLACKINTERP_KERNEL_USER) because the bot "
+                f"runs as root, and {self.user.name} cannot run the kernel's Python "
+                "or reach its directories (the log has the details). Enable the sandbox "
+                "(bubblewrap), make "
+                "Python and SLACKINTERP_DATA_DIR readable for that user, or run the bot as a "
+                "non-root user."
+            )
+        self._user_checked = True
+
     async def _start_kernel(self, cwd: Path) -> LocalKernel:
         cwd.mkdir(parents=True, exist_ok=True)
+        await asyncio.to_thread(privileges.hand_over, cwd, self.user)
+        await self._check_user(cwd)
         # One runtime directory per kernel (connection file + IPC sockets): a sandboxed kernel
         # sees only its own, so it cannot read another kernel's key and drive it.
         runtime = self.runtime_dir / f"k{os.getpid()}-{next(_serial)}"
-        runtime.mkdir(parents=True, exist_ok=True)
+        runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
         km = SandboxedKernelManager(
             kernel_name=self.kernel_name,
             transport="ipc",
             ip=str(runtime / "s"),
             connection_file=str(runtime / "kernel.json"),
         )
+        km.kernel_user = self.user
         env = sandbox.kernel_env(cwd, self.cache_dir)
         group = None
         if self.pids_root is not None:
@@ -278,15 +362,25 @@ class LocalBackend:
                 stderr=subprocess.DEVNULL,
                 env=env,
                 extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
-                preexec_fn=sandbox.limiter(self.limits, group.procs_file if group else None),
+                preexec_fn=sandbox.limiter(
+                    self.limits,
+                    group.procs_file if group else None,
+                    user=self.user,
+                    switch_user=self.bwrap is None,
+                ),
+                pass_fds=km.pass_fds,
+                # Sandboxed, --die-with-parent ends the kernel with the bot, and the bot's pid
+                # (JPY_PARENT_PID) would only show in the environment of bwrap inside.
+                independent=self.bwrap is not None,
             )
         except Exception as exc:
+            km.close_args()
             raise KernelStartError(
                 f"could not start a '{self.kernel_name}' kernel: {exc}. "
                 "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
                 "is installed in that environment."
             ) from exc
-        kernel = LocalKernel(km, cwd, self.recorder)
+        kernel = LocalKernel(km, cwd, self.recorder, self.user)
         kernel.runtime_subdir = runtime
         kernel.cgroup = group
         try:
@@ -321,11 +415,17 @@ class LocalBackend:
 
 
 def _is_kernel_process(pid: int, connection_file: str) -> bool:
-    """Only a process started with that connection file counts (pids get reused)."""
+    """Only a process started with that connection file counts (pids get reused); a
+    sandboxed kernel names its inside copy (inside-<kernel id>.json) instead."""
+    names = [connection_file]
+    with contextlib.suppress(OSError):
+        inside = Path(connection_file).parent.glob(f"{sandbox.INSIDE_PREFIX}*.json")
+        names += [f"{sandbox.SANDBOX_RUNTIME}/{p.name}" for p in inside]
     try:
-        return connection_file in " ".join(psutil.Process(pid).cmdline())
+        cmdline = " ".join(psutil.Process(pid).cmdline())
     except (psutil.Error, OSError):
         return False
+    return any(name in cmdline for name in names)
 
 
 def _kill_group(pid: int | None) -> None:
@@ -358,16 +458,19 @@ def _running(pid: int) -> bool:
         return False
 
 
-def _adopt(pooled: Path, target: Path) -> None:
-    """Move `target`'s entries into the pooled kernel's directory, then rename it to `target`."""
+def _adopt(pooled: Path, target: Path, user: privileges.KernelUser | None = None) -> None:
+    """Move `target`'s entries into the pooled kernel's directory, then rename it to `target`.
+
+    Renames never follow links; a link in the way is removed, not followed."""
     if target.exists():
         for entry in list(target.iterdir()):
             dest = pooled / entry.name
-            if dest.exists():  # only the seeded .cache can collide: the thread's own wins
-                if dest.is_dir():
+            if dest.is_symlink() or dest.exists():  # the seeded .cache: the thread's own wins
+                if dest.is_dir() and not dest.is_symlink():
                     shutil.rmtree(dest)
                 else:
                     dest.unlink()
             entry.rename(dest)
         target.rmdir()
     pooled.rename(target)
+    privileges.hand_over(target, user)  # the thread's files, uploads included, go to the kernel

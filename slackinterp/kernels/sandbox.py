@@ -6,14 +6,20 @@ an explicit minimal one. Limits are applied in the child between fork and exec.
 
 from __future__ import annotations
 
+import functools
+import json
 import os
 import resource
 import shutil
+import stat
 import subprocess
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slackinterp.kernels.privileges import KernelUser, drop_privileges
 
 MIB = 1024 * 1024
 
@@ -49,13 +55,23 @@ def kernel_env(home: Path, cache_dir: Path) -> dict[str, str]:
     }
 
 
-def prepare_cache(cache_dir: Path) -> None:
+def prepare_cache(cache_dir: Path, user: KernelUser | None = None) -> None:
     for sub in ("matplotlib", "ipython", "xdg", "tmp"):
         (cache_dir / sub).mkdir(parents=True, exist_ok=True)
+        if user is not None:  # unsandboxed kernels write their caches here
+            os.chown(cache_dir / sub, user.uid, user.gid, follow_symlinks=False)
 
 
-def limiter(limits: Limits, cgroup_procs: str | None = None) -> Callable[[], None]:
-    """A preexec_fn that applies the limits in the kernel's process before exec."""
+def limiter(
+    limits: Limits,
+    cgroup_procs: str | None = None,
+    user: KernelUser | None = None,
+    switch_user: bool = False,
+) -> Callable[[], None]:
+    """A preexec_fn that applies the limits in the kernel's process before exec.
+
+    `switch_user`: become `user` here (no sandbox). Under bubblewrap the switch happens inside
+    the sandbox instead, after bwrap (as root) has built the mounts."""
 
     def apply() -> None:  # runs in the forked child: keep it minimal, no allocation-heavy work
         if cgroup_procs is not None:
@@ -64,13 +80,18 @@ def limiter(limits: Limits, cgroup_procs: str | None = None) -> Callable[[], Non
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
-        wanted = (
-            limits.max_processes
-            if hard == resource.RLIM_INFINITY
-            else min(limits.max_processes, hard)
-        )
-        resource.setrlimit(resource.RLIMIT_NPROC, (wanted, wanted))
+        # RLIMIT_NPROC counts every process of a uid: with one kernel user for all kernels and
+        # a pids cgroup per kernel, it would only make kernels starve each other.
+        if user is None or cgroup_procs is None:
+            _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+            wanted = (
+                limits.max_processes
+                if hard == resource.RLIM_INFINITY
+                else min(limits.max_processes, hard)
+            )
+            resource.setrlimit(resource.RLIMIT_NPROC, (wanted, wanted))
+        if switch_user and user is not None:
+            drop_privileges(user)
 
     return apply
 
@@ -82,6 +103,10 @@ KERNEL_ARGUMENTS = ["--HistoryManager.enabled=False", "--HistoryManager.hist_fil
 # --- bubblewrap ----------------------------------------------------------------------------
 
 SANDBOX_HOME = "/home/interp"  # where the thread's working directory appears inside
+# Where the kernel's runtime directory appears inside: a fixed path, so neither the host's data
+# directory nor the bot's pid (part of the host name) shows in the kernel's command line.
+SANDBOX_RUNTIME = "/run/kernel"
+INSIDE_PREFIX = "inside-"  # the connection file the kernel reads (inside paths): inside-<id>.json
 # Places a kernel has no business reading, whatever the bot's user may read.
 ALWAYS_HIDDEN_DIRS = [
     "/root",
@@ -94,8 +119,14 @@ ALWAYS_HIDDEN_DIRS = [
     "/etc/ssh",
     "/etc/ssl/private",
     "/run",
+    "/var/tmp",  # world-writable: host processes put Unix sockets there
+    "/var/crash",
 ]
 ALWAYS_HIDDEN_FILES = ["/etc/shadow", "/etc/gshadow", "/etc/shadow-", "/etc/gshadow-"]
+# The kernel's only writable places besides its working directory: directories on disk in its
+# runtime directory (counted by the workspace quota), never a tmpfs (RAM and inodes no limit
+# counts).
+SCRATCH_DIRS = {"tmp": "/tmp", "shm": "/dev/shm"}
 
 
 def bwrap_path() -> str | None:
@@ -119,49 +150,175 @@ def bwrap_works() -> tuple[bool, str]:
     return True, path
 
 
+@functools.lru_cache(maxsize=1)
+def world_writable_dirs(max_depth: int = 4, seconds: float = 1.0) -> tuple[str, ...]:
+    """World-writable host directories up to `max_depth` levels below /, found once.
+
+    Anyone can leave a Unix socket in them (the network namespace does not cover path-based
+    sockets), so the sandbox hides them. Bounded by depth and time (~40 ms measured)."""
+    found: list[str] = []
+    level = ["/"]
+    end = time.monotonic() + seconds
+    for _depth in range(max_depth):
+        deeper: list[str] = []
+        for directory in level:
+            if time.monotonic() > end:
+                return tuple(found)
+            try:
+                entries = os.scandir(directory)
+            except OSError:
+                continue
+            with entries:
+                for entry in entries:
+                    if entry.path in ("/proc", "/sys", "/dev"):
+                        continue
+                    try:
+                        if not entry.is_dir(follow_symlinks=False):
+                            continue
+                        mode = entry.stat(follow_symlinks=False).st_mode
+                    except OSError:
+                        continue
+                    if mode & stat.S_IWOTH:
+                        found.append(entry.path)
+                    else:
+                        deeper.append(entry.path)
+        level = deeper
+    return tuple(found)
+
+
 @dataclass
 class BwrapSpec:
     """What one sandboxed kernel sees. `workdir` moves when a pooled kernel is assigned."""
 
     workdir: Path
-    runtime_dir: Path  # this kernel's connection file and IPC sockets, nothing else
+    runtime_dir: Path  # this kernel's connection file, IPC sockets and scratch directories
     hidden: list[Path] = field(default_factory=list)  # replaced by empty directories
     readonly: list[Path] = field(default_factory=list)  # re-exposed inside hidden ones
     network: bool = False
-    tmp_bytes: int = 256 * 1024 * 1024  # the private /tmp is RAM: bounded
+    user: KernelUser | None = None  # the bot is root: the kernel runs as this user
+    setpriv: str = "/usr/bin/setpriv"
+    seccomp_fd: int | None = None  # no ptrace (seccomp_program)
 
-    def command(self, bwrap: str, kernel_cmd: list[str]) -> list[str]:
-        args = [bwrap, "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
-        # /dev/shm would otherwise be half the RAM; multiprocessing needs a little of it.
-        args += ["--size", str(self.tmp_bytes // 4), "--tmpfs", "/dev/shm"]
-        args += ["--size", str(self.tmp_bytes), "--tmpfs", "/tmp", "--tmpfs", "/home"]
-        hiding = _outermost([*ALWAYS_HIDDEN_DIRS, *(str(p) for p in self.hidden)])
+    def options(self) -> list[str]:
+        """bubblewrap's options, passed through a file descriptor (`--args`), so that the
+        host paths in them never appear in a command line the kernel can read."""
+        args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
+        for sub, inside in SCRATCH_DIRS.items():
+            args += ["--bind", str(self.runtime_dir / sub), inside]
+        args += ["--tmpfs", "/home"]
+        hidden = [*ALWAYS_HIDDEN_DIRS, *world_writable_dirs(), *(str(p) for p in self.hidden)]
+        hiding = _outermost(hidden)
+        made = _Parents(["/tmp", "/home"])
         for path in hiding:
-            args += ["--tmpfs", path]
+            args += [*made.before(path), "--tmpfs", path]
+            made.roots.append(path)
         for path in ALWAYS_HIDDEN_FILES:
             if Path(path).exists():
                 args += ["--ro-bind", "/dev/null", path]
         for path in self.readonly:
             if path.exists():
-                args += ["--ro-bind", str(path), str(path)]
-        args += ["--bind", str(self.runtime_dir), str(self.runtime_dir)]
+                args += [*made.before(str(path)), "--ro-bind", str(path), str(path)]
+        args += [*made.before(SANDBOX_RUNTIME), "--bind", str(self.runtime_dir), SANDBOX_RUNTIME]
         args += ["--bind", str(self.workdir), SANDBOX_HOME, "--chdir", SANDBOX_HOME]
-        # The empty directories that hide paths are tmpfs: read-only, or code could fill RAM.
-        # (Not recursive: the binds inside them stay as they are.)
-        for path in ["/home", *hiding]:
+        # The empty directories that hide paths, and /dev, are tmpfs: read-only, or code could
+        # fill RAM. (Not recursive: the binds inside them, /dev/shm among them, stay writable.)
+        for path in ["/dev", "/home", *hiding]:
             args += ["--remount-ro", path]
-        args += ["--unshare-all", "--die-with-parent", "--new-session"]
+        if self.user is None:
+            args += ["--unshare-all"]
+        else:
+            # As root, a user namespace would map only uid 0 ("0 0 1"): the switch to the
+            # kernel user would fail. The other namespaces, without it.
+            args += ["--unshare-ipc", "--unshare-pid", "--unshare-net", "--unshare-uts"]
+            args += ["--unshare-cgroup-try"]
+        args += ["--die-with-parent", "--new-session"]
         if self.network:
             args.append("--share-net")
+        # No capabilities for code, ever. As root the child keeps only what it needs to become
+        # the kernel user; changing every uid from 0 clears those too before the kernel runs.
+        args += ["--cap-drop", "ALL"]
+        if self.user is not None:
+            args += ["--cap-add", "CAP_SETUID", "--cap-add", "CAP_SETGID"]
+            args += ["--cap-add", "CAP_SETPCAP"]
+        if self.seccomp_fd is not None:
+            os.lseek(self.seccomp_fd, 0, os.SEEK_SET)  # read again on every (re)start
+            args += ["--seccomp", str(self.seccomp_fd)]
         # ipykernel's parent poller would see the sandbox as an orphaning and exit.
-        args += ["--unsetenv", "JPY_PARENT_PID", "--"]
-        return args + kernel_cmd
+        args += ["--unsetenv", "JPY_PARENT_PID"]
+        return args
+
+    def command(self, bwrap: str, args_fd: int, kernel_cmd: list[str]) -> list[str]:
+        """The command line: bwrap reads its options from `args_fd`."""
+        wrapper: list[str] = []
+        if self.user is not None:
+            wrapper = [
+                self.setpriv,
+                f"--reuid={self.user.uid}",
+                f"--regid={self.user.gid}",
+                "--clear-groups",
+                "--inh-caps=-all",
+                "--bounding-set=-all",
+                "--",
+            ]
+        return [bwrap, "--args", str(args_fd), "--", *wrapper, *kernel_cmd]
+
+    def prepare_runtime(self, connection_file: Path, token: str) -> str:
+        """Scratch directories and the kernel's own connection file, with inside paths.
+
+        Returns that file's path as the kernel sees it (`token`, the kernel id, tells
+        kernels apart without naming anything of the host)."""
+        for sub in SCRATCH_DIRS:
+            (self.runtime_dir / sub).mkdir(mode=0o700, exist_ok=True)
+            if self.user is not None:
+                os.chown(self.runtime_dir / sub, self.user.uid, self.user.gid)
+        info = json.loads(connection_file.read_text())
+        info["ip"] = f"{SANDBOX_RUNTIME}/{Path(info['ip']).name}"
+        name = f"{INSIDE_PREFIX}{token}.json"
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
+        with os.fdopen(os.open(self.runtime_dir / name, flags, 0o600), "w") as handle:
+            if self.user is not None:
+                os.fchown(handle.fileno(), self.user.uid, self.user.gid)
+            json.dump(info, handle)
+        return f"{SANDBOX_RUNTIME}/{name}"
+
+
+def args_fd() -> int:
+    """An anonymous file that holds bwrap's options (rewritten before every (re)start)."""
+    return os.memfd_create("bwrap-args", os.MFD_CLOEXEC)
+
+
+def write_args(fd: int, args: list[str]) -> None:
+    data = b"".join(a.encode() + b"\0" for a in args)
+    os.ftruncate(fd, 0)
+    os.pwrite(fd, data, 0)
+    os.lseek(fd, 0, os.SEEK_SET)
+
+
+class _Parents:
+    """Directories bubblewrap must create on the way to a mount point inside one of our own
+    mounts: it would make them 0700 root, which the kernel user could not cross."""
+
+    def __init__(self, roots: list[str]):
+        self.roots = roots
+        self.done: set[str] = set()
+
+    def before(self, dest: str) -> list[str]:
+        ops: list[str] = []
+        for parent in reversed(Path(dest).parents):
+            where = str(parent)
+            inside = any(where.startswith(r.rstrip("/") + "/") for r in self.roots)
+            if inside and where not in self.done:
+                self.done.add(where)
+                ops += ["--perms", "0755", "--dir", where]
+        return ops
 
 
 def _outermost(paths: list[str]) -> list[str]:
     """Existing directories to hide, without any that lies inside another: a later tmpfs on a
     parent would shadow the child's mount (and its read-only remount would then fail)."""
-    found = sorted({os.path.normpath(p) for p in paths if Path(p).is_dir()})
+    found = sorted(
+        {os.path.normpath(p) for p in paths if Path(p).is_dir() and not os.path.islink(p)}
+    )
     found = [p for p in found if p not in ("/", "/home", "/tmp")]
     outer: list[str] = []
     for path in found:
@@ -202,13 +359,45 @@ def python_prefixes(kernel_argv0: str | None = None) -> list[Path]:
     return sorted(found)
 
 
-def seed_font_cache(shared: Path, workdir: Path) -> None:
-    """Copy matplotlib's font list into a kernel's private cache: saves a ~1 s rebuild."""
-    target = workdir / ".cache" / "matplotlib"
-    target.mkdir(parents=True, exist_ok=True)
-    for item in shared.glob("fontlist-*.json"):
-        if not (target / item.name).exists():
-            shutil.copy2(item, target / item.name)
+def seed_font_cache(shared: Path, workdir: Path, user: KernelUser | None = None) -> bool:
+    """Copy matplotlib's font list into a kernel's private cache: saves a ~1 s rebuild.
+
+    The working directory belongs to code: it may hold links planted to make the bot (outside
+    any sandbox) write where the code chose. Every component is opened relative to the one
+    before without following links, and files are created exclusively; a link anywhere means
+    no seeding (matplotlib then rebuilds its list itself). Returns whether it seeded."""
+    nofollow = os.O_RDONLY | os.O_NOFOLLOW | os.O_DIRECTORY | os.O_CLOEXEC
+    fds: list[int] = []
+    try:
+        fds.append(os.open(workdir, nofollow))
+        for part in (".cache", "matplotlib"):
+            try:
+                os.mkdir(part, 0o755, dir_fd=fds[-1])
+                if user is not None:
+                    os.chown(part, user.uid, user.gid, dir_fd=fds[-1], follow_symlinks=False)
+            except FileExistsError:
+                pass
+            fds.append(os.open(part, nofollow, dir_fd=fds[-1]))
+        for item in shared.glob("fontlist-*.json"):
+            _copy_into(item, item.name, fds[-1], user)
+        return True
+    except OSError:
+        return False
+    finally:
+        for fd in fds:
+            os.close(fd)
+
+
+def _copy_into(source: Path, name: str, dir_fd: int, user: KernelUser | None) -> None:
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    try:
+        fd = os.open(name, flags, 0o644, dir_fd=dir_fd)
+    except FileExistsError:
+        return  # seeded before (or the kernel's own): leave it
+    with os.fdopen(fd, "wb") as out:
+        if user is not None:
+            os.fchown(out.fileno(), user.uid, user.gid)
+        out.write(source.read_bytes())
 
 
 def build_font_cache(shared: Path) -> None:
