@@ -140,8 +140,6 @@ def test_docs_use_one_spelling_of_the_command() -> None:
     """`slackinterp …` alone is not on PATH after the README's install: always `.venv/bin/`."""
     found = []
     for path in doc_files():
-        if path.name == "SECURITY.md":  # rewritten on its own; the lead aligns it when merging
-            continue
         for number, line in prose_lines(path):
             found += [f"{path.name}:{number}" for _ in re.finditer(BARE_COMMAND, line)]
     assert not found, "bare `slackinterp …` commands (write .venv/bin/slackinterp): " + str(found)
