@@ -18,7 +18,7 @@ RUN useradd --create-home --uid 10001 interp \
 WORKDIR /app
 COPY pyproject.toml README.md manifest.yml ./
 COPY slackinterp ./slackinterp
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir ".[analysis]"
 
 USER interp
 ENV SLACKINTERP_DATA_DIR=/data \
