@@ -55,6 +55,7 @@ from slackinterp.kernels.execution import (
     CellResult,
     Error,
     Output,
+    Shown,
     Status,
     run_cell,
 )
@@ -377,8 +378,8 @@ class Engine:
         session.control = control
         lease.kernel.control = control
 
-        async def on_output(output: Output) -> None:
-            emit(CellOutput(cell_id, output))
+        async def on_output(output: Output, shown: tuple[Shown, ...]) -> None:
+            emit(CellOutput(cell_id, output, shown))
 
         try:
             return await run_cell(

@@ -20,7 +20,13 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.slack import controls
 from slackinterp.slack import text as t
 from slackinterp.slack.files import SlackFileFetcher
-from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer, buttons
+from slackinterp.slack.render import (
+    RESET_ACTION,
+    STOP_ACTION,
+    DisplayMemory,
+    TurnRenderer,
+    buttons,
+)
 from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
@@ -59,6 +65,7 @@ class SlackListeners:
         self.accepting = True
         self.bot_user_id: str | None = None
         self.status_memo: dict[str, bool] = {}
+        self.displays = DisplayMemory()  # display ids of earlier cells, per thread
         engine.notice_listeners.append(self.on_notice)
 
     def register(self) -> None:
@@ -196,6 +203,7 @@ class SlackListeners:
             exec_timeout=self.settings.exec_timeout,
             max_upload_bytes=self.settings.max_upload_mb * 1024 * 1024,
             status_memo=self.status_memo,
+            displays=self.displays,
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)
