@@ -9,6 +9,7 @@ of each cleared or updated output, no stale states, no ANSI.
 from __future__ import annotations
 
 import base64
+import io
 import json
 import os
 import re
@@ -20,6 +21,10 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from slackinterp.console import Screen, TurnPrinter
+from slackinterp.engine.turn import TurnRequest
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.runtime import Runtime
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import CHANNEL, cell_messages, running_bot
 
@@ -34,6 +39,7 @@ class Case:
     cells: list[str]
     stale: list[str] = field(default_factory=list)  # must not be seen at the end
     seen: list[str] = field(default_factory=list)  # must be seen (rich outputs as Slack shows)
+    terminal: list[str] | None = None  # the terminal shows other forms (Markdown as source)
 
 
 CASES = [
@@ -96,6 +102,7 @@ CASES = [
         ],
         stale=["IPython.core.display", "# Quarterly"],
         seen=["*Quarterly*", "*revenue* is up", "$\\alpha^2 + \\beta$", '"region": "north"'],
+        terminal=["# Quarterly", "**revenue** is up", "$\\alpha^2 + \\beta$", '"region": "north"'],
     ),
     Case(
         "html_only",
@@ -416,3 +423,57 @@ def test_reference_handles_carriage_returns_like_jupyterlab() -> None:
     assert jupyterlab_text("abcdef\rXY") == "XYcdef"
     assert jupyterlab_text("spin |\b/\b-\bdone") == "spin done"
     assert json.dumps(jupyterlab_text("a\r\nb")) == json.dumps("a\nb")
+
+
+# --- the terminal (slackinterp chat) shows the same ---------------------------------------------
+
+
+def terminal_sees(screen: str) -> str:
+    """What stays on a terminal: per cell, the final reprint when there is one."""
+    cells = re.split(r"── cell [0-9a-f]{8}[^\n]*\n", screen)[1:]
+    shown = []
+    for cell in cells:
+        _live, marker, final = cell.partition("── final output ")
+        shown.append(final.partition("\n")[2] if marker else cell)
+    return jupyterlab_text("\n".join(shown))
+
+
+async def test_the_terminal_shows_what_jupyter_shows(runtime: Runtime, tmp_path: Path) -> None:
+    problems: list[str] = []
+    for case in CASES:
+        workdir = tmp_path / "nb" / case.name
+        workdir.mkdir(parents=True)
+        jupyter = jupyter_sees(await run_notebook(case.cells, workdir))
+        out = io.StringIO()
+        key = ThreadKey("local", "console", case.name)
+        for src in case.cells:
+            printer = TurnPrinter(Screen(out), tmp_path / "shots", 20)
+            (tmp_path / "shots").mkdir(exist_ok=True)
+            async for event in runtime.engine.submit(TurnRequest(key, f"```{src}```")):
+                printer.handle(event)
+        seen = terminal_sees(out.getvalue())
+        pictures = re.findall(r"figure: \S+\.(?:png|jpg)", seen)
+
+        def problem(what: str, case: Case = case, seen: str = seen, found: list = problems) -> None:
+            found.append(f"{case.name}: {what}\n--- the terminal showed:\n{seen}\n---")
+
+        missing = in_order(jupyter.lines, seen)
+        if missing is not None:
+            problem(f"line {missing!r} not shown (in order)")
+        for name in jupyter.errors:
+            if f"✗ {name}" not in seen:
+                problem(f"error {name} not shown")
+        if len(pictures) != jupyter.images:
+            problem(f"{len(pictures)} figures, Jupyter shows {jupyter.images}")
+        for text in jupyter.texts:
+            if text not in seen and case.name != "text_display_updated_from_later_cell":
+                problem(f"display text {text!r} not shown")
+        for needle in case.seen if case.terminal is None else case.terminal:
+            if needle not in seen:
+                problem(f"{needle!r} not shown")
+        for stale in case.stale if case.terminal is None else []:
+            if stale in seen and case.name != "text_display_updated_from_later_cell":
+                problem(f"stale or raw {stale!r} still shown")
+        if "\x1b" in seen:
+            problem("ANSI escape codes shown")
+    assert not problems, "\n\n".join(problems)
