@@ -19,8 +19,12 @@ def escape(text: str) -> str:
 
 
 def _defuse_fences(text: str) -> str:
-    # A ``` inside a code block would close it early and let the rest render as markup.
-    return text.replace("```", "`\u200b`\u200b`")
+    # A ``` inside a code block would close it early and let the rest render as markup; any
+    # run of backticks is split with zero-width spaces, so none can join into a fence.
+    return _BACKTICKS.sub(lambda m: "\u200b".join(m.group(0)), text)
+
+
+_BACKTICKS = re.compile(r"``+")
 
 
 def code_block(text: str, limit: int = SECTION_LIMIT) -> str:
