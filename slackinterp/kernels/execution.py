@@ -211,6 +211,19 @@ class TerminalText:
         self.pos = 0
 
     def feed(self, text: str) -> None:
+        if self.pos == len(self.line) and "\r" not in text and "\b" not in text:
+            # The common case, kept fast for big outputs: whole lines go in at once.
+            done, newline, rest = text.rpartition("\n")
+            if newline:
+                self.budget.add(self.line + done + newline)
+                self.line = rest
+            else:
+                self.line += text
+            self.pos = len(self.line)
+            if len(self.line) > self.max_chars:
+                self.budget.add(self.line)
+                self.line, self.pos = "", 0
+            return
         for part in _CONTROL.split(text):
             if part == "\n":
                 self.budget.add(self.line + "\n")
