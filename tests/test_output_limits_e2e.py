@@ -130,3 +130,15 @@ async def test_file_names_render_inertly(tmp_path: Path) -> None:
         line = (await wait_text(fake, ts, "Received"))["text"]
         assert line.count("`") in (2, 4), line  # inline code that nothing closes early
         assert "\u202e" not in line
+
+
+async def test_a_refused_table_falls_back_to_its_text(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+        ts = await turn(fake, "import pandas as pd")  # the next cell is quick: no live edit
+        fake.fail("chat.update", error="invalid_blocks", times=1)
+        await turn(fake, "pd.DataFrame({'city': ['Oslo'], 'temp': [3]})", ts)
+        message = cell_messages(fake, ts)[1]
+        assert ":white_check_mark:" in message["text"]
+        assert not any(b["type"] == "table" for b in message["blocks"])
+        assert "Oslo" in all_text(message)
+        assert [c for c in fake.calls if c.method == "chat.update"][-1].params.get("blocks")

@@ -265,3 +265,11 @@ def test_render_outputs_in_order_within_budget(tmp_path: Path) -> None:
     assert texts[3] == "*bold* &lt;!channel&gt;" and texts[4] == "table" and "b-frame" in texts[5]
     assert cut and all(len(x) <= 3000 and x.count("```") % 2 == 0 for x in texts)
     assert sum(1 for b in blocks if b["type"] == "table") == 1
+
+
+def test_table_with_long_cells_keeps_the_message_small() -> None:
+    wide = mime.Table([["h"] * 20], [["x" * 500] * 20 for _ in range(100)])
+    block, cut = render.table_block(wide)
+    size = sum(len(c["text"]) for row in block["rows"] for c in row)
+    assert cut and size <= render.TABLE_CHARS and len(block["rows"]) >= 4
+    assert all(len(c["text"]) <= render.TABLE_CELL_CHARS for row in block["rows"] for c in row)

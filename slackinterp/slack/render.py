@@ -69,7 +69,8 @@ ERROR_BUDGET = 1100
 MAX_OUTPUT_BLOCKS = 40  # of Slack's 50 per message; code, status, notes, buttons use 4
 TABLE_ROWS = 100  # Slack's table block: ≤ 100 rows, ≤ 20 cells per row
 TABLE_COLUMNS = 20
-TABLE_CELL_CHARS = 200
+TABLE_CELL_CHARS = 100
+TABLE_CHARS = 20_000  # a table's text at most (a payload Slack takes and a person can read)
 IMAGE_INTERVAL = 2.0  # a changing image is replaced at most this often while a cell runs
 STATUS_TEXT = "is running code…"
 # Errors that mean setStatus will never work with this token (not worth one call per turn).
@@ -153,7 +154,12 @@ def table_block(table: mime.Table) -> tuple[dict[str, Any], bool]:
 
         header, body = [narrow(r) for r in header], [narrow(r) for r in body]
         width, cut = TABLE_COLUMNS, True
-    room = TABLE_ROWS - len(header)
+    # Rows that fit both Slack's 100 and a message of sane size (long cells mean fewer rows).
+    row_chars = max(
+        (sum(min(len(c), TABLE_CELL_CHARS) + 2 for c in r) for r in header + body[:50]),
+        default=1,
+    )
+    room = max(3, min(TABLE_ROWS, TABLE_CHARS // max(row_chars, 1)) - len(header))
     if len(body) > room:
         head = (room - 1) // 2
         tail = room - 1 - head
@@ -201,12 +207,14 @@ class CellView:
             o.display_id for o in self.shown if isinstance(o, Display | Result) and o.display_id
         }
 
-    def blocks(self, key_id: str, timeout: float) -> tuple[str, list[dict[str, Any]]]:
+    def blocks(
+        self, key_id: str, timeout: float, *, tables: bool = True
+    ) -> tuple[str, list[dict[str, Any]]]:
         code, _ = t.shorten_code(self.code, max_chars=CODE_BUDGET)
         who = "" if self.source == "user" else " (written by the model)"
         status = status_line(self.result, self.started, timeout)
         blocks = [_section(t.code_block(code)), _context(status + who)]
-        output_blocks, notes, self.cut = render_outputs(self.shown, self.result)
+        output_blocks, notes, self.cut = render_outputs(self.shown, self.result, tables=tables)
         blocks += output_blocks
         notes = self.notes + notes
         if notes:
@@ -217,7 +225,7 @@ class CellView:
 
 
 def render_outputs(
-    shown: tuple[Shown, ...], result: CellResult | None
+    shown: tuple[Shown, ...], result: CellResult | None, *, tables: bool = True
 ) -> tuple[list[dict[str, Any]], list[str], bool]:
     """Blocks for a cell's outputs in Jupyter's order, within one message's budget.
 
@@ -227,7 +235,7 @@ def render_outputs(
     notes: list[str] = []
     budget = OUTPUT_TOTAL
     cut = False
-    table_used = False
+    table_used = not tables  # tables=False: every table as its text form
     items = _merge_streams(shown)
     if (
         result is not None
@@ -293,6 +301,10 @@ def _merge_streams(shown: tuple[Shown, ...]) -> list[str | Shown]:
         else:
             items.append(output)
     return items
+
+
+def _has_table(blocks: list[dict[str, Any]]) -> bool:
+    return any(b.get("type") == "table" for b in blocks)
 
 
 def _size(block: dict[str, Any]) -> int:
@@ -591,8 +603,7 @@ class TurnRenderer:
         if view.dirty and view.ts:
             view.dirty = False
             view.last_edit = time.monotonic()
-            text, blocks = view.blocks(self.key_id, self.exec_timeout)
-            await self.edit(view.ts, text, blocks)
+            await self._edit_view(view)
             if time.monotonic() - view.last_images >= IMAGE_INTERVAL:
                 await self._sync_images(view, final=False)
 
@@ -604,10 +615,24 @@ class TurnRenderer:
                 await view.pending
         view.dirty = False
         view.last_edit = time.monotonic()
-        text, blocks = view.blocks(self.key_id, self.exec_timeout)
-        if view.ts is None or not await self.edit(view.ts, text, blocks):
+        if view.ts is None or not await self._edit_view(view):
+            text, blocks = view.blocks(self.key_id, self.exec_timeout)
             view.ts = await self.post(text, blocks)
+            if view.ts is None and _has_table(blocks):
+                text, blocks = view.blocks(self.key_id, self.exec_timeout, tables=False)
+                view.ts = await self.post(text, blocks)
         await self._sync_images(view, final=True)
+
+    async def _edit_view(self, view: CellView) -> bool:
+        """Edit the cell's message; a table Slack refuses falls back to its text form."""
+        assert view.ts is not None
+        text, blocks = view.blocks(self.key_id, self.exec_timeout)
+        if await self.edit(view.ts, text, blocks):
+            return True
+        if not _has_table(blocks):
+            return False
+        text, blocks = view.blocks(self.key_id, self.exec_timeout, tables=False)
+        return await self.edit(view.ts, text, blocks)
 
     async def _cell_finished(self, event: CellFinished) -> None:
         view = self.cells.get(event.cell_id)
