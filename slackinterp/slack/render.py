@@ -218,7 +218,7 @@ class CellView:
         blocks += output_blocks
         notes = self.notes + notes
         if notes:
-            blocks.append(_context(t.escape(" · ".join(notes))[:500]))
+            blocks.append(_context(t.clip_mrkdwn(t.escape(" · ".join(notes)), 500)))
         blocks.append(buttons(key_id, running=self.result is None))
         fallback = f"Cell: {status}"
         return fallback, blocks
@@ -266,7 +266,8 @@ def render_outputs(
             elif view.kind == "table":
                 block = _section(t.code_block(view.text, min(TEXT_BUDGET, budget)))
             elif view.kind == "markdown":
-                block = _section(t.clip_mrkdwn(t.markdown_to_mrkdwn(view.text), budget))
+                limit = min(t.SECTION_LIMIT, budget)
+                block = _section(t.clip_mrkdwn(t.markdown_to_mrkdwn(view.text), limit))
             elif view.kind == "html":
                 block = _section(t.clip_mrkdwn(t.escape(view.text), min(TEXT_BUDGET, budget)))
             elif view.kind == "unknown":
