@@ -21,8 +21,9 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg"}
-# A repr that says nothing a person wants to read (`<IPython.core.display.HTML object>`).
-_BARE_REPR = re.compile(r"^<[\w.]+ (object|at 0x)[^>]*>$|^<[\w.]+ object at 0x[0-9a-f]+>$")
+# A repr that says nothing a person wants to read (`<IPython.core.display.HTML object>`,
+# `<Figure size 640x480 with 1 Axes>`).
+_BARE_REPR = re.compile(r"^<[^<>\n]*>$")
 
 
 @dataclass(frozen=True)
@@ -127,7 +128,7 @@ def alt_text(mime: str, metadata: dict[str, Any], plain: str, svg: str = "") -> 
         if match and match.group(1).strip():
             return html_text(match.group(1)).strip()[:900]
     text = plain.strip()
-    if text and not _BARE_REPR.match(text) and not text.startswith("<Figure size"):
+    if text and not _BARE_REPR.match(text):
         return text[:900]
     return ""
 
