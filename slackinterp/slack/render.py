@@ -200,6 +200,7 @@ class CellView:
     tables_sent: set[str] = field(default_factory=set)
     dirty: bool = False
     pending: asyncio.Task[None] | None = None
+    working: asyncio.Future[None] | None = None  # an edit under way (not to be cut short)
     cut: bool = False  # some output text did not fit the message
 
     def display_ids(self) -> set[str]:
@@ -601,12 +602,21 @@ class TurnRenderer:
 
     async def _edit_later(self, view: CellView, delay: float) -> None:
         await asyncio.sleep(delay)
-        if view.dirty and view.ts:
-            view.dirty = False
-            view.last_edit = time.monotonic()
-            await self._edit_view(view)
-            if time.monotonic() - view.last_images >= IMAGE_INTERVAL:
-                await self._sync_images(view, final=False)
+        # Shielded: a cell that finishes now must not cut an upload in half (its file id
+        # would be lost and the image left in the thread twice); _flush waits for it instead.
+        view.working = asyncio.ensure_future(self._edit_now(view))
+        await asyncio.shield(view.working)
+
+    async def _edit_now(self, view: CellView) -> None:
+        try:
+            if view.dirty and view.ts:
+                view.dirty = False
+                view.last_edit = time.monotonic()
+                await self._edit_view(view)
+                if time.monotonic() - view.last_images >= IMAGE_INTERVAL:
+                    await self._sync_images(view, final=False)
+        except Exception as exc:
+            log.exception("render.edit_failed cell=%s error=%s", view.cell_id, exc)
 
     async def _flush(self, view: CellView) -> None:
         """The view's final state: pending edit done now, images as they end up."""
@@ -614,6 +624,8 @@ class TurnRenderer:
             view.pending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await view.pending
+        if view.working is not None and not view.working.done():
+            await view.working
         view.dirty = False
         view.last_edit = time.monotonic()
         if view.ts is None or not await self._edit_view(view):
