@@ -231,6 +231,7 @@ class TurnPrinter:
         self.rewritten: set[str] = set()  # cells whose live output a clear or update changed
         self.display_ids: set[str] = set()
         self.earlier: dict[str, Display] = {}  # updates of earlier turns' displays, latest
+        self.figures: dict[str, set[Path]] = {}  # per cell, the image files saved for it
         self.answer_streamed = False
 
     def handle(self, event: Event) -> None:
@@ -324,6 +325,7 @@ class TurnPrinter:
             self.screen.line(f"! an image could not be saved ({exc})")
             return
         self.saved.add(path)
+        self.figures.setdefault(cell_id, set()).add(path)
         self.screen.line(f"figure: {path}" + (f" ({alt})" if alt else ""))
 
     def _cell_finished(self, cell_id: str, result: CellResult) -> None:
@@ -333,6 +335,7 @@ class TurnPrinter:
         self.earlier.clear()
         if cell_id in self.rewritten:
             self.images.pop(cell_id, None)
+            live = self.figures.pop(cell_id, set())
             self.screen.line("── final output " + "─" * 20)
             for output in result.outputs:
                 if isinstance(output, Stream):
@@ -341,6 +344,9 @@ class TurnPrinter:
                     self._rich(cell_id, output.data, output.metadata)
                 elif isinstance(output, Error):
                     self.screen.line(output.traceback or f"{output.ename}: {output.evalue}")
+            for stale in live - self.figures.get(cell_id, set()):  # cleared or replaced
+                with contextlib.suppress(OSError):
+                    stale.unlink()
         elif result.truncated_chars:
             _head, marker, tail = result.text.rpartition(" characters omitted …\n")
             if marker:

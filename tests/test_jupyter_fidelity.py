@@ -451,9 +451,10 @@ async def test_the_terminal_shows_what_jupyter_shows(runtime: Runtime, tmp_path:
         jupyter = jupyter_sees(await run_notebook(case.cells, workdir))
         out = io.StringIO()
         key = ThreadKey("local", "console", case.name)
+        shots = tmp_path / "shots" / case.name
+        shots.mkdir(parents=True)
         for src in case.cells:
-            printer = TurnPrinter(Screen(out), tmp_path / "shots", 20)
-            (tmp_path / "shots").mkdir(exist_ok=True)
+            printer = TurnPrinter(Screen(out), shots, 20)
             async for event in runtime.engine.submit(TurnRequest(key, f"```{src}```")):
                 printer.handle(event)
         seen = terminal_sees(out.getvalue())
@@ -470,6 +471,9 @@ async def test_the_terminal_shows_what_jupyter_shows(runtime: Runtime, tmp_path:
                 problem(f"error {name} not shown")
         if len(pictures) != jupyter.images:
             problem(f"{len(pictures)} figures, Jupyter shows {jupyter.images}")
+        files = [p for p in shots.iterdir() if CAIRO is False or p.suffix != ".svg"]
+        if len(files) != jupyter.images:
+            problem(f"{sorted(p.name for p in files)} saved, Jupyter shows {jupyter.images}")
         for text in jupyter.texts:
             if text not in seen and case.name != "text_display_updated_from_later_cell":
                 problem(f"display text {text!r} not shown")
