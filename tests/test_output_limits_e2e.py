@@ -130,6 +130,10 @@ async def test_file_names_render_inertly(tmp_path: Path) -> None:
         line = (await wait_text(fake, ts, "Received"))["text"]
         assert line.count("`") in (2, 4), line  # inline code that nothing closes early
         assert "\u202e" not in line
+        await turn(fake, "open('report\\u202etxt.exe\\x1b', 'w').write('x')", ts)
+        (upload,) = [u for u in fake.uploads if u.filename.startswith("report")]
+        for shown in (upload.filename, upload.title):
+            assert "\u202e" not in shown and "\x1b" not in shown, shown
 
 
 async def test_a_refused_table_falls_back_to_its_text(tmp_path: Path) -> None:

@@ -481,8 +481,8 @@ class TurnRenderer:
                 channel=self.channel,
                 thread_ts=self.thread_ts,
                 content=data,
-                filename=name.replace("/", "_"),
-                title=name,
+                filename=t.visible(name).replace("/", "_"),
+                title=t.visible(name),
                 initial_comment=comment,
                 alt_txt=alt,
             )

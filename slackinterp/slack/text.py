@@ -75,6 +75,11 @@ _UNSAFE_IN_NAME = re.compile(
 )
 
 
+def visible(name: str) -> str:
+    """Control and invisible/bidi characters as `\\uXXXX`: shown, never acted on."""
+    return _UNSAFE_IN_NAME.sub(lambda m: f"\\u{ord(m.group(0)):04x}", name)
+
+
 def inline_code(name: str, limit: int = 200) -> str:
     """A file name (or any short untrusted text) as inline code that cannot break out of it.
 
@@ -82,8 +87,7 @@ def inline_code(name: str, limit: int = 200) -> str:
     invisible/bidi characters are shown as `\\uXXXX` so they neither break the markup nor
     disguise an extension.
     """
-    shown = _UNSAFE_IN_NAME.sub(lambda m: f"\\u{ord(m.group(0)):04x}", name)
-    shown = shown.replace("`", "\u02cb")
+    shown = visible(name).replace("`", "\u02cb")
     if len(shown) > limit:
         shown = shown[: limit - 1] + "…"
     return f"`{escape(shown)}`" if shown.strip() else "`\u2423`"
