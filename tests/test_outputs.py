@@ -12,6 +12,7 @@ from pathlib import Path
 import pytest
 
 from slackinterp.engine import mime
+from slackinterp.engine.events import FileReceived
 from slackinterp.kernels.execution import (
     MAX_DISPLAYS_PER_CELL,
     ClearOutput,
@@ -24,7 +25,7 @@ from slackinterp.kernels.execution import (
     output_from_iopub,
     terminal_text,
 )
-from slackinterp.slack import render
+from slackinterp.slack import cells, render
 from slackinterp.slack import text as t
 
 
@@ -188,12 +189,12 @@ def test_table_block_is_cut_to_slack_limits_head_and_tail() -> None:
     table = mime.Table(
         [[f"h{c}" for c in range(30)]], [[f"{r}" for _c in range(30)] for r in range(500)]
     )
-    block, cut = render.table_block(table)
+    block, cut = cells.table_block(table)
     assert cut and len(block["rows"]) == 100 and all(len(r) == 20 for r in block["rows"])
     first = [c["text"] for c in block["rows"][1]]
     last = [c["text"] for c in block["rows"][-1]]
     assert first[0] == "0" and last[0] == "499" and "…" in [c["text"] for c in block["rows"][0]]
-    small, cut = render.table_block(mime.Table([["a"]], [["1"]]))
+    small, cut = cells.table_block(mime.Table([["a"]], [["1"]]))
     assert not cut and small["rows"] == [
         [{"type": "raw_text", "text": "a"}],
         [{"type": "raw_text", "text": "1"}],
@@ -244,9 +245,7 @@ def test_names_render_inertly() -> None:
     assert shown.count("`") == 2 and shown.startswith("`") and shown.endswith("`")
     assert "<" not in shown and "\u202e" not in shown and "\n" not in shown
     assert "\\u202e" in shown
-    line = render._received_line(
-        render.FileReceived("a`b.csv", 10, "text/csv", renamed_from="x\x00`y")
-    )
+    line = render._received_line(FileReceived("a`b.csv", 10, "text/csv", renamed_from="x\x00`y"))
     assert line.count("`") == 4 and "\x00" not in line
 
 
@@ -259,7 +258,7 @@ def test_render_outputs_in_order_within_budget(tmp_path: Path) -> None:
         Result({"text/html": "<table><tr><th>a</th></tr><tr><td>1</td></tr></table>"}),
         Result({"text/html": "<table><tr><th>b</th></tr></table>", "text/plain": "b-frame"}),
     )
-    blocks, _notes, cut = render.render_outputs(shown, None)
+    blocks, _notes, cut = cells.render_outputs(shown, None)
     texts = [b["text"]["text"] if b["type"] == "section" else b["type"] for b in blocks]
     assert "before" in texts[0] and "'shown'" in texts[1] and "after" in texts[2]
     assert texts[3] == "*bold* &lt;!channel&gt;" and texts[4] == "table" and "b-frame" in texts[5]
@@ -269,7 +268,7 @@ def test_render_outputs_in_order_within_budget(tmp_path: Path) -> None:
 
 def test_table_with_long_cells_keeps_the_message_small() -> None:
     wide = mime.Table([["h"] * 20], [["x" * 500] * 20 for _ in range(100)])
-    block, cut = render.table_block(wide)
+    block, cut = cells.table_block(wide)
     size = sum(len(c["text"]) for row in block["rows"] for c in row)
-    assert cut and size <= render.TABLE_CHARS and len(block["rows"]) >= 4
-    assert all(len(c["text"]) <= render.TABLE_CELL_CHARS for row in block["rows"] for c in row)
+    assert cut and size <= cells.TABLE_CHARS and len(block["rows"]) >= 4
+    assert all(len(c["text"]) <= cells.TABLE_CELL_CHARS for row in block["rows"] for c in row)
