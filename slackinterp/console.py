@@ -12,7 +12,6 @@ blocking call on the event loop, so cells stream and Ctrl-C is handled while the
 from __future__ import annotations
 
 import asyncio
-import base64
 import codecs
 import contextlib
 import logging
@@ -33,7 +32,7 @@ from typing import TextIO
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
-from slackinterp.engine import workspace
+from slackinterp.engine import mime, workspace
 from slackinterp.engine.events import (
     AssistantDelta,
     AssistantText,
@@ -52,14 +51,22 @@ from slackinterp.engine.events import (
 )
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
 from slackinterp.engine.workspace import ThreadKey, human_size
-from slackinterp.kernels.execution import CellResult, Display, Error, Result, Status, Stream
+from slackinterp.kernels.execution import (
+    CellResult,
+    ClearOutput,
+    Display,
+    Error,
+    Result,
+    Status,
+    Stream,
+)
 from slackinterp.runtime import Runtime
 from slackinterp.store import StoreError
 
 PROMPT = ">>> "
 CONTINUE = "... "
 FENCE = "```"
-IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg", "image/svg+xml": "svg"}
+IMAGE_TYPES = mime.IMAGE_TYPES
 WARM_TIMEOUT = 30.0
 COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
 HELP = """\
@@ -229,6 +236,10 @@ class TurnPrinter:
         self.exec_timeout = exec_timeout
         self.images: dict[str, int] = {}
         self.saved: set[Path] = set()  # figures this printer wrote; not reported twice
+        self.rewritten: set[str] = set()  # cells whose live output a clear or update changed
+        self.display_ids: set[str] = set()
+        self.earlier: dict[str, Display] = {}  # updates of earlier turns' displays, latest
+        self.figures: dict[str, set[Path]] = {}  # per cell, the image files saved for it
         self.answer_streamed = False
 
     def handle(self, event: Event) -> None:
@@ -246,8 +257,8 @@ class TurnPrinter:
                 self._cell_started(event)
             case CellOutput(cell_id=cell_id, output=output):
                 self._output(cell_id, output)
-            case CellFinished(result=result):
-                self._cell_finished(result)
+            case CellFinished(cell_id=cell_id, result=result):
+                self._cell_finished(cell_id, result)
             case FileProduced(path=path, size=size):
                 self._file(path, size)
             case FileSkipped(name=name):
@@ -274,48 +285,83 @@ class TurnPrinter:
             self.screen.line("──")
 
     def _output(self, cell_id: str, output: object) -> None:
+        """Live: text as it comes (the terminal applies `\r` and `\b` itself). What a terminal
+        cannot take back (a cleared output, a replaced display) is put right when the cell
+        ends, by printing the cell's final outputs again."""
         if isinstance(output, Stream):
             self.screen.write(output.text)
+        elif isinstance(output, ClearOutput):
+            self.rewritten.add(cell_id)
         elif isinstance(output, Display | Result):
-            self._rich(cell_id, output.data)
+            if output.display_id and output.display_id in self.display_ids:
+                self.rewritten.add(cell_id)  # replaces what an output with this id showed
+                if isinstance(output, Display) and output.update:
+                    return
+            elif isinstance(output, Display) and output.update and output.display_id:
+                self.earlier[output.display_id] = output  # shown once, when the cell ends
+                return
+            if output.display_id:
+                self.display_ids.add(output.display_id)
+            self._rich(cell_id, output.data, output.metadata)
         elif isinstance(output, Error):
             self.screen.line(output.traceback or f"{output.ename}: {output.evalue}")
-        # ClearOutput: what was printed stays printed.
 
-    def _rich(self, cell_id: str, data: dict[str, object]) -> None:
-        mime = next((m for m in IMAGE_TYPES if m in data), None)
-        if mime is not None:
-            self._save_image(cell_id, mime, data[mime])
-        elif "text/plain" in data:
-            self.screen.line(str(data["text/plain"]))
-        elif data:
-            kinds = ", ".join(sorted(data))
+    def _rich(self, cell_id: str, data: dict[str, object], metadata: dict[str, object]) -> None:
+        view = mime.pick(data, metadata)  # type: ignore[arg-type]
+        if view.kind == "image":
+            self._save_image(cell_id, IMAGE_TYPES[view.mime], view.raw, view.alt)
+        elif view.kind == "svg":
+            png = mime.svg_to_png(view.svg)
+            if png is not None:
+                self._save_image(cell_id, "png", png, view.alt)
+            self._save_image(cell_id, "svg", view.svg.encode(), view.alt)
+        elif view.kind == "table" and view.table is not None:
+            self.screen.line(view.text)
+        elif view.kind == "unknown":
+            kinds = ", ".join(view.mimes)
             self.screen.line(f"(an output of type {kinds} is not shown in the terminal)")
+        else:  # text, markdown and LaTeX as their source, JSON pretty, HTML as its text
+            self.screen.line(view.text)
 
-    def _save_image(self, cell_id: str, mime: str, payload: object) -> None:
+    def _save_image(self, cell_id: str, ext: str, raw: bytes, alt: str = "") -> None:
         """Images go into the session's directory, where the code and :files can see them."""
         number = self.images[cell_id] = self.images.get(cell_id, 0) + 1
-        path = (self.workdir / f"figure-{cell_id}-{number}.{IMAGE_TYPES[mime]}").resolve()
+        path = (self.workdir / f"figure-{cell_id}-{number}.{ext}").resolve()
         try:
-            if mime == "image/svg+xml":
-                raw = str(payload).encode()
-            else:
-                raw = base64.b64decode(str(payload))
             path.write_bytes(raw)
-        except (ValueError, OSError) as exc:
+        except OSError as exc:
             self.screen.line(f"! an image could not be saved ({exc})")
             return
         self.saved.add(path)
-        self.screen.line(f"figure: {path}")
+        self.figures.setdefault(cell_id, set()).add(path)
+        self.screen.line(f"figure: {path}" + (f" ({alt})" if alt else ""))
 
-    def _cell_finished(self, result: CellResult) -> None:
-        if result.truncated_chars:
+    def _cell_finished(self, cell_id: str, result: CellResult) -> None:
+        for update in self.earlier.values():
+            self.screen.line("── an earlier cell's output is now " + "─" * 10)
+            self._rich(cell_id, update.data, update.metadata)
+        self.earlier.clear()
+        if cell_id in self.rewritten:
+            self.images.pop(cell_id, None)
+            live = self.figures.pop(cell_id, set())
+            self.screen.line("── final output " + "─" * 20)
+            for output in result.outputs:
+                if isinstance(output, Stream):
+                    self.screen.write(output.text)
+                elif isinstance(output, Display | Result):
+                    self._rich(cell_id, output.data, output.metadata)
+                elif isinstance(output, Error):
+                    self.screen.line(output.traceback or f"{output.ename}: {output.evalue}")
+            for stale in live - self.figures.get(cell_id, set()):  # cleared or replaced
+                with contextlib.suppress(OSError):
+                    stale.unlink()
+        elif result.truncated_chars:
             _head, marker, tail = result.text.rpartition(" characters omitted …\n")
             if marker:
                 self.screen.line(f"… {result.truncated_chars:,} characters omitted …")
                 self.screen.write(tail)
-            if result.full_output is not None:
-                self.screen.line(f"full output: {result.full_output.resolve()}")
+        if result.truncated_chars and result.full_output is not None:
+            self.screen.line(f"full output: {result.full_output.resolve()}")
         self.screen.line(status_line(result, self.exec_timeout))
 
     def _file(self, path: Path, size: int | None) -> None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slackinterp.kernels.execution import CellResult, Output
+from slackinterp.kernels.execution import CellResult, Output, Shown
 
 
 @dataclass(frozen=True)
@@ -52,8 +52,13 @@ class CellStarted:
 
 @dataclass(frozen=True)
 class CellOutput:
+    """`output` just arrived; `shown` is the cell's whole output area after it (Jupyter's
+    semantics applied: clears, display updates, `\r`). A `Display` with `update=True` or a
+    known `display_id` may also change what an earlier cell shows."""
+
     cell_id: str
     output: Output
+    shown: tuple[Shown, ...] = ()
 
 
 @dataclass(frozen=True)

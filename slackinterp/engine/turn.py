@@ -56,6 +56,7 @@ from slackinterp.kernels.execution import (
     CellResult,
     Error,
     Output,
+    Shown,
     Status,
     run_cell,
 )
@@ -421,8 +422,8 @@ class Engine:
         session.control = control
         lease.kernel.control = control
 
-        async def on_output(output: Output) -> None:
-            emit(CellOutput(cell_id, output))
+        async def on_output(output: Output, shown: tuple[Shown, ...]) -> None:
+            emit(CellOutput(cell_id, output, shown))
 
         if shell.has_shell_line(code):
             shell.make_strict(lease.kernel.client)

@@ -13,7 +13,7 @@ import re
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Protocol
@@ -50,6 +50,8 @@ class Display:
 class Result:
     data: dict[str, Any]
     execution_count: int | None = None
+    display_id: str | None = None
+    metadata: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
@@ -65,7 +67,9 @@ class ClearOutput:
 
 
 Output = Stream | Display | Result | Error | ClearOutput
-OutputCallback = Callable[[Output], Awaitable[None]]
+Shown = Stream | Display | Result | Error  # what a cell's output area holds
+# Called with what arrived and the cell's whole output area after it.
+OutputCallback = Callable[[Output, tuple[Shown, ...]], Awaitable[None]]
 
 
 class Status(StrEnum):
@@ -80,14 +84,17 @@ class Status(StrEnum):
 class CellResult:
     status: Status
     duration: float
-    text: str = ""  # stdout+stderr as they interleaved, head and tail when over budget
-    outputs: list[Output] = field(default_factory=list)  # displays, result, error (no streams)
+    text: str = ""  # stdout+stderr as a terminal shows them, head and tail when over budget
+    # What the cell shows at its end, in order, as Jupyter holds it: stream text (\r applied),
+    # displays with their latest data, the result, the error; cleared outputs are gone.
+    outputs: list[Shown] = field(default_factory=list)
     error: Error | None = None
     restarted: bool = False  # the kernel was restarted: its state is gone
     truncated_chars: int = 0
     full_output: Path | None = None  # the whole text, when it was too long to keep
     # Evaluated by the kernel right after a successful cell: {name: text/plain}.
     user_expressions: dict[str, str] = field(default_factory=dict)
+    dropped_displays: int = 0  # displays past MAX_DISPLAYS_PER_CELL, not shown
 
     @property
     def ok(self) -> bool:
@@ -185,36 +192,216 @@ class OutputBudget:
         return f"{head}\n… {omitted:,} characters omitted …\n{tail}", omitted
 
 
+# --- stream text as a terminal shows it ----------------------------------------------------
+
+_CONTROL = re.compile(r"([\r\n\b])")
+
+
+class TerminalText:
+    """Stream text with `\r` and `\b` applied as a terminal (and JupyterLab) applies them.
+
+    Finished lines go to a bounded OutputBudget; only the line being written stays open, so
+    a tqdm bar that redraws itself a million times costs one line of memory.
+    """
+
+    def __init__(self, max_chars: int, spill_path: Path | None = None):
+        self.max_chars = max_chars
+        self.budget = OutputBudget(max_chars, spill_path)
+        self.line = ""
+        self.pos = 0
+
+    def feed(self, text: str) -> None:
+        if self.pos == len(self.line) and "\r" not in text and "\b" not in text:
+            # The common case, kept fast for big outputs: whole lines go in at once.
+            done, newline, rest = text.rpartition("\n")
+            if newline:
+                self.budget.add(self.line + done + newline)
+                self.line = rest
+            else:
+                self.line += text
+            self.pos = len(self.line)
+            if len(self.line) > self.max_chars:
+                self.budget.add(self.line)
+                self.line, self.pos = "", 0
+            return
+        for part in _CONTROL.split(text):
+            if part == "\n":
+                self.budget.add(self.line + "\n")
+                self.line, self.pos = "", 0
+            elif part == "\r":
+                self.pos = 0
+            elif part == "\b":
+                self.pos = max(0, self.pos - 1)
+            elif part:
+                end = self.pos + len(part)
+                self.line = self.line[: self.pos] + part + self.line[end:]
+                self.pos = end
+                if len(self.line) > self.max_chars:  # one endless line: keep it bounded
+                    self.budget.add(self.line)
+                    self.line, self.pos = "", 0
+
+    def text(self) -> tuple[str, int]:
+        kept, omitted = self.budget.text()
+        return kept + self.line, omitted
+
+    @property
+    def over(self) -> bool:
+        return self.budget.over
+
+    def close(self) -> None:
+        if self.line:
+            self.budget.add(self.line)
+            self.line, self.pos = "", 0
+        self.budget.close()
+
+
+def terminal_text(text: str) -> str:
+    """`text` as a terminal would show it (for callers with a whole string at hand)."""
+    term = TerminalText(max(len(text), 1000))
+    term.feed(text)
+    return term.text()[0]
+
+
 # --- iopub → outputs -----------------------------------------------------------------------
 
 
 def output_from_iopub(msg: dict[str, Any]) -> Output | None:
-    """Map one iopub message to an output; None for the ones that carry no output."""
+    """Map one iopub message to an output; None for the ones that carry no output.
+
+    Text from the kernel is ANSI-free from here on: Slack and most terminals would show the
+    escape codes raw (tracebacks, coloured logs, `rich`).
+    """
     kind = msg["header"]["msg_type"]
     content = msg["content"]
     if kind == "stream":
-        return Stream(content.get("name", "stdout"), content.get("text", ""))
-    if kind == "display_data":
+        return Stream(content.get("name", "stdout"), strip_ansi(content.get("text", "")))
+    if kind in ("display_data", "update_display_data"):
         transient = content.get("transient") or {}
         return Display(
-            content.get("data", {}), content.get("metadata", {}), transient.get("display_id")
-        )
-    if kind == "update_display_data":
-        transient = content.get("transient") or {}
-        return Display(
-            content.get("data", {}),
+            _clean_bundle(content.get("data", {})),
             content.get("metadata", {}),
             transient.get("display_id"),
-            update=True,
+            update=kind == "update_display_data",
         )
     if kind == "execute_result":
-        return Result(content.get("data", {}), content.get("execution_count"))
+        transient = content.get("transient") or {}
+        return Result(
+            _clean_bundle(content.get("data", {})),
+            content.get("execution_count"),
+            display_id=transient.get("display_id"),
+            metadata=content.get("metadata", {}),
+        )
     if kind == "error":
         tb = strip_ansi("\n".join(content.get("traceback", [])))
         return Error(content.get("ename", "Error"), strip_ansi(content.get("evalue", "")), tb)
     if kind == "clear_output":
         return ClearOutput(bool(content.get("wait", False)))
     return None  # status, execute_input, comm_* …
+
+
+def _clean_bundle(data: dict[str, Any]) -> dict[str, Any]:
+    """text/plain without ANSI (IPython colours some reprs)."""
+    plain = data.get("text/plain")
+    if isinstance(plain, str) and "\x1b" in plain:
+        return {**data, "text/plain": strip_ansi(plain)}
+    return data
+
+
+# --- one cell's outputs, as a notebook holds them -----------------------------------------
+
+MAX_STREAM_SEGMENTS = 20
+
+
+class OutputArea:
+    """The outputs of one cell with Jupyter's semantics (nbclient's handling is the reference).
+
+    - `clear_output(wait=False)` empties the area; `wait=True` empties it just before the
+      next output arrives (a progress loop shows only its last state).
+    - A display with a `display_id` seen before replaces the data of every output carrying
+      that id; `update_display_data` replaces it without adding an output. Only the latest
+      content per id is kept, so memory does not grow with updates.
+    - Consecutive stream text of one name is one output, with `\r`/`\b` applied.
+    - Every display and update counts against the per-cell display cap; past it, new displays
+      are dropped (and counted) and updates still replace data but are not streamed live.
+    """
+
+    def __init__(self, max_chars: int, spill_path: Path | None = None):
+        self.max_chars = max_chars
+        self.spill_path = spill_path
+        self.items: list[Shown] = []
+        self.streams: dict[int, TerminalText] = {}  # index in items → its text
+        self.whole = TerminalText(max_chars, spill_path)  # all stream text, for the agent
+        self.clear_pending = False
+        self.display_events = 0
+        self.dropped_displays = 0
+
+    # The one place mapping each output kind to what the cell shows.
+    def apply(self, output: Output) -> Output | None:
+        """Fold `output` in; returns what to tell a live front-end (None: nothing new)."""
+        if isinstance(output, ClearOutput):
+            if output.wait:
+                self.clear_pending = True
+            else:
+                self._clear()
+            return output
+        if isinstance(output, Display) and output.update:
+            return self._update(output)
+        if self.clear_pending:
+            self.clear_pending = False
+            self._clear()
+        if isinstance(output, Stream):
+            return self._stream(output)
+        if isinstance(output, Display):
+            self.display_events += 1
+            if self.display_events > MAX_DISPLAYS_PER_CELL:
+                self.dropped_displays += 1
+                self._replace_data(output)  # an existing id still shows its latest data
+                return None
+            self._replace_data(output)
+        self.items.append(output)
+        return output
+
+    def _stream(self, output: Stream) -> Stream:
+        self.whole.feed(output.text)
+        index = len(self.items) - 1
+        last = self.items[index] if self.items else None
+        if not (isinstance(last, Stream) and last.name == output.name):
+            if len(self.streams) < MAX_STREAM_SEGMENTS:
+                self.items.append(Stream(output.name, ""))
+                index = len(self.items) - 1
+                self.streams[index] = TerminalText(self.max_chars)
+            else:  # bounded: the last segment takes the rest
+                index = max(self.streams)
+        term = self.streams[index]
+        term.feed(output.text)
+        self.items[index] = Stream(self.items[index].name, term.text()[0])
+        return output
+
+    def _update(self, output: Display) -> Display | None:
+        self.display_events += 1
+        self._replace_data(output)
+        if self.display_events > MAX_DISPLAYS_PER_CELL:
+            return None  # kept (latest only), not streamed
+        return output
+
+    def _replace_data(self, output: Display) -> None:
+        if not output.display_id:
+            return
+        for i, item in enumerate(self.items):
+            if isinstance(item, Display | Result) and item.display_id == output.display_id:
+                self.items[i] = replace(item, data=output.data, metadata=output.metadata)
+
+    def _clear(self) -> None:
+        self.items.clear()
+        self.streams.clear()
+        self.whole.close()
+        self.whole = TerminalText(self.max_chars, self.spill_path)  # reopens: the file restarts
+
+    def snapshot(self) -> tuple[Shown, ...]:
+        return tuple(self.items)
+
+    def close(self) -> None:
+        self.whole.close()
 
 
 def _is_idle(msg: dict[str, Any]) -> bool:
@@ -253,10 +440,8 @@ async def run_cell(
     control = control or CellControl()
     client = kernel.client
     started = time.monotonic()
-    budget = OutputBudget(max_output_chars, spill_path)
-    outputs: list[Output] = []
+    area = OutputArea(max_output_chars, spill_path)
     error: Error | None = None
-    displays = 0
     msg_id = client.execute(
         code,
         silent=silent,
@@ -267,10 +452,6 @@ async def run_cell(
     )
     deadline = started + timeout
     status: Status | None = None
-
-    async def deliver(output: Output) -> None:
-        if on_output is not None:
-            await on_output(output)
 
     try:
         while True:
@@ -295,21 +476,13 @@ async def run_cell(
             output = output_from_iopub(msg)
             if output is None:
                 continue
-            if isinstance(output, Stream):
-                shown = budget.add(output.text)
-                if shown:
-                    await deliver(Stream(output.name, shown))
-                continue
             if isinstance(output, Error):
                 error = output
-            if isinstance(output, Display) and not output.update:
-                displays += 1
-                if displays > MAX_DISPLAYS_PER_CELL:
-                    continue
-            outputs.append(output)
-            await deliver(output)
+            live = area.apply(output)
+            if live is not None and on_output is not None:
+                await on_output(live, area.snapshot())
     finally:
-        budget.close()
+        area.close()
 
     restarted = False
     if status in (Status.TIMEOUT, Status.STOPPED):
@@ -325,19 +498,20 @@ async def run_cell(
     expressions: dict[str, Any] = {}
     if user_expressions and status is Status.OK:
         expressions = await _reply_expressions(client, msg_id)
-    text, omitted = budget.text()
-    if displays > MAX_DISPLAYS_PER_CELL:
-        text += f"\n[{displays - MAX_DISPLAYS_PER_CELL} more displays not shown]"
+    text, omitted = area.whole.text()
+    if area.dropped_displays:
+        text += f"\n[{area.dropped_displays} more displays not shown]"
     return CellResult(
         status,
         time.monotonic() - started,
         text,
-        outputs,
+        list(area.items),
         error,
         restarted=restarted,
         truncated_chars=omitted,
         user_expressions=expressions,
-        full_output=spill_path if budget.over and spill_path else None,
+        full_output=spill_path if area.whole.over and spill_path else None,
+        dropped_displays=area.dropped_displays,
     )
 
 

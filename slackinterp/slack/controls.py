@@ -111,7 +111,7 @@ def files_text(files: list[tuple[str, int]]) -> str:
     if not files:
         return "No files in this thread's working directory yet."
     shown = files[:50]
-    lines = [f"• `{t.escape(name)}` ({human_size(size)})" for name, size in shown]
+    lines = [f"• {t.inline_code(name)} ({human_size(size)})" for name, size in shown]
     if len(files) > len(shown):
         lines.append(f"… and {len(files) - len(shown)} more")
     return "Files in this thread:\n" + "\n".join(lines)

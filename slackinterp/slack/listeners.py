@@ -20,7 +20,13 @@ from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
 from slackinterp.slack import controls
 from slackinterp.slack import text as t
 from slackinterp.slack.files import SlackFileFetcher
-from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer, buttons
+from slackinterp.slack.render import (
+    RESET_ACTION,
+    STOP_ACTION,
+    DisplayMemory,
+    TurnRenderer,
+    buttons,
+)
 from slackinterp.slack.thread import Own, ThreadReader, clean_text, trimmed
 from slackinterp.store import Store
 
@@ -82,6 +88,7 @@ class SlackListeners:
         self.bot_id: str | None = None
         self.reader = ThreadReader(store, settings, fetcher)
         self.status_memo: dict[str, bool] = {}
+        self.displays = DisplayMemory()  # display ids of earlier cells, per thread
         engine.notice_listeners.append(self.on_notice)
 
     def register(self) -> None:
@@ -276,6 +283,7 @@ class SlackListeners:
             exec_timeout=self.settings.exec_timeout,
             max_upload_bytes=self.settings.max_upload_mb * 1024 * 1024,
             status_memo=self.status_memo,
+            displays=self.displays,
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)

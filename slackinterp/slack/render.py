@@ -9,11 +9,10 @@ turn goes on, so one Slack hiccup never loses the rest of the output.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +21,7 @@ from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp import metrics
+from slackinterp.engine import mime
 from slackinterp.engine.events import (
     AssistantDelta,
     AssistantText,
@@ -40,120 +40,46 @@ from slackinterp.engine.events import (
     TurnStarted,
 )
 from slackinterp.engine.workspace import human_size
-from slackinterp.kernels.execution import CellResult, Display, Error, Result, Status, Stream
+from slackinterp.kernels.execution import (
+    MAX_DISPLAYS_PER_CELL,
+    Display,
+    Result,
+)
 from slackinterp.slack import text as t
+from slackinterp.slack.cells import (
+    CODE_BUDGET,
+    OUTPUT_BUDGET,
+    RESET_ACTION,
+    STOP_ACTION,
+    CellView,
+    DisplayMemory,
+    ImageUpload,
+    buttons,
+    content_digest,
+    has_table,
+    status_line,
+    table_block,
+)
+
+# Also for listeners.py, controls and tests, which knew them here first.
+__all__ = [
+    "RESET_ACTION",
+    "STOP_ACTION",
+    "UPDATE_INTERVAL",
+    "CellView",
+    "DisplayMemory",
+    "TurnRenderer",
+    "buttons",
+    "status_line",
+]
 
 log = logging.getLogger(__name__)
 
 UPDATE_INTERVAL = 1.0  # chat.update at most about once a second per message
-STOP_ACTION = "interp_stop"
-RESET_ACTION = "interp_reset"
-IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg"}
-CODE_BUDGET = 1200
-OUTPUT_BUDGET = 1500
+IMAGE_INTERVAL = 2.0  # a changing image is replaced at most this often while a cell runs
 STATUS_TEXT = "is running code…"
 # Errors that mean setStatus will never work with this token (not worth one call per turn).
 _STATUS_NEVER = {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated"}
-
-
-def status_line(result: CellResult | None, started: float, timeout: float) -> str:
-    if result is None:
-        return f":hourglass_flowing_sand: running… {time.monotonic() - started:.0f} s"
-    seconds = f"{result.duration:.1f} s"
-    if result.status is Status.OK:
-        return f":white_check_mark: {seconds}"
-    if result.status is Status.ERROR:
-        name = result.error.ename if result.error else "error"
-        return f":x: {t.escape(name)} ({seconds})"
-    if result.status is Status.TIMEOUT:
-        extra = "; the kernel was restarted" if result.restarted else ""
-        return f":alarm_clock: timed out after {timeout:g} s{extra}"
-    if result.status is Status.STOPPED:
-        extra = "; the kernel was restarted" if result.restarted else ""
-        return f":black_square_for_stop: stopped after {seconds}{extra}"
-    return f":skull: the kernel died after {seconds}"
-
-
-def buttons(key_id: str, *, running: bool) -> dict[str, Any]:
-    elements: list[dict[str, Any]] = []
-    if running:
-        elements.append(
-            {
-                "type": "button",
-                "action_id": STOP_ACTION,
-                "text": {"type": "plain_text", "text": "Stop"},
-                "style": "danger",
-                "value": key_id,
-            }
-        )
-    elements.append(
-        {
-            "type": "button",
-            "action_id": RESET_ACTION,
-            "text": {"type": "plain_text", "text": "Reset kernel"},
-            "value": key_id,
-            "confirm": {
-                "title": {"type": "plain_text", "text": "Reset this thread's kernel?"},
-                "text": {"type": "plain_text", "text": "Variables are lost; files stay."},
-                "confirm": {"type": "plain_text", "text": "Reset"},
-                "deny": {"type": "plain_text", "text": "Cancel"},
-            },
-        }
-    )
-    return {"type": "actions", "block_id": "interp_controls", "elements": elements}
-
-
-def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": text[: t.SECTION_LIMIT]}}
-
-
-def _context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": text[: t.SECTION_LIMIT]}]}
-
-
-@dataclass
-class CellView:
-    """What one cell's message shows; rebuilt into blocks on every edit."""
-
-    cell_id: str
-    code: str
-    source: str
-    started: float = field(default_factory=time.monotonic)
-    ts: str | None = None
-    text: str = ""  # streamed stdout/stderr
-    result_text: str = ""
-    notes: list[str] = field(default_factory=list)
-    result: CellResult | None = None
-    images: int = 0
-    last_edit: float = 0.0
-    dirty: bool = False
-    pending: asyncio.Task[None] | None = None
-
-    def blocks(self, key_id: str, timeout: float) -> tuple[str, list[dict[str, Any]]]:
-        code, _ = t.shorten_code(self.code, max_chars=CODE_BUDGET)
-        who = "" if self.source == "user" else " (written by the model)"
-        status = status_line(self.result, self.started, timeout)
-        blocks = [_section(t.code_block(code)), _context(status + who)]
-        body = self.text
-        if self.result is not None:
-            body = self.result.text
-        output_room = OUTPUT_BUDGET
-        error = self.result.error if self.result is not None else None
-        if body.strip():
-            room = output_room if error is None else output_room // 2
-            shown, _ = t.head_tail(body, room)
-            blocks.append(_section(t.code_block(shown)))
-        if self.result_text.strip():
-            shown, _ = t.head_tail(self.result_text, 600)
-            blocks.append(_section(t.code_block(shown)))
-        if error is not None:
-            shown, _ = t.head_tail(error.traceback or f"{error.ename}: {error.evalue}", 1100)
-            blocks.append(_section(t.code_block(shown)))
-        if self.notes:
-            blocks.append(_context(t.escape(" · ".join(self.notes))[:500]))
-        blocks.append(buttons(key_id, running=self.result is None))
-        fallback = f"Cell: {status}"
-        return fallback, blocks
 
 
 class TurnRenderer:
@@ -170,6 +96,7 @@ class TurnRenderer:
         exec_timeout: float = 120,
         max_upload_bytes: int = 50 * 1024 * 1024,
         status_memo: dict[str, bool] | None = None,
+        displays: DisplayMemory | None = None,
     ):
         # Shared by a bot's renderers: whether the loading status is unavailable for good.
         self.status_memo = status_memo if status_memo is not None else {}
@@ -187,6 +114,10 @@ class TurnRenderer:
         self.status_kind: str | None = None  # "status" | "reaction" | None
         self.queued_ts: str | None = None
         self.failures: list[str] = []
+        # Shared by a bot's renderers: display ids of earlier cells (updates edit them).
+        self.displays = displays if displays is not None else DisplayMemory()
+        self.touched: dict[str, CellView] = {}  # earlier cells this turn's updates changed
+        self.skipped: list[tuple[str, str]] = []  # files not uploaded, reported together
 
     # --- dispatch ------------------------------------------------------------------------
     async def handle(self, event: Event) -> None:
@@ -196,6 +127,8 @@ class TurnRenderer:
             log.exception("render.failed event=%s error=%s", type(event).__name__, exc)
 
     async def _dispatch(self, event: Event) -> None:
+        if self.skipped and not isinstance(event, FileSkipped | FileProduced):
+            await self._report_skipped()
         match event:
             case TurnQueued(position=position):
                 self.queued_ts = await self.post(
@@ -210,7 +143,9 @@ class TurnRenderer:
             case FileReceived():
                 await self.post(_received_line(event))
             case FileRejected(name=name, reason=reason):
-                await self.post(f":warning: I did not take `{t.escape(name)}`: {t.escape(reason)}")
+                await self.post(
+                    f":warning: I did not take {t.inline_code(name)}: {t.escape(reason)}"
+                )
             case CellStarted():
                 await self._cell_started(event)
             case CellOutput():
@@ -220,7 +155,7 @@ class TurnRenderer:
             case FileProduced():
                 await self.upload(event.path, event.name, comment=None)
             case FileSkipped(name=name, reason=reason):
-                await self.post(f":warning: Not uploaded: `{t.escape(name)}` — {t.escape(reason)}")
+                self.skipped.append((name, reason))
             case AssistantDelta(text=delta):
                 await self._answer_delta(delta)
             case AssistantText(text=text):
@@ -228,6 +163,8 @@ class TurnRenderer:
             case TurnFailed(message=message):
                 await self.post(f":warning: {t.escape(message)}")
             case TurnFinished():
+                if self.skipped:
+                    await self._report_skipped()
                 await self._clear_status()
 
     # --- Slack calls ---------------------------------------------------------------------
@@ -263,22 +200,35 @@ class TurnRenderer:
         *,
         content: bytes | None = None,
         comment: str | None = None,
-    ) -> bool:
+        alt: str | None = None,
+    ) -> str | None:
+        """Upload into the thread; the file's id, or None (the thread is told why)."""
         try:
             data = content if content is not None else await asyncio.to_thread(path.read_bytes)
-            await self.client.files_upload_v2(
+            response = await self.client.files_upload_v2(
                 channel=self.channel,
                 thread_ts=self.thread_ts,
                 content=data,
-                filename=name.replace("/", "_"),
-                title=name,
+                filename=t.visible(name).replace("/", "_"),
+                title=t.visible(name),
                 initial_comment=comment,
+                alt_txt=alt,
             )
-            return True
+            files = response.get("files") or [response.get("file") or {}]
+            return str(files[0].get("id") or "") if files else ""
         except (SlackClientError, OSError, aiohttp.ClientError) as exc:
             self._failed("files.upload", exc)
-            await self.post(f":warning: Could not upload `{t.escape(name)}`: {_reason(exc)}")
-            return False
+            await self.post(f":warning: Could not upload {t.inline_code(name)}: {_reason(exc)}")
+            return None
+
+    async def delete_file(self, file_id: str) -> None:
+        """Take a replaced image out of the thread (its message goes with it)."""
+        if not file_id:
+            return
+        try:
+            await self.client.files_delete(file=file_id)
+        except SlackApiError as exc:
+            self._failed("files.delete", exc)
 
     def _failed(self, method: str, exc: Exception) -> None:
         reason = _reason(exc)
@@ -356,50 +306,20 @@ class TurnRenderer:
         view = self.cells.get(event.cell_id)
         if view is None:
             return
+        view.shown = event.shown
         output = event.output
-        if isinstance(output, Stream):
-            view.text += output.text
-            if len(view.text) > 20000:
-                view.text = view.text[:20000]
-        elif isinstance(output, Display | Result):
-            await self._rich_output(view, output)
-        elif isinstance(output, Error):
-            pass  # shown from the result when the cell finishes
+        if isinstance(output, Display | Result) and output.display_id:
+            # nbclient: every output with this id, in any cell, shows the new data.
+            for other in self.displays.holding(self.key_id, output.display_id, view.cell_id):
+                other.shown = tuple(
+                    replace(o, data=output.data, metadata=output.metadata)
+                    if isinstance(o, Display | Result) and o.display_id == output.display_id
+                    else o
+                    for o in other.shown
+                )
+                self.touched[other.cell_id] = other
+                self._schedule_edit(other)
         self._schedule_edit(view)
-
-    async def _rich_output(self, view: CellView, output: Display | Result) -> None:
-        data = output.data
-        image_type = next((m for m in IMAGE_TYPES if m in data), None)
-        if image_type is not None:
-            view.images += 1
-            try:
-                raw = base64.b64decode(data[image_type])
-            except (ValueError, TypeError):
-                view.notes.append("an image could not be decoded")
-                return
-            if len(raw) > self.max_upload_bytes:
-                view.notes.append(f"an image of {human_size(len(raw))} was too large to upload")
-                return
-            name = f"figure-{view.cell_id}-{view.images}.{IMAGE_TYPES[image_type]}"
-            await self.upload(None, name, content=raw)
-            return
-        if "image/svg+xml" in data:
-            view.images += 1
-            svg = data["image/svg+xml"]
-            raw = svg.encode() if isinstance(svg, str) else bytes(svg)
-            await self.upload(None, f"figure-{view.cell_id}-{view.images}.svg", content=raw)
-            return
-        plain = data.get("text/plain")
-        if plain is not None:
-            if isinstance(output, Result):
-                view.result_text = str(plain)
-            else:
-                view.text += str(plain) + "\n"
-        elif "text/html" in data:
-            view.notes.append("an HTML-only output is not shown in Slack (print it as text)")
-        else:
-            kinds = ", ".join(sorted(data))
-            view.notes.append(f"an output of type {kinds} is not shown in Slack")
 
     def _schedule_edit(self, view: CellView) -> None:
         view.dirty = True
@@ -410,31 +330,159 @@ class TurnRenderer:
 
     async def _edit_later(self, view: CellView, delay: float) -> None:
         await asyncio.sleep(delay)
-        if view.dirty and view.result is None and view.ts:
-            view.dirty = False
-            view.last_edit = time.monotonic()
+        # Shielded: a cell that finishes now must not cut an upload in half (its file id
+        # would be lost and the image left in the thread twice); _flush waits for it instead.
+        view.working = asyncio.ensure_future(self._edit_now(view))
+        await asyncio.shield(view.working)
+
+    async def _edit_now(self, view: CellView) -> None:
+        try:
+            if view.dirty and view.ts:
+                view.dirty = False
+                view.last_edit = time.monotonic()
+                await self._edit_view(view)
+                if time.monotonic() - view.last_images >= IMAGE_INTERVAL:
+                    await self._sync_images(view, final=False)
+        except Exception as exc:
+            log.exception("render.edit_failed cell=%s error=%s", view.cell_id, exc)
+
+    async def _flush(self, view: CellView) -> None:
+        """The view's final state: pending edit done now, images as they end up."""
+        if view.pending is not None and not view.pending.done():
+            view.pending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await view.pending
+        if view.working is not None and not view.working.done():
+            await view.working
+        view.dirty = False
+        view.last_edit = time.monotonic()
+        if view.ts is None or not await self._edit_view(view):
             text, blocks = view.blocks(self.key_id, self.exec_timeout)
-            await self.edit(view.ts, text, blocks)
+            view.ts = await self.post(text, blocks)
+            if view.ts is None and has_table(blocks):
+                text, blocks = view.blocks(self.key_id, self.exec_timeout, tables=False)
+                view.ts = await self.post(text, blocks)
+        await self._sync_images(view, final=True)
+
+    async def _edit_view(self, view: CellView) -> bool:
+        """Edit the cell's message; a table Slack refuses falls back to its text form."""
+        assert view.ts is not None
+        text, blocks = view.blocks(self.key_id, self.exec_timeout)
+        if await self.edit(view.ts, text, blocks):
+            return True
+        if not has_table(blocks):
+            return False
+        text, blocks = view.blocks(self.key_id, self.exec_timeout, tables=False)
+        return await self.edit(view.ts, text, blocks)
 
     async def _cell_finished(self, event: CellFinished) -> None:
         view = self.cells.get(event.cell_id)
         if view is None:
             return
-        if view.pending is not None and not view.pending.done():
-            view.pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await view.pending
-        view.result = event.result
         result = event.result
-        text, blocks = view.blocks(self.key_id, self.exec_timeout)
-        if view.ts is None or not await self.edit(view.ts, text, blocks):
-            view.ts = await self.post(text, blocks)
-        long = result.truncated_chars > 0 or len(result.text) > OUTPUT_BUDGET // 2
-        if long:
+        view.result = result
+        view.shown = tuple(result.outputs)
+        await self._flush(view)
+        for other in list(self.touched.values()):
+            await self._flush(other)
+        self.touched.clear()
+        self.displays.remember(self.key_id, view)
+        await self._send_tables(view)
+        long = result.truncated_chars > 0 or len(result.text) > OUTPUT_BUDGET // 2 or view.cut
+        if long and (result.text.strip() or result.full_output is not None):
             if result.full_output is not None and result.full_output.exists():
                 await self.upload(result.full_output, f"output-{view.cell_id}.txt")
             else:
                 await self.upload(None, f"output-{view.cell_id}.txt", content=result.text.encode())
+
+    # --- images and tables of a cell -----------------------------------------------------
+    async def _sync_images(self, view: CellView, *, final: bool) -> None:
+        """Make the thread hold exactly the cell's current images: replaced or cleared ones
+        are deleted, new ones uploaded. While the cell runs, at most MAX_DISPLAYS_PER_CELL
+        uploads (replacements count); the final state is always put right."""
+        view.last_images = time.monotonic()
+        wanted: dict[str, tuple[str, Display | Result, int]] = {}
+        number = 0
+        for output in view.shown:
+            if not isinstance(output, Display | Result):
+                continue
+            kind = next((m for m in (*mime.IMAGE_TYPES, "image/svg+xml") if m in output.data), None)
+            if kind is None:
+                continue
+            number += 1
+            key = output.display_id or f"#{number}"
+            wanted[key] = (content_digest(str(output.data[kind])), output, number)
+        for key, done in list(view.uploads.items()):
+            if key not in wanted or wanted[key][0] != done.digest:
+                for file_id in done.file_ids:
+                    await self.delete_file(file_id)
+                del view.uploads[key]
+        for key, (digest, output, number) in wanted.items():
+            if key in view.uploads:
+                continue
+            if not final and view.image_uploads >= MAX_DISPLAYS_PER_CELL:
+                continue
+            view.image_uploads += 1
+            ids = await self._upload_image(view, output, number)
+            view.uploads[key] = ImageUpload(digest, ids)
+
+    async def _upload_image(
+        self, view: CellView, output: Display | Result, number: int
+    ) -> list[str]:
+        shown = mime.pick(output.data, output.metadata)
+        base = f"figure-{view.cell_id}-{number}"
+        alt = shown.alt or f"Figure {number} of cell {view.cell_id}"
+        ids: list[str | None] = []
+        if shown.kind == "image":
+            if len(shown.raw) > self.max_upload_bytes:
+                view.notes.append(
+                    f"an image of {human_size(len(shown.raw))} was too large to upload"
+                )
+                return []
+            ext = mime.IMAGE_TYPES[shown.mime]
+            ids.append(await self.upload(None, f"{base}.{ext}", content=shown.raw, alt=alt))
+        elif shown.kind == "svg":
+            png = await asyncio.to_thread(mime.svg_to_png, shown.svg)
+            if png is not None:
+                ids.append(await self.upload(None, f"{base}.png", content=png, alt=alt))
+            else:
+                view.notes.append("an SVG could not be rendered as PNG; it is attached as .svg")
+            ids.append(await self.upload(None, f"{base}.svg", content=shown.svg.encode(), alt=alt))
+        return [i for i in ids if i]
+
+    async def _send_tables(self, view: CellView) -> None:
+        """A table cut to fit Slack goes along whole as CSV (once per content)."""
+        number = 0
+        for output in view.shown:
+            if not isinstance(output, Display | Result) or "text/html" not in output.data:
+                continue
+            shown = mime.pick(output.data, output.metadata)
+            if shown.kind != "table" or shown.table is None:
+                continue
+            number += 1
+            _block, cut = table_block(shown.table)
+            digest = content_digest(shown.table.csv())
+            if cut and digest not in view.tables_sent:
+                view.tables_sent.add(digest)
+                await self.upload(
+                    None, f"table-{view.cell_id}-{number}.csv", content=shown.table.csv()
+                )
+
+    async def _report_skipped(self) -> None:
+        """One message for all the files a cell wrote but that were not uploaded."""
+        skipped, self.skipped = self.skipped, []
+        by_reason: dict[str, list[str]] = {}
+        for name, reason in skipped:
+            by_reason.setdefault(reason, []).append(name)
+        count = len(skipped)
+        lines = [f":warning: {count} file{'s' if count != 1 else ''} not uploaded:"]
+        for reason, names in list(by_reason.items())[:5]:
+            shown = ", ".join(t.inline_code(n, 80) for n in names[:10])
+            more = f" and {len(names) - 10} more" if len(names) > 10 else ""
+            lines.append(f"• {shown}{more}: {t.escape(reason)}")
+        if len(by_reason) > 5:
+            lines.append(f"• and {len(by_reason) - 5} other reasons")
+        await self.post(t.clip_mrkdwn("\n".join(lines), t.MESSAGE_BUDGET))
 
     # --- the model's answer --------------------------------------------------------------
     async def _answer_delta(self, delta: str) -> None:
@@ -462,9 +510,9 @@ class TurnRenderer:
 
 def _received_line(event: FileReceived) -> str:
     size = human_size(event.size)
-    line = f":inbox_tray: Received `{t.escape(event.name)}` ({size}, {t.escape(event.mimetype)})"
+    line = f":inbox_tray: Received {t.inline_code(event.name)} ({size}, {t.escape(event.mimetype)})"
     if event.renamed_from:
-        line += f" — saved under this name (sent as `{t.escape(event.renamed_from)}`)"
+        line += f" — saved under this name (sent as {t.inline_code(event.renamed_from)})"
     return line + "."
 
 

@@ -19,14 +19,78 @@ def escape(text: str) -> str:
 
 
 def _defuse_fences(text: str) -> str:
-    # A ``` inside a code block would close it early and let the rest render as markup.
-    return text.replace("```", "`\u200b`\u200b`")
+    # A ``` inside a code block would close it early and let the rest render as markup; any
+    # run of backticks is split with zero-width spaces, so none can join into a fence.
+    return _BACKTICKS.sub(lambda m: "\u200b".join(m.group(0)), text)
 
 
-def code_block(text: str) -> str:
-    """Escaped, fence-safe code block; an empty text renders as a visible placeholder."""
+_BACKTICKS = re.compile(r"``+")
+
+
+def code_block(text: str, limit: int = SECTION_LIMIT) -> str:
+    """Escaped, fence-safe code block of at most `limit` characters, fence always closed.
+
+    Escaping comes first and the budget is measured on the escaped text: `<` becomes four
+    characters, so cutting before escaping could overrun the section and cut the closing
+    fence off (everything after it would then render as the code's own mrkdwn).
+    """
     body = _defuse_fences(escape(text.rstrip("\n"))) or " "
+    room = max(limit - 8, 40)  # "```\n" + "\n```"
+    if len(body) > room:
+        body, _ = head_tail(body, room)
+        body = _whole_entities(body)[:room]
     return f"```\n{body}\n```"
+
+
+_PARTIAL_ENTITY_END = re.compile(r"&[a-z]{0,3}$")
+_PARTIAL_ENTITY_START = re.compile(r"^[a-z]{1,3};")
+
+
+def _whole_entities(text: str) -> str:
+    """Drop entity fragments (`&am`, `p;`) a cut left at either side of the omission marker."""
+    head, sep, tail = text.partition("\n… ")
+    head = _PARTIAL_ENTITY_END.sub("", head)
+    if sep:
+        marker, nl, rest = tail.partition("\n")
+        tail = marker + nl + _PARTIAL_ENTITY_START.sub("", rest)
+    return head + sep + tail
+
+
+def clip_mrkdwn(text: str, limit: int = SECTION_LIMIT) -> str:
+    """Cut mrkdwn to `limit`, never leaving a code fence open or an entity or link half cut."""
+    if len(text) <= limit:
+        return text
+    cut = _PARTIAL_ENTITY_END.sub("", text[: max(limit - 8, 1)])
+    opened = cut.rfind("<")
+    if opened > cut.rfind(">"):
+        cut = cut[:opened]  # a link cut in half
+    cut += " …"
+    if cut.count("```") % 2:
+        cut += "\n```"
+    return cut
+
+
+_UNSAFE_IN_NAME = re.compile(
+    r"[\x00-\x1f\x7f-\x9f\u061c\u200b-\u200f\u202a-\u202e\u2060-\u206f\ufeff]"
+)
+
+
+def visible(name: str) -> str:
+    """Control and invisible/bidi characters as `\\uXXXX`: shown, never acted on."""
+    return _UNSAFE_IN_NAME.sub(lambda m: f"\\u{ord(m.group(0)):04x}", name)
+
+
+def inline_code(name: str, limit: int = 200) -> str:
+    """A file name (or any short untrusted text) as inline code that cannot break out of it.
+
+    Inline code ends at a backtick or a line break, so those become look-alikes; control and
+    invisible/bidi characters are shown as `\\uXXXX` so they neither break the markup nor
+    disguise an extension.
+    """
+    shown = visible(name).replace("`", "\u02cb")
+    if len(shown) > limit:
+        shown = shown[: limit - 1] + "…"
+    return f"`{escape(shown)}`" if shown.strip() else "`\u2423`"
 
 
 def head_tail(text: str, limit: int) -> tuple[str, bool]:

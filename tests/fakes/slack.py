@@ -67,6 +67,10 @@ MAX_SECTION_FIELD_TEXT = 2000
 MAX_HEADER_TEXT = 150
 MAX_MARKDOWN_BLOCK_TEXT = 12000
 MAX_STREAM_MARKDOWN = 12000
+# The table block: one per message (only_one_table_allowed), ≤ 100 rows, ≤ 20 cells per row.
+MAX_TABLE_ROWS = 100
+MAX_TABLE_CELLS = 20
+TABLE_CELL_TYPES = frozenset({"raw_text", "rich_text", "raw_number"})
 
 _SLACKBOT_UA = "Slackbot 1.0 (+https://api.slack.com/robots)"
 _LOGIN_PAGE = (
@@ -140,6 +144,8 @@ class Upload:
     channel: str | None
     thread_ts: str | None
     initial_comment: str | None
+    alt_txt: str | None = None
+    deleted: bool = False  # files.delete was called for it
 
 
 @dataclass
@@ -262,6 +268,33 @@ def block_errors(blocks: Any) -> list[str]:
             errors.append(f"missing required field: type [json-pointer:{where}]")
             continue
         errors.extend(_one_block_errors(block, where))
+    if sum(1 for b in blocks if isinstance(b, dict) and b.get("type") == "table") > 1:
+        errors.append("only_one_table_allowed [json-pointer:/blocks]")
+    return errors
+
+
+def _table_errors(block: dict[str, Any], where: str) -> list[str]:
+    rows = block.get("rows")
+    if not isinstance(rows, list) or not rows:
+        return [f"missing required field: rows [json-pointer:{where}/rows]"]
+    errors: list[str] = []
+    if len(rows) > MAX_TABLE_ROWS:
+        errors.append(f"no more than {MAX_TABLE_ROWS} items allowed [json-pointer:{where}/rows]")
+    for r, row in enumerate(rows):
+        if not isinstance(row, list) or len(row) > MAX_TABLE_CELLS:
+            errors.append(
+                f"no more than {MAX_TABLE_CELLS} items allowed [json-pointer:{where}/rows/{r}]"
+            )
+            continue
+        for c, cell in enumerate(row):
+            ok = isinstance(cell, dict) and cell.get("type") in TABLE_CELL_TYPES
+            if ok and cell["type"] == "raw_text":
+                ok = isinstance(cell.get("text"), str)
+            if not ok:
+                errors.append(f"invalid cell [json-pointer:{where}/rows/{r}/{c}]")
+    settings = block.get("column_settings")
+    if isinstance(settings, list) and len(settings) > MAX_TABLE_CELLS:
+        errors.append(f"no more than {MAX_TABLE_CELLS} items allowed [json-pointer:{where}]")
     return errors
 
 
@@ -284,6 +317,8 @@ def _one_block_errors(block: dict[str, Any], where: str) -> list[str]:
         return too_long(_text_of(block.get("text")), MAX_HEADER_TEXT, "/text/text")
     if kind == "markdown":
         return too_long(str(block.get("text", "")), MAX_MARKDOWN_BLOCK_TEXT, "/text")
+    if kind == "table":
+        return _table_errors(block, where)
     if kind in ("actions", "context") and len(block.get("elements") or []) > (
         25 if kind == "actions" else 10
     ):
@@ -1168,9 +1203,39 @@ class _Files(_State):
                     channel=str(channel) if channel else None,
                     thread_ts=thread_ts,
                     initial_comment=params.get("initial_comment"),
+                    alt_txt=pending.alt_txt,
                 )
             )
         return {"ok": True, "files": file_objs}
+
+    def _files_delete(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
+        """files.delete: a bot may delete the files it uploaded; the file disappears from the
+        messages that shared it, and a share message left with no text and no files goes."""
+        self._require_scope("files:write")
+        file_id = str(params.get("file") or "")
+        file_obj = self.files.get(file_id)
+        if file_obj is None:
+            raise SlackError("file_not_found")
+        if file_obj.get("user") != self.bot_user_id:
+            raise SlackError("cant_delete_file")
+        del self.files[file_id]
+        self._file_bytes.pop(file_id, None)
+        for upload in self.uploads:
+            if upload.file_id == file_id:
+                upload.deleted = True
+        for channel, messages in self.workspace.messages.items():
+            for message in list(messages):
+                files = message.get("files") or []
+                if not any(f.get("id") == file_id for f in files):
+                    continue
+                message["files"] = [f for f in files if f.get("id") != file_id]
+                if not message["files"] and not message.get("text"):
+                    self.workspace.delete(channel, message["ts"])
+        return {"ok": True}
+
+    def live_uploads(self) -> list[Upload]:
+        """Uploads still in Slack (not deleted)."""
+        return [u for u in self.uploads if not u.deleted]
 
     def _finish_upload(self, item: Any) -> tuple[_PendingUpload, str]:
         if not isinstance(item, dict):
@@ -1975,6 +2040,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
             "files.info": self._files_info,
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,
+            "files.delete": self._files_delete,
         }
 
     async def start(self) -> Self:

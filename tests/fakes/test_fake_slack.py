@@ -193,6 +193,43 @@ async def test_files_upload_v2_into_thread(fake: FakeSlack, client: AsyncWebClie
     assert info["file"]["title"] == "Plot"
 
 
+async def test_files_delete_removes_the_file_and_its_share(
+    fake: FakeSlack, client: AsyncWebClient
+) -> None:
+    ts, _ = await fake.user_message(CHANNEL, "plot it")
+    resp = await client.files_upload_v2(
+        channel=CHANNEL, thread_ts=ts, content=b"png", filename="a.png", alt_txt="Sales"
+    )
+    file_id = resp["file"]["id"]
+    assert fake.uploads[0].alt_txt == "Sales"
+    assert len(fake.thread(CHANNEL, ts)) == 2
+    await client.files_delete(file=file_id)
+    assert fake.uploads[0].deleted and fake.live_uploads() == []
+    assert len(fake.thread(CHANNEL, ts)) == 1  # the share message had nothing else
+    with pytest.raises(SlackApiError) as err:
+        await client.files_delete(file=file_id)
+    assert err.value.response["error"] == "file_not_found"
+    user_file = fake.add_user_file("theirs.csv", b"a", "text/csv")
+    with pytest.raises(SlackApiError) as err:
+        await client.files_delete(file=user_file["id"])
+    assert err.value.response["error"] == "cant_delete_file"
+
+
+async def test_table_block_limits(fake: FakeSlack, client: AsyncWebClient) -> None:
+    def table(rows: int, cells: int) -> dict:
+        row = [{"type": "raw_text", "text": "x"}] * cells
+        return {"type": "table", "rows": [row] * rows}
+
+    await client.chat_postMessage(channel=CHANNEL, text="t", blocks=[table(100, 20)])
+    for blocks in ([table(101, 1)], [table(1, 21)], [table(1, 1), table(1, 1)]):
+        with pytest.raises(SlackApiError) as err:
+            await client.chat_postMessage(channel=CHANNEL, text="t", blocks=blocks)
+        assert err.value.response["error"] == "invalid_blocks"
+    bad_cell = {"type": "table", "rows": [[{"type": "mrkdwn", "text": "x"}]]}
+    with pytest.raises(SlackApiError):
+        await client.chat_postMessage(channel=CHANNEL, text="t", blocks=[bad_cell])
+
+
 async def test_user_file_download_needs_bot_token(fake: FakeSlack) -> None:
     file_obj = fake.add_user_file("data.csv", b"a,b\n1,2\n", mimetype="text/csv", filetype="csv")
     url = file_obj["url_private_download"]
