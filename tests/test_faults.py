@@ -8,6 +8,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Iterable
 from pathlib import Path
 
 import psutil
@@ -97,14 +98,33 @@ def start_bot_process(fake: FakeSlack, data_dir: Path, log: Path) -> subprocess.
     )
 
 
-def kernels_of(data_dir: Path) -> list[int]:
-    """Kernel (or sandbox) processes of a bot using this data dir."""
+def kernels_of(bot_pid: int) -> list[int]:
+    """Kernel processes (sandboxed or not) the bot process started, found by the process tree:
+    a sandboxed kernel's command line names nothing of the host."""
+    try:
+        children = psutil.Process(bot_pid).children(recursive=True)
+    except psutil.Error:
+        return []
     found = []
-    for proc in psutil.process_iter(["cmdline"]):
-        cmd = " ".join(proc.info["cmdline"] or [])
-        if "ipykernel" in cmd and str(data_dir) in cmd:
-            found.append(proc.pid)
+    for proc in children:
+        try:
+            if "ipykernel" in " ".join(proc.cmdline()):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
     return found
+
+
+def still_running(pids: Iterable[int]) -> list[int]:
+    """Those of `pids` still running (zombies count as gone)."""
+    alive = []
+    for pid in pids:
+        try:
+            if psutil.Process(pid).status() != psutil.STATUS_ZOMBIE:
+                alive.append(pid)
+        except psutil.Error:
+            continue
+    return alive
 
 
 async def test_bot_killed_mid_turn_then_restarted(tmp_path: Path) -> None:
@@ -120,6 +140,8 @@ async def test_bot_killed_mid_turn_then_restarted(tmp_path: Path) -> None:
                 CHANNEL, "```import time\ntime.sleep(60)```", thread_ts=ts
             )
             await fake.wait_for(lambda: len(cell_messages(fake, ts)) == 2, timeout=20)
+            first_run = kernels_of(bot.pid)
+            assert first_run, "the killed bot had a kernel"
             bot.send_signal(signal.SIGKILL)
             await asyncio.to_thread(bot.wait)
             await fake.wait_for(lambda: not fake.socket_connected.is_set(), timeout=10)
@@ -127,7 +149,8 @@ async def test_bot_killed_mid_turn_then_restarted(tmp_path: Path) -> None:
             await fake.wait_socket_connected(timeout=30)
             # No kernel from the killed run survives.
             await asyncio.sleep(1.0)
-            assert len(kernels_of(data_dir)) <= 1
+            assert still_running(first_run) == []
+            assert len(kernels_of(bot.pid)) <= 1
             # Slack redelivers the event the killed bot never finished: it does not run again.
             for envelope in envelopes:
                 await fake.redeliver(envelope, retry_attempt=1)
@@ -142,6 +165,8 @@ async def test_bot_killed_mid_turn_then_restarted(tmp_path: Path) -> None:
                 timeout=30,
             )
             await wait_text(fake, ts, "Restored state by replaying 1 of 1")
+            last_run = kernels_of(bot.pid)
+            assert last_run
         finally:
             # Wait without blocking this loop: the fake Slack the bot talks to runs on it.
             bot.send_signal(signal.SIGTERM)
@@ -151,7 +176,7 @@ async def test_bot_killed_mid_turn_then_restarted(tmp_path: Path) -> None:
                 bot.kill()
                 await asyncio.to_thread(bot.wait)
         assert bot.returncode == 0, log.read_text()[-2000:]
-        assert kernels_of(data_dir) == []
+        assert still_running(last_run) == []
         assert bot_messages(fake, ts)
 
 

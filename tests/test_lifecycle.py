@@ -18,7 +18,7 @@ import pytest
 
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import CHANNEL, all_text, cell_messages, wait_cells
-from tests.test_faults import kernels_of
+from tests.test_faults import kernels_of, still_running
 
 
 def closed_port() -> int:
@@ -43,6 +43,7 @@ class BotProcess:
         )
         clean.update(env)
         self.started = time.monotonic()
+        self.seen: set[int] = set()
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "slackinterp", "run"],
             env=clean,
@@ -54,6 +55,15 @@ class BotProcess:
 
     def output(self) -> str:
         return self.log.read_text(errors="replace")
+
+    def kernels(self) -> list[int]:
+        """Its kernel processes now; every one seen is remembered for `left_behind`."""
+        found = kernels_of(self.proc.pid)
+        self.seen.update(found)
+        return found
+
+    def left_behind(self) -> list[int]:
+        return still_running(self.seen)
 
     async def wait_output(self, text: str, count: int = 1, timeout: float = 30) -> None:
         end = time.monotonic() + timeout
@@ -131,7 +141,6 @@ async def test_rejected_token_exits_2_naming_the_token(
         assert "connections:write" in out  # the fix, in doctor's words
     else:
         assert "OAuth & Permissions" in out
-    assert not bot.data_dir.exists() or kernels_of(bot.data_dir) == []
 
 
 async def test_wrong_bot_token_fails_within_seconds(tmp_path: Path) -> None:
@@ -241,7 +250,7 @@ async def test_sigterm_when_idle_stops_cleanly(tmp_path: Path) -> None:
             await fake.wait_socket_connected(timeout=60)
             ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```x = 41```")
             await wait_cells(fake, ts, 1, timeout=60)
-            assert kernels_of(bot.data_dir)
+            assert bot.kernels()
             await bot.wait_output("model.unreachable")
             bot.proc.send_signal(signal.SIGTERM)
             code, seconds = await bot.wait_exit(10)
@@ -249,7 +258,7 @@ async def test_sigterm_when_idle_stops_cleanly(tmp_path: Path) -> None:
     assert code == 0 and seconds < 10, out
     assert "cannot reach the model server" in out and "connection refused" in out
     assert "Traceback" not in out
-    assert kernels_of(bot.data_dir) == []
+    assert bot.left_behind() == []
 
 
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
@@ -266,7 +275,7 @@ async def test_signal_mid_turn_interrupts_the_cell_and_leaves_no_kernel(
                 lambda: any("started" in all_text(m) for m in cell_messages(fake, ts)),
                 timeout=60,
             )
-            assert kernels_of(bot.data_dir)
+            assert bot.kernels()
             bot.proc.send_signal(sig)
             code, seconds = await bot.wait_exit(10)
             cell = cell_messages(fake, ts)[0]
@@ -276,7 +285,7 @@ async def test_signal_mid_turn_interrupts_the_cell_and_leaves_no_kernel(
     assert "running…" not in cell["text"]
     assert "stopped" in all_text(cell).lower() or "interrupt" in all_text(cell).lower()
     assert "Traceback" not in out
-    assert kernels_of(bot.data_dir) == []
+    assert bot.left_behind() == []
 
 
 async def test_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
@@ -294,6 +303,7 @@ async def test_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
                 lambda: any("stubborn" in all_text(m) for m in cell_messages(fake, ts)),
                 timeout=60,
             )
+            assert bot.kernels()
             bot.proc.send_signal(signal.SIGINT)
             await bot.wait_output("bot.stopping")
             bot.proc.send_signal(signal.SIGINT)
@@ -303,7 +313,7 @@ async def test_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
     assert seconds < 3
     assert "bot.forced_exit" in out and "Traceback" not in out
     await asyncio.sleep(0.5)
-    assert kernels_of(bot.data_dir) == []
+    assert bot.left_behind() == []
 
 
 async def test_stop_is_bounded_when_a_cell_ignores_interrupts(tmp_path: Path) -> None:
@@ -320,10 +330,11 @@ async def test_stop_is_bounded_when_a_cell_ignores_interrupts(tmp_path: Path) ->
                 lambda: any("stubborn" in all_text(m) for m in cell_messages(fake, ts)),
                 timeout=60,
             )
+            assert bot.kernels()
             bot.proc.send_signal(signal.SIGTERM)
             code, seconds = await bot.wait_exit(10)
     assert code == 0 and seconds < 10, bot.output()
-    assert kernels_of(bot.data_dir) == []
+    assert bot.left_behind() == []
 
 
 # --- a dropped connection ------------------------------------------------------------------
