@@ -193,6 +193,12 @@ class Settings(BaseSettings):
         3000, ge=1, le=65535, description="Port of the HTTP-mode server (events, commands)."
     )
     command: str = Field("/interp", description="Slash command name the app registers.")
+    post_grace: float = _seconds(
+        0.5,
+        "Seconds a cell may take and still be posted once, finished; slower cells show a "
+        "running message (and the loading status) when it ends. 0 = post at once.",
+        ge=0,
+    )
     connect_timeout: float = _seconds(
         300,
         "Seconds `run` keeps retrying an unreachable Slack at start before it exits with "

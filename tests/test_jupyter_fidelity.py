@@ -293,7 +293,8 @@ async def run_in_thread(fake: FakeSlack, cells: list[str]) -> str:
             ts, _ = await fake.user_message(CHANNEL, "<@UBOT> " + text)
         else:
             await fake.user_message(CHANNEL, text, thread_ts=ts)
-        # The turn is over (status cleared) only after images and files are put right.
+        # The turn is over (status cleared) only after images and files are put right
+        # (post_grace=0: every request sets the loading status, then clears it).
         await fake.wait_for(
             lambda n=n, ts=ts: (
                 sum(1 for s in fake.statuses if s["thread_ts"] == ts and s["status"] == "") >= n
@@ -316,7 +317,7 @@ def in_order(needles: list[str], haystack: str) -> str | None:
 
 async def test_a_thread_shows_what_jupyter_shows(tmp_path: Path) -> None:
     problems: list[str] = []
-    async with FakeSlack() as fake, running_bot(fake, tmp_path, pool_size=1):
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, pool_size=1, post_grace=0):
         for case in CASES:
             workdir = tmp_path / "nb" / case.name
             workdir.mkdir(parents=True)

@@ -31,7 +31,8 @@ def esc(text: str) -> str:
 
 
 async def turn(fake: FakeSlack, src: str, ts: str | None = None) -> str:
-    """Send a code message; wait until its turn is over (status cleared)."""
+    """Send a code message; wait until its turn is over (status cleared: these tests run the
+    bot with post_grace=0, so every request sets the loading status and clears it)."""
     if ts is None:
         ts, _ = await fake.user_message(CHANNEL, f"<@UBOT> ```{esc(src)}```")
     else:
@@ -52,7 +53,7 @@ def figures(fake: FakeSlack, ts: str, *, live: bool = True) -> list:
 async def test_an_image_updated_from_a_later_turn_replaces_the_earlier_upload(
     tmp_path: Path,
 ) -> None:
-    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, post_grace=0):
         ts = await turn(
             fake,
             PLOT + "fig, ax = plt.subplots()\nax.plot([0, 1])\n"
@@ -76,7 +77,7 @@ async def test_an_image_updated_from_a_later_turn_replaces_the_earlier_upload(
 
 
 async def test_image_updates_count_against_the_cap(tmp_path: Path) -> None:
-    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, post_grace=0):
         ts = await turn(
             fake,
             PLOT + "import time\nfig, ax = plt.subplots()\nh = display(fig, display_id=True)\n"
@@ -89,7 +90,10 @@ async def test_image_updates_count_against_the_cap(tmp_path: Path) -> None:
 
 
 async def test_skipped_files_get_one_message(tmp_path: Path) -> None:
-    async with FakeSlack() as fake, running_bot(fake, tmp_path, max_files_per_cell=10):
+    async with (
+        FakeSlack() as fake,
+        running_bot(fake, tmp_path, post_grace=0, max_files_per_cell=10),
+    ):
         ts = await turn(
             fake,
             "for i in range(45):\n    open(f'out-{i:02d}.txt', 'w').write(str(i))",
@@ -103,7 +107,7 @@ async def test_skipped_files_get_one_message(tmp_path: Path) -> None:
 
 
 async def test_output_never_escapes_its_code_block(tmp_path: Path) -> None:
-    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, post_grace=0):
         ts = await turn(
             fake,
             "print('<' * 2990 + '```' + ' <!channel> *pwned*')\n"
@@ -124,7 +128,7 @@ async def test_output_never_escapes_its_code_block(tmp_path: Path) -> None:
 
 
 async def test_file_names_render_inertly(tmp_path: Path) -> None:
-    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, post_grace=0):
         evil = fake.add_user_file("we`ird` *b*\u202etxt.csv", b"a\n1\n", "text/csv", "csv")
         ts, _ = await fake.user_message(CHANNEL, "<@UBOT>", files=[evil])
         line = (await wait_text(fake, ts, "Received"))["text"]
@@ -137,7 +141,7 @@ async def test_file_names_render_inertly(tmp_path: Path) -> None:
 
 
 async def test_a_refused_table_falls_back_to_its_text(tmp_path: Path) -> None:
-    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, post_grace=0):
         ts = await turn(fake, "import pandas as pd")  # the next cell is quick: no live edit
         fake.fail("chat.update", error="invalid_blocks", times=1)
         await turn(fake, "pd.DataFrame({'city': ['Oslo'], 'temp': [3]})", ts)

@@ -24,15 +24,18 @@ async def test_direct_code_runs_and_state_persists_in_thread(tmp_path: Path) -> 
         assert len(envelopes) == 2  # message + app_mention: one turn only
         cells = await wait_cells(fake, ts, 1)
         assert ":white_check_mark:" in cells[0]["text"] and "42" in all_text(cells[0])
+        # (The first request starts a kernel, which may outlast the grace: then the loading
+        # status is set, and cleared when it is done.)
+        await fake.wait_for(lambda: not fake.statuses or fake.statuses[-1]["status"] == "")
+        statuses = len(fake.statuses)
         # A follow-up in the thread needs no mention and sees x.
         await fake.user_message(CHANNEL, "```print(x * 2)```", thread_ts=ts)
         cells = await wait_cells(fake, ts, 2)
         assert "80" in all_text(cells[1])
         await asyncio.sleep(0.3)
         assert len(cell_messages(fake, ts)) == 2
-        # The loading status was set and cleared.
-        statuses = [s.get("status") for s in fake.statuses]
-        assert statuses and statuses[0] and statuses[-1] == ""
+        # A fast cell: no loading status at all (tests/test_latency.py covers slow ones).
+        assert len(fake.statuses) == statuses
 
 
 async def test_ignores_threads_without_session_and_redeliveries(tmp_path: Path) -> None:

@@ -167,6 +167,9 @@ class CellView:
     dirty: bool = False
     pending: asyncio.Task[None] | None = None
     working: asyncio.Future[None] | None = None  # an edit under way (not to be cut short)
+    # The "running…" post, waiting out the grace (a fast cell is posted once, finished).
+    posting: asyncio.Task[None] | None = None
+    post_started: bool = False
     cut: bool = False  # some output text did not fit the message
 
     def display_ids(self) -> set[str]:

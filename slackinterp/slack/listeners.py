@@ -284,6 +284,7 @@ class SlackListeners:
             max_upload_bytes=self.settings.max_upload_mb * 1024 * 1024,
             status_memo=self.status_memo,
             displays=self.displays,
+            grace=self.settings.post_grace,
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)

@@ -97,6 +97,7 @@ class TurnRenderer:
         max_upload_bytes: int = 50 * 1024 * 1024,
         status_memo: dict[str, bool] | None = None,
         displays: DisplayMemory | None = None,
+        grace: float = 0.5,
     ):
         # Shared by a bot's renderers: whether the loading status is unavailable for good.
         self.status_memo = status_memo if status_memo is not None else {}
@@ -118,6 +119,14 @@ class TurnRenderer:
         self.displays = displays if displays is not None else DisplayMemory()
         self.touched: dict[str, CellView] = {}  # earlier cells this turn's updates changed
         self.skipped: list[tuple[str, str]] = []  # files not uploaded, reported together
+        # What a user waits for is mostly Slack calls in sequence: a cell that finishes within
+        # `grace` seconds is posted once, finished, and a request done within it sets no
+        # loading status. Slower ones get the running message and the status when it ends.
+        self.grace = grace
+        self.status_task: asyncio.Task[None] | None = None
+        self.status_started = False
+        self.queued_task: asyncio.Task[None] | None = None
+        self.queued_started = False
 
     # --- dispatch ------------------------------------------------------------------------
     async def handle(self, event: Event) -> None:
@@ -131,13 +140,11 @@ class TurnRenderer:
             await self._report_skipped()
         match event:
             case TurnQueued(position=position):
-                self.queued_ts = await self.post(
-                    f":hourglass: Queued (#{position}): another request in this thread is "
-                    "still running; this one starts right after."
-                )
+                # Most waits end as the earlier request finishes: say so only past the grace.
+                self.queued_task = asyncio.create_task(self._queued_after_grace(position))
             case TurnStarted():
+                self.status_task = asyncio.create_task(self._status_after_grace())
                 await self._delete_queued()
-                await self._set_status()
             case Notice(text=text):
                 await self.post(f":information_source: {t.escape(text)}")
             case FileReceived():
@@ -165,6 +172,7 @@ class TurnRenderer:
             case TurnFinished():
                 if self.skipped:
                     await self._report_skipped()
+                await self._end_status()
                 await self._clear_status()
 
     # --- Slack calls ---------------------------------------------------------------------
@@ -237,6 +245,24 @@ class TurnRenderer:
         log.warning("slack.call_failed method=%s error=%s", method, reason)
 
     # --- status indicator ----------------------------------------------------------------
+    async def _status_after_grace(self) -> None:
+        """Alongside the request, never before its output: only a request still running when
+        the grace ends shows the loading status."""
+        await asyncio.sleep(self.grace)
+        self.status_started = True
+        await self._set_status()
+
+    async def _end_status(self) -> None:
+        """Before clearing: a status still waiting is dropped; one being set is let finish
+        (cut mid-call, Slack could show it after the request is done)."""
+        task, self.status_task = self.status_task, None
+        if task is None:
+            return
+        if not self.status_started:
+            task.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await task
+
     async def _set_status(self) -> None:
         if self.status_memo.get("unavailable"):
             await self._set_reaction()
@@ -286,7 +312,21 @@ class TurnRenderer:
         self.status_kind = None
         await self._delete_queued()
 
+    async def _queued_after_grace(self, position: int) -> None:
+        await asyncio.sleep(self.grace)
+        self.queued_started = True
+        self.queued_ts = await self.post(
+            f":hourglass: Queued (#{position}): another request in this thread is "
+            "still running; this one starts right after."
+        )
+
     async def _delete_queued(self) -> None:
+        task, self.queued_task = self.queued_task, None
+        if task is not None and not self.queued_started:
+            task.cancel()  # still waiting out the grace: never posted
+        if task is not None:  # a post under way is let finish, then deleted
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         if self.queued_ts:
             with contextlib.suppress(SlackApiError):
                 await self.client.chat_delete(channel=self.channel, ts=self.queued_ts)
@@ -296,11 +336,28 @@ class TurnRenderer:
     async def _cell_started(self, event: CellStarted) -> None:
         view = CellView(event.cell_id, event.code, event.source)
         self.cells[event.cell_id] = view
+        if self.grace > 0:
+            view.posting = asyncio.create_task(self._post_after_grace(view))
+        else:
+            await self._post_running(view)
+
+    async def _post_after_grace(self, view: CellView) -> None:
+        await asyncio.sleep(self.grace)
+        await self._post_running(view)
+
+    async def _post_running(self, view: CellView) -> None:
+        """The cell's message while it runs (with what it printed so far), then edits."""
+        view.post_started = True
+        view.dirty = False
         text, blocks = view.blocks(self.key_id, self.exec_timeout)
         view.ts = await self.post(text, blocks)
         view.last_edit = time.monotonic()
-        if t.shorten_code(event.code, max_chars=CODE_BUDGET)[1]:
-            await self.upload(None, f"cell-{event.cell_id}.py", content=event.code.encode())
+        if view.dirty:  # output arrived while the post was under way
+            self._schedule_edit(view)
+
+    async def _long_code(self, view: CellView) -> None:
+        if t.shorten_code(view.code, max_chars=CODE_BUDGET)[1]:
+            await self.upload(None, f"cell-{view.cell_id}.py", content=view.code.encode())
 
     async def _cell_output(self, event: CellOutput) -> None:
         view = self.cells.get(event.cell_id)
@@ -348,6 +405,13 @@ class TurnRenderer:
 
     async def _flush(self, view: CellView) -> None:
         """The view's final state: pending edit done now, images as they end up."""
+        if view.posting is not None and not view.posting.done():
+            if view.post_started:
+                await view.posting  # the running message is on its way: edit it after
+            else:  # finished within the grace: one post with the final state
+                view.posting.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await view.posting
         if view.pending is not None and not view.pending.done():
             view.pending.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -362,7 +426,10 @@ class TurnRenderer:
             if view.ts is None and has_table(blocks):
                 text, blocks = view.blocks(self.key_id, self.exec_timeout, tables=False)
                 view.ts = await self.post(text, blocks)
+        notes = len(view.notes)
         await self._sync_images(view, final=True)
+        if len(view.notes) > notes and view.ts is not None:
+            await self._edit_view(view)  # e.g. "an image … was too large to upload"
 
     async def _edit_view(self, view: CellView) -> bool:
         """Edit the cell's message; a table Slack refuses falls back to its text form."""
@@ -383,6 +450,7 @@ class TurnRenderer:
         view.result = result
         view.shown = tuple(result.outputs)
         await self._flush(view)
+        await self._long_code(view)
         for other in list(self.touched.values()):
             await self._flush(other)
         self.touched.clear()
