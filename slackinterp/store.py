@@ -485,20 +485,31 @@ class Store:
     # threads -------------------------------------------------------------------------------
     async def touch_thread(self, key: str) -> bool:
         """Mark the thread active; True when it was new."""
-        now = time.time()
         async with self._engine.begin() as conn:
-            result = await conn.execute(
-                update(threads).where(threads.c.key == key).values(last_active=now)
-            )
-            if result.rowcount:
-                return False
-            # New here, unless another replica inserted it since: then it is not new.
-            result = await conn.execute(
-                self._insert(threads)
-                .values(key=key, created_at=now, last_active=now)
-                .on_conflict_do_nothing(index_elements=[threads.c.key])
-            )
-            return bool(result.rowcount)
+            return await self._touch(conn, key)
+
+    async def start_turn(self, key: str) -> bool:
+        """touch_thread and turn_started in one transaction (one commit before the first cell);
+        True when the thread was new."""
+        async with self._engine.begin() as conn:
+            fresh = await self._touch(conn, key)
+            await conn.execute(self._inflight(key))
+        return fresh
+
+    async def _touch(self, conn: AsyncConnection, key: str) -> bool:
+        now = time.time()
+        result = await conn.execute(
+            update(threads).where(threads.c.key == key).values(last_active=now)
+        )
+        if result.rowcount:
+            return False
+        # New here, unless another replica inserted it since: then it is not new.
+        result = await conn.execute(
+            self._insert(threads)
+            .values(key=key, created_at=now, last_active=now)
+            .on_conflict_do_nothing(index_elements=[threads.c.key])
+        )
+        return bool(result.rowcount)
 
     async def thread_exists(self, key: str) -> bool:
         async with self._engine.connect() as conn:
@@ -621,17 +632,28 @@ class Store:
 
     # event de-duplication ------------------------------------------------------------------
     async def first_sighting(self, event_id: str) -> bool:
-        """Record an event id; False when it was seen before (a redelivery).
+        """Record an event id; False when it was seen before (a redelivery)."""
+        return (await self.first_sightings(event_id))[0]
 
-        One statement: of any number of concurrent callers, on any replica, exactly one
-        inserts the row (the others wait for its commit, then find the conflict)."""
+    async def first_sightings(self, *event_ids: str) -> list[bool]:
+        """Record several ids in one transaction (one commit on the hot path); for each,
+        False when it was seen before.
+
+        One statement each: of any number of concurrent callers, on any replica, exactly one
+        inserts a row (the others wait for its commit, then find the conflict)."""
+        now = time.time()
+        ids = [_clean(event_id, 200) or "" for event_id in event_ids]
+        if not ids:
+            return []
+        statement = (
+            self._insert(seen_events)
+            .values([{"event_id": i, "seen_at": now} for i in ids])
+            .on_conflict_do_nothing(index_elements=[seen_events.c.event_id])
+            .returning(seen_events.c.event_id)
+        )
         async with self._engine.begin() as conn:
-            result = await conn.execute(
-                self._insert(seen_events)
-                .values(event_id=_clean(event_id, 200), seen_at=time.time())
-                .on_conflict_do_nothing(index_elements=[seen_events.c.event_id])
-            )
-        return result.rowcount == 1
+            inserted = {row.event_id for row in await conn.execute(statement)}
+        return [i in inserted for i in ids]
 
     async def forget_events_before(self, cutoff: float) -> int:
         async with self._engine.begin() as conn:
@@ -687,20 +709,45 @@ class Store:
                     delete(context_pending).where(context_pending.c.id.in_([r.id for r in ids]))
                 )
 
+    async def advance_context(self, key: str, ts: str) -> tuple[str | None, list[dict[str, Any]]]:
+        """One transaction per request: the cursor as it was, the pending messages (taken),
+        and the cursor moved forward to `ts` (never back)."""
+        async with self._engine.begin() as conn:
+            row = (
+                await conn.execute(
+                    select(thread_context.c.cursor_ts).where(thread_context.c.thread_key == key)
+                )
+            ).first()
+            cursor = row.cursor_ts if row else None
+            pending = await self._take_pending(conn, key)
+            if cursor is None or _ts_order(cursor) < _ts_order(ts):
+                await conn.execute(
+                    self._insert(thread_context)
+                    .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
+                    .on_conflict_do_update(
+                        index_elements=[thread_context.c.thread_key],
+                        set_={"cursor_ts": ts, "updated_at": time.time()},
+                    )
+                )
+        return cursor, pending
+
     async def take_pending_context(self, key: str) -> list[dict[str, Any]]:
         """The thread's pending messages, oldest first; gone once taken."""
         async with self._engine.begin() as conn:
-            rows = (
-                await conn.execute(
-                    select(context_pending.c.id, context_pending.c.message)
-                    .where(context_pending.c.thread_key == key)
-                    .order_by(context_pending.c.id)
-                )
-            ).all()
-            if rows:
-                await conn.execute(
-                    delete(context_pending).where(context_pending.c.id.in_([r.id for r in rows]))
-                )
+            return await self._take_pending(conn, key)
+
+    async def _take_pending(self, conn: AsyncConnection, key: str) -> list[dict[str, Any]]:
+        rows = (
+            await conn.execute(
+                select(context_pending.c.id, context_pending.c.message)
+                .where(context_pending.c.thread_key == key)
+                .order_by(context_pending.c.id)
+            )
+        ).all()
+        if rows:
+            await conn.execute(
+                delete(context_pending).where(context_pending.c.id.in_([r.id for r in rows]))
+            )
         return [json.loads(r.message) for r in rows]
 
     async def mark_file_seen(self, key: str, file_id: str, version: str) -> bool:
@@ -734,14 +781,16 @@ class Store:
 
     # turns in flight (crash notices) -------------------------------------------------------
     async def turn_started(self, key: str) -> None:
-        now = time.time()
-        statement = self._insert(inflight).values(thread_key=key, started_at=now)
         async with self._engine.begin() as conn:
-            await conn.execute(
-                statement.on_conflict_do_update(
-                    index_elements=[inflight.c.thread_key], set_={"started_at": now}
-                )
-            )
+            await conn.execute(self._inflight(key))
+
+    def _inflight(self, key: str) -> Any:
+        now = time.time()
+        return (
+            self._insert(inflight)
+            .values(thread_key=key, started_at=now)
+            .on_conflict_do_update(index_elements=[inflight.c.thread_key], set_={"started_at": now})
+        )
 
     async def turn_finished(self, key: str) -> None:
         async with self._engine.begin() as conn:

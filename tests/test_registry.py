@@ -188,3 +188,30 @@ async def test_an_evicted_kernel_is_forgotten_before_it_is_deleted() -> None:
     again = await reg.acquire("x", Path("/nowhere/x"))  # a fresh kernel, not the dead one
     assert again.kernel.alive
     await reg.shutdown()
+
+
+async def test_a_failing_pool_start_backs_off(tmp_path: Path) -> None:
+    """A pool start that fails at once (a broken kernel spec) is not retried in a loop."""
+    from slackinterp.kernels.registry import POOL_BACKOFF_FIRST
+
+    class Broken:
+        starts = 0
+
+        async def start_kernel(self, cwd: Path) -> object:
+            Broken.starts += 1
+            raise RuntimeError("no such kernel")
+
+        async def cleanup_orphans(self) -> int:
+            return 0
+
+    reg = registry(Broken())  # type: ignore[arg-type]
+    await reg.start()
+    began = asyncio.get_running_loop().time()
+    await reg.wait_pool_ready(timeout=3)
+    assert asyncio.get_running_loop().time() - began < 1  # nothing to wait for
+    for _ in range(20):
+        reg.refill_pool()
+        await asyncio.sleep(0.01)
+    assert Broken.starts == 1
+    assert reg._pool_backoff == 2 * POOL_BACKOFF_FIRST
+    await reg.shutdown()

@@ -239,8 +239,7 @@ class Engine:
         # Copies of the last turn's produced files were uploaded by now.
         await asyncio.to_thread(clear_staging, self._outbox(session))
         try:
-            session.fresh = await self.store.touch_thread(session.key.id)
-            await self.store.turn_started(session.key.id)
+            session.fresh = await self.store.start_turn(session.key.id)
             context = await self._thread_context(request, emit)
             received = await self._receive_files(session, context.files + request.files, emit)
             code = direct_code(request.text) or context.code
@@ -396,7 +395,9 @@ class Engine:
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
             before = await files_api.snapshot()
-            result = await self._execute(session, lease, cell_id, code, emit)
+            result = await self._execute(
+                session, lease, cell_id, code, emit, model=source == "model"
+            )
             await self._after_cell(
                 session, files_api, cell_id, code, before, result, emit, produced
             )
@@ -414,7 +415,14 @@ class Engine:
             self.registry.mark_idle(key, state_lost=lost)
 
     async def _execute(
-        self, session: ThreadSession, lease: Lease, cell_id: str, code: str, emit: Emit
+        self,
+        session: ThreadSession,
+        lease: Lease,
+        cell_id: str,
+        code: str,
+        emit: Emit,
+        *,
+        model: bool,
     ) -> CellResult:
         control = CellControl()
         if session.stop_requested.is_set():
@@ -437,7 +445,9 @@ class Engine:
                 on_output=on_output,
                 control=control,
                 spill_path=self._spill_dir(session) / f"{cell_id}.txt",
-                user_expressions={"vars": prompts.VARIABLES_EXPRESSION},
+                # The variables are for the model's next round: a user's own cell does not pay
+                # for them on its way to the thread.
+                user_expressions={"vars": prompts.VARIABLES_EXPRESSION} if model else None,
             )
         finally:
             lease.kernel.control = None
@@ -455,9 +465,9 @@ class Engine:
     ) -> None:
         key = session.key.id
         session.cells_run += 1
-        session.variables = prompts.variables_from_expression(
-            result.user_expressions.get("vars", "")
-        )
+        # Known only when the cell asked (model cells); else the agent asks when it needs them.
+        names = result.user_expressions.get("vars")
+        session.variables = prompts.variables_from_expression(names) if names else None
         metrics.CELLS.labels(result.status.value).inc()
         metrics.CELL_SECONDS.observe(result.duration)
         # The front-end learns first; the record for replay follows (before the next cell).

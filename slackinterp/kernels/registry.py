@@ -22,6 +22,10 @@ from slackinterp.kernels.execution import run_cell
 
 log = logging.getLogger(__name__)
 
+# A failing pool start is tried again after 5 s, then 10, 20 … at most 5 min.
+POOL_BACKOFF_FIRST = 5
+POOL_BACKOFF_MAX = 300
+
 
 class AtCapacity(Exception):
     """Every allowed kernel is busy; the caller should tell the user to retry shortly."""
@@ -110,6 +114,8 @@ class KernelRegistry:
         self.capacity_wait = capacity_wait
         self._lock = asyncio.Lock()
         self._refill_task: asyncio.Task[None] | None = None
+        self._pool_retry_at = 0.0  # monotonic time before which no pool start is tried
+        self._pool_backoff = POOL_BACKOFF_FIRST
         self._closed = False
         self.listeners: list[LifecycleListener] = []
         # Threads seen by this process: a first use of a thread with stored cells is a restore.
@@ -130,6 +136,8 @@ class KernelRegistry:
     async def wait_pool_ready(self, timeout: float = 60.0) -> None:
         end = time.monotonic() + timeout
         while len(self.pool) < min(self.pool_size, self.max_kernels) and time.monotonic() < end:
+            if time.monotonic() < self._pool_retry_at:
+                return  # starting kernels fails for now: nothing to wait for
             if self._refill_task is None or self._refill_task.done():
                 self.refill_pool()
             await asyncio.sleep(0.02)
@@ -177,6 +185,8 @@ class KernelRegistry:
     def refill_pool(self) -> None:
         if self._closed or self.pool_size == 0:
             return
+        if time.monotonic() < self._pool_retry_at:
+            return  # the last start failed: not again before the back-off ends
         if self._refill_task is None or self._refill_task.done():
             self._refill_task = asyncio.create_task(self._refill(), name="kernel-pool-refill")
 
@@ -189,13 +199,20 @@ class KernelRegistry:
                 # Each pooled kernel gets its own directory (a sandboxed one keeps it).
                 kernel = await self.backend.start_kernel(self.pool_dir / uuid.uuid4().hex[:12])
             except Exception as exc:
-                log.error("kernels.pool_start_failed error=%s", exc)
+                # A start that fails (a missing kernel spec, a kernel user that cannot run
+                # Python) fails again at once: back off instead of retrying on every request.
+                self._pool_retry_at = time.monotonic() + self._pool_backoff
+                log.error(
+                    "kernels.pool_start_failed retry_in=%ds error=%s", self._pool_backoff, exc
+                )
+                self._pool_backoff = min(self._pool_backoff * 2, POOL_BACKOFF_MAX)
                 return
             finally:
                 self._starting -= 1
             if self._closed:
                 await kernel.shutdown()
                 return
+            self._pool_backoff = POOL_BACKOFF_FIRST
             self.pool.append(kernel)
             self._notify_freed()
             log.info("kernels.pool_ready size=%d", len(self.pool))

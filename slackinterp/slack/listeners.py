@@ -128,15 +128,17 @@ class SlackListeners:
         and ts: an edit re-sends app_mention with a new event_id). Both are kept in the store,
         so this holds across restarts and replicas."""
         event_id = body.get("event_id")
-        if event_id and not await self.store.first_sighting(event_id):
+        message = None
+        if event and event.get("channel") and event.get("ts"):
+            message = f"msg:{event['channel']}:{event['ts']}"
+        keys = [k for k in (event_id, message) if k]
+        new = dict(zip(keys, await self.store.first_sightings(*keys), strict=True))
+        if event_id and not new[event_id]:
             log.info("event.redelivery_ignored event_id=%s", event_id)
             return False
-        if event and event.get("channel") and event.get("ts"):
-            if not await self.store.first_sighting(f"msg:{event['channel']}:{event['ts']}"):
-                log.info(
-                    "event.message_seen_ignored channel=%s ts=%s", event["channel"], event["ts"]
-                )
-                return False
+        if message and not new[message]:
+            log.info("event.message_seen_ignored channel=%s ts=%s", event["channel"], event["ts"])
+            return False
         return True
 
     def spawn(self, coro: Any, name: str) -> None:

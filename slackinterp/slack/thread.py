@@ -221,7 +221,8 @@ class ThreadReader:
             if info.get("id"):
                 await self.store.mark_file_seen(key.id, str(info["id"]), file_version(info))
         in_thread = key.thread_ts != message_ts
-        cursor = await self.store.context_cursor(key.id)
+        # The cursor as it was, the pending messages, and the cursor moved on: one commit.
+        cursor, pending = await self.store.advance_context(key.id, message_ts)
         raw: list[dict[str, Any]] = []
         limit = self.settings.thread_context_messages
         # Whole (within the bounds) for a thread's first turn; afterwards only past the
@@ -235,8 +236,6 @@ class ThreadReader:
                 context.notes.append(_failure_note(exc.response.get("error"), exc.response))
             except (aiohttp.ClientError, TimeoutError) as exc:
                 context.notes.append(_failure_note(type(exc).__name__, None))
-        pending = await self.store.take_pending_context(key.id)
-        await self.store.set_context_cursor(key.id, message_ts)
         if len(self.followed) >= FOLLOWED_LIMIT:
             self.followed.clear()  # forgotten threads are read again from their cursor
         self.followed.add(key.id)
