@@ -19,6 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slackinterp.kernels import figure_alt
 from slackinterp.kernels.privileges import KernelUser, drop_privileges
 
 MIB = 1024 * 1024
@@ -97,7 +98,12 @@ def limiter(
 
 
 # IPython's history database is a shared SQLite file; concurrent kernels would contend on it.
-KERNEL_ARGUMENTS = ["--HistoryManager.enabled=False", "--HistoryManager.hist_file=:memory:"]
+# The exec_lines entry gives plots their title as alt text (kernels/figure_alt.py).
+KERNEL_ARGUMENTS = [
+    "--HistoryManager.enabled=False",
+    "--HistoryManager.hist_file=:memory:",
+    f"--IPKernelApp.exec_lines={figure_alt.exec_line()}",
+]
 
 
 # --- bubblewrap ----------------------------------------------------------------------------
