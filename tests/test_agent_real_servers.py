@@ -103,6 +103,25 @@ async def _cells_now(slack, ts) -> list[dict]:
     return [m for m in bot_messages(slack, ts) if m.get("text", "").startswith("Cell:")]
 
 
+async def test_repeating_code_that_already_ran_is_not_run_again(tmp_path) -> None:
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        model.script(
+            written("print(5 * 5)", "json"),
+            written("print(5 * 5)", "json"),
+            answer_quoting_last_tool("Told:"),
+            written("print(6 * 6)", "tags"),
+            py("print(6 * 6)"),
+            py("print(6 * 6)"),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> square five")
+        answer = await wait_final(slack, ts, "Told:")
+        assert "already ran successfully" in answer["text"]
+        assert len(await _cells_now(slack, ts)) == 1
+        await slack.user_message(CHANNEL, "square six", thread_ts=ts)
+        await wait_final(slack, ts, "kept asking to run code that had already run")
+        assert len(await _cells_now(slack, ts)) == 2
+
+
 # --- forced tool choice --------------------------------------------------------------------------
 
 
@@ -236,6 +255,7 @@ async def test_answer_cut_at_length_is_continued_once(tmp_path) -> None:
         await wait_final(slack, ts, "asking it to continue")
         first, second = model.requests
         assert first.body["max_completion_tokens"] == 64
+        assert first.body["max_tokens"] == 64  # not OpenAI: local servers know only this name
         assert first.body["reasoning_effort"] == "low"
         assert second.messages[-2] == {"role": "assistant", "content": "The first half"}
         assert second.messages[-1] == {"role": "user", "content": CONTINUE_PROMPT}

@@ -110,6 +110,7 @@ class TurnState:
     images: list[images.Image] = field(default_factory=list)
     succeeded: bool = False  # a cell of this turn succeeded: forcing the tool stops
     already_run: set[str] = field(default_factory=set)
+    repeats: int = 0  # calls of code that already ran successfully in the turn
     cut_text: str = ""  # the part of an answer cut at the length limit, awaiting its rest
     continued: bool = False
     carried: responses.Carried = field(default_factory=responses.Carried)
@@ -284,7 +285,7 @@ class Agent:
             if shown.strip():
                 await hooks.answer_done(shown)
             for call in reply.tool_calls:
-                outcome = await self._run_tool(call, hooks, last_failure, source)
+                outcome = await self._run_tool(call, hooks, last_failure, source, state)
                 tool_message = {
                     "role": "tool",
                     "tool_call_id": call["id"],
@@ -482,6 +483,10 @@ class Agent:
             kwargs["reasoning_effort"] = self.config.reasoning_effort
         if self.config.max_completion_tokens:
             kwargs["max_completion_tokens"] = self.config.max_completion_tokens
+            if not _openai_host(self.config.base_url):
+                # llama.cpp, Ollama and others only know the older name; OpenAI's reasoning
+                # models reject it.
+                kwargs["max_tokens"] = self.config.max_completion_tokens
         if not self.config.stream:
             response = await self.client.chat.completions.create(**kwargs)
             choice0 = response.choices[0]
@@ -557,7 +562,12 @@ class Agent:
 
     # --- tools ---------------------------------------------------------------------------
     async def _run_tool(
-        self, call: dict[str, Any], hooks: Hooks, last_failure: str | None, source: str
+        self,
+        call: dict[str, Any],
+        hooks: Hooks,
+        last_failure: str | None,
+        source: str,
+        state: TurnState,
     ) -> _Outcome:
         name = call["function"]["name"]
         raw = call["function"]["arguments"]
@@ -594,6 +604,22 @@ class Agent:
                 "I stopped: the model tried to run the same failing code twice in a row, so "
                 "it is stuck. Look at the error above, then tell me what to change or give "
                 "me more detail.",
+            )
+        if textcalls.normal(code) in state.already_run:
+            # Small models tend to call the same successful code again instead of answering.
+            state.repeats += 1
+            if state.repeats > 1:
+                return _Outcome(
+                    "Not run again.",
+                    code,
+                    False,
+                    "I stopped: the model kept asking to run code that had already run. "
+                    "Its output is above; ask me again if you need more.",
+                )
+            return _Outcome(
+                "Not run again: this exact code already ran successfully in this turn and its "
+                "output is above. Answer the user now, or run different code.",
+                code,
             )
         mark = hooks.produced_mark()
         result = await hooks.run_python(code, source)
@@ -703,6 +729,11 @@ def _public_url(url: str) -> str:
     if parts.port:
         host += f":{parts.port}"
     return urlunsplit((parts.scheme, host, parts.path, "", ""))
+
+
+def _openai_host(url: str) -> bool:
+    host = urlsplit(url).hostname or ""
+    return host == "api.openai.com" or host.endswith((".openai.azure.com", ".openai.com"))
 
 
 def _context_too_long(exc: openai.BadRequestError) -> bool:
