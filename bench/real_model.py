@@ -247,7 +247,7 @@ async def baseline(settings: Any) -> float:
         await client.close()
 
 
-async def main(only: list[str], repeat: int) -> int:
+async def main(only: list[str], repeat: int, verbose: bool) -> int:
     tasks = [t for t in TASKS if not only or t.name in only]
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-model-"))
     settings = load_settings(
@@ -278,6 +278,8 @@ async def main(only: list[str], repeat: int) -> int:
                 ok = task.check(turns, workdir)
                 results.append((task, n, ok, turns))
                 _print_row(task, ok, turns)
+                if verbose:
+                    _print_detail(turns)
     finally:
         await runtime.stop()
         leftovers = await leftover_kernels()
@@ -299,6 +301,16 @@ def _print_row(task: Task, ok: bool, turns: list[TurnLog]) -> None:
         f"(from text {from_text:2d})  {seconds} s{note}",
         flush=True,
     )
+
+
+def _print_detail(turns: list[TurnLog]) -> None:
+    """What the model did, to see why a task failed (code and answers are printed)."""
+    for turn in turns:
+        for source, code, ok in turn.cells:
+            flat = " | ".join(line.strip() for line in code.strip().splitlines())
+            print(f"      cell {source:10} {'ok' if ok else 'ERR'}: {flat[:150]}")
+        if turn.answer.strip():
+            print(f"      answer: {' '.join(turn.answer.split())[:200]}")
 
 
 def _summary(results: list[tuple[Task, int, bool, list[TurnLog]]], floor: float) -> None:
@@ -329,6 +341,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--only", nargs="*", default=[], help="task names to run")
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole set")
+    parser.add_argument("-v", "--verbose", action="store_true", help="print cells and answers")
     return parser.parse_args()
 
 
@@ -337,4 +350,4 @@ if __name__ == "__main__":
         level=os.environ.get("BENCH_LOG", "WARNING"), format="%(levelname)s %(name)s %(message)s"
     )
     args = parse_args()
-    sys.exit(asyncio.run(main(args.only, max(1, args.repeat))))
+    sys.exit(asyncio.run(main(args.only, max(1, args.repeat), args.verbose)))
