@@ -44,10 +44,24 @@ def test_tool_call_tags() -> None:
     assert codes(unclosed) == [("print(3)", "tags")]
 
 
+def test_broken_json_from_a_real_small_model() -> None:
+    """Seen from Qwen2.5-Coder-0.5B on llama.cpp: an invented name, a missing brace,
+    triple quotes inside JSON."""
+    named = '```json\n{ "name": "computeMean", "arguments": { "code": "print(3 + 5)" } }\n```'
+    assert codes(named) == [("print(3 + 5)", "json")]
+    unbalanced = '{"name": "python", "arguments": {"code": "print(\'ab\'[::-1])"}'
+    assert codes(unbalanced) == [("print('ab'[::-1])", "json")]
+    triple = (
+        '```json\n{\n  "name": "python",\n  "arguments": {\n    "code": """\n'
+        'def f(n):\n    return n + 1\nprint(f(1))\n"""\n  }\n}\n```'
+    )
+    assert codes(triple) == [("def f(n):\n    return n + 1\nprint(f(1))\n", "json")]
+
+
 @pytest.mark.parametrize(
     "text",
     [
-        '{"name": "shell", "arguments": {"cmd": "ls"}}',  # another tool
+        '{"name": "shell", "arguments": {"cmd": "ls"}}',  # another tool, no code
         '{"name": "python", "arguments": {"source": "x"}}',  # no code
         '{"name": "python", "arguments": {"code": ""}}',  # empty code
         'The result is {"mean": 6.0}.',  # JSON data in an answer

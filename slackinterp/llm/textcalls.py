@@ -13,8 +13,6 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from slackinterp.llm.prompts import TOOL_NAME
-
 # A fenced block counts as "meant to run" only when little prose surrounds it: a long
 # explanation around code is an answer that shows code, not a request to run it.
 FENCE_PROSE_CHARS = 600
@@ -53,7 +51,10 @@ def find_calls(text: str, *, succeeded: bool = False, already_run: set[str] | No
     json_calls = _json_calls(text)
     if json_calls is not None:
         return json_calls
-    return _fenced(text, succeeded, already_run or set())
+    fenced = _fenced(text, succeeded, already_run or set())
+    if fenced.calls:
+        return fenced
+    return _repaired(text) or fenced
 
 
 def looks_like_call_start(text: str) -> bool | None:
@@ -134,6 +135,26 @@ def _fenced(text: str, succeeded: bool, already_run: set[str]) -> Found:
     return Found([TextCall(code, "fence")], prose)
 
 
+# Broken JSON that small models write: a missing closing brace, or the code in Python's
+# triple quotes. Only tried when nothing else matched.
+_TRIPLE = re.compile(r'"name"\s*:\s*"[^"]+".*?"code"\s*:\s*"""\n?(?P<code>.*?)"""', re.S)
+
+
+def _repaired(text: str) -> Found | None:
+    start = text.find("{")
+    if start < 0 or '"code"' not in text:
+        return None
+    match = _TRIPLE.search(text)
+    if match and match.group("code").strip():
+        return Found([TextCall(match.group("code"), "json")], text[:start].strip())
+    body = text[start:].rstrip().removesuffix("```").rstrip()
+    for missing in ("}", "}}"):
+        code = _code_of(_load(body + missing))
+        if code is not None:
+            return Found([TextCall(code, "json")], text[:start].strip())
+    return None
+
+
 # --- helpers -------------------------------------------------------------------------------
 
 
@@ -155,14 +176,16 @@ def _load(body: str) -> Any:
 
 
 def _code_of(value: Any) -> str | None:
-    """The code of one call object: {"name": "python", "arguments"|"parameters": {...}},
-    arguments possibly JSON-encoded, or the same wrapped in {"function": {...}}."""
+    """The code of one call object: {"name": …, "arguments"|"parameters": {"code": …}},
+    arguments possibly JSON-encoded, or the same wrapped in {"function": {...}}. Any name
+    counts when the arguments hold `code`: python is the only tool, and small models invent
+    names ("computeMean") for it."""
     if not isinstance(value, dict):
         return None
     if isinstance(value.get("function"), dict):
         value = value["function"]
     name = value.get("name")
-    if not isinstance(name, str) or name.strip().lower() != TOOL_NAME:
+    if not isinstance(name, str) or not name.strip():
         return None
     args = value.get("arguments", value.get("parameters"))
     if isinstance(args, str):
