@@ -49,6 +49,8 @@ def test_broken_json_from_a_real_small_model() -> None:
     triple quotes inside JSON."""
     named = '```json\n{ "name": "computeMean", "arguments": { "code": "print(3 + 5)" } }\n```'
     assert codes(named) == [("print(3 + 5)", "json")]
+    unclosed_fence = '```json\n{"name": "python", "arguments": {"code": "print(1)"}}'
+    assert find_calls(unclosed_fence).prose == ""
     unbalanced = '{"name": "python", "arguments": {"code": "print(\'ab\'[::-1])"}'
     assert codes(unbalanced) == [("print('ab'[::-1])", "json")]
     triple = (

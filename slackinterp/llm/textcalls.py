@@ -118,8 +118,7 @@ def _json_calls(text: str) -> Found | None:
     prose = text
     for start, end in reversed(spans):
         prose = prose[:start] + prose[end:]
-    prose = re.sub(r"```[ \t]*(?:json)?[ \t]*\n?\s*```", "", prose)  # the emptied fences
-    return Found(calls, prose.strip())
+    return Found(calls, _without_fences(prose))
 
 
 def _fenced(text: str, succeeded: bool, already_run: set[str]) -> Found:
@@ -146,16 +145,22 @@ def _repaired(text: str) -> Found | None:
         return None
     match = _TRIPLE.search(text)
     if match and match.group("code").strip():
-        return Found([TextCall(match.group("code"), "json")], text[:start].strip())
+        return Found([TextCall(match.group("code"), "json")], _without_fences(text[:start]))
     body = text[start:].rstrip().removesuffix("```").rstrip()
     for missing in ("}", "}}"):
         code = _code_of(_load(body + missing))
         if code is not None:
-            return Found([TextCall(code, "json")], text[:start].strip())
+            return Found([TextCall(code, "json")], _without_fences(text[:start]))
     return None
 
 
 # --- helpers -------------------------------------------------------------------------------
+
+
+def _without_fences(prose: str) -> str:
+    """Prose left around a removed call, without the fence lines that held it."""
+    prose = re.sub(r"^[ \t]*```[\w-]*[ \t]*$", "", prose, flags=re.M)
+    return re.sub(r"\n{3,}", "\n\n", prose).strip()
 
 
 def _next_json_start(text: str, i: int) -> int:
