@@ -11,7 +11,8 @@ SLACKINTERP_TOOL_CHOICE=python or SLACKINTERP_TEXT_TOOL_CALLS=off to compare). N
 engine's runtime (real kernels, SQLite store) is driven directly, each task in a fresh thread.
 
 Each task states a question with an answer the script checks itself from what the bot did:
-the outputs of the cells, the final answer, the files in the thread's working directory. The
+the outputs of its cells (an answer stated without running code does not count) and the files
+in the thread's working directory. The
 tasks cover computing, reading a CSV, plotting, fixing its own error, writing a file and using
 a variable from an earlier message.
 
@@ -75,7 +76,7 @@ class TurnLog:
 
     seconds: float = 0.0
     cells: list[tuple[str, str, bool]] = field(default_factory=list)  # (source, code, ok)
-    text: list[str] = field(default_factory=list)  # stdout, results, answer
+    text: list[str] = field(default_factory=list)  # what the cells printed and returned
     images: int = 0
     answer: str = ""
     failed: str = ""
@@ -83,6 +84,7 @@ class TurnLog:
 
     @property
     def all_text(self) -> str:
+        """Cell outputs only: a result the model states without running code does not count."""
         return "\n".join(self.text)
 
 
@@ -95,7 +97,7 @@ class Task:
 
 
 def has(pattern: str) -> Callable[[list[TurnLog], Path], bool]:
-    """The last turn's outputs or answer match `pattern` (a regex)."""
+    """What the last turn's cells printed or returned matches `pattern` (a regex)."""
     return lambda turns, _wd: re.search(pattern, turns[-1].all_text) is not None
 
 
@@ -206,7 +208,6 @@ async def run_turn(runtime: Runtime, key: ThreadKey, text: str, files: dict[str,
                 log.text.append(str(shown.data.get("text/plain", "")))
         elif isinstance(event, AssistantText):
             log.answer += event.text + "\n"
-            log.text.append(event.text)
         elif isinstance(event, TurnFailed):
             log.failed = event.message
     log.seconds = time.perf_counter() - began
