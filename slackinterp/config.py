@@ -29,6 +29,37 @@ class LogFormat(StrEnum):
     JSON = "json"
 
 
+class TextToolCalls(StrEnum):
+    AUTO = "auto"
+    OFF = "off"
+
+
+class ToolChoice(StrEnum):
+    AUTO = "auto"
+    REQUIRED = "required"
+    PYTHON = "python"
+
+
+class ModelVision(StrEnum):
+    AUTO = "auto"
+    ON = "on"
+    OFF = "off"
+
+
+class ModelApi(StrEnum):
+    CHAT = "chat"
+    RESPONSES = "responses"
+
+
+class ReasoningEffort(StrEnum):
+    NONE = "none"
+    MINIMAL = "minimal"
+    LOW = "low"
+    MEDIUM = "medium"
+    HIGH = "high"
+    XHIGH = "xhigh"
+
+
 def _env(name: str) -> Any:
     """Read a field from exactly one env var name (vendor names carry no prefix)."""
     return AliasChoices(name)
@@ -244,6 +275,40 @@ class Settings(BaseSettings):
     system_prompt: str | None = Field(
         None, description="Replaces the built-in system prompt (text, or @path to a file)."
     )
+    model_api: ModelApi = Field(
+        ModelApi.CHAT,
+        description="chat (Chat Completions, what every server speaks) or responses "
+        "(OpenAI's Responses API: reasoning is kept across tool calls).",
+    )
+    text_tool_calls: TextToolCalls = Field(
+        TextToolCalls.AUTO,
+        description="auto: run tool calls the model wrote as text (JSON, <tool_call> tags, "
+        "a lone ```python block); off: treat them as the answer.",
+    )
+    tool_choice: ToolChoice = Field(
+        ToolChoice.AUTO,
+        description="auto, required, or python (forces the tool by name, for servers that "
+        "only parse calls then); back to auto once a cell succeeded in the turn.",
+    )
+    model_vision: ModelVision = Field(
+        ModelVision.AUTO,
+        description="Give plots and attached images to the model: on, off, or auto (try, "
+        "and stop once the server refuses image inputs).",
+    )
+    model_max_images: int = Field(
+        4, ge=1, le=20, description="Images given to the model per request at most."
+    )
+    model_image_max_kb: int = Field(
+        2048, ge=16, description="Images larger than this (KiB) are not given to the model."
+    )
+    reasoning_effort: ReasoningEffort | None = Field(
+        None,
+        description="For reasoning models: none, minimal, low, medium, high or xhigh; "
+        "empty = the server's default.",
+    )
+    max_completion_tokens: int | None = Field(
+        None, ge=16, description="Tokens per model reply at most; empty = the server's default."
+    )
     # Operations
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="text or json.")
@@ -254,6 +319,12 @@ class Settings(BaseSettings):
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("reasoning_effort", "max_completion_tokens", mode="before")
+    @classmethod
+    def _empty_is_default(cls, value: object) -> object:
+        """An empty variable (as .env.example writes it) means the server's default."""
+        return None if isinstance(value, str) and not value.strip() else value
 
     @field_validator("data_dir")
     @classmethod

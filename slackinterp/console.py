@@ -278,9 +278,12 @@ class TurnPrinter:
 
     def _cell_started(self, event: CellStarted) -> None:
         self.answer_streamed = False
-        who = " (written by the model)" if event.source == "model" else ""
+        who = {
+            "model": " (written by the model)",
+            "model_text": " (written by the model as text, run as its tool)",
+        }.get(event.source, "")
         self.screen.line(f"── cell {event.cell_id}{who} " + "─" * 20)
-        if event.source == "model":  # the user's own code is on the screen already
+        if event.source != "user":  # the user's own code is on the screen already
             self.screen.write("".join(f"  {line}\n" for line in event.code.splitlines()))
             self.screen.line("──")
 

@@ -779,8 +779,8 @@ class _Hooks:
         self.emit = emit
         self.produced = produced
 
-    async def run_python(self, code: str) -> CellResult:
-        return await self.engine.run_code(self.session, code, "model", self.emit, self.produced)
+    async def run_python(self, code: str, source: str = "model") -> CellResult:
+        return await self.engine.run_code(self.session, code, source, self.emit, self.produced)
 
     async def run_hidden(self, code: str) -> str:
         """Inspect the kernel (file previews, variables): not shown, not replayed."""
@@ -804,6 +804,21 @@ class _Hooks:
             raw = await self.run_hidden(prompts.VARIABLES_CODE)
             self.session.variables = prompts.parse_variables(raw)
         return self.session.variables
+
+    async def read_file(self, name: str, max_bytes: int) -> bytes | None:
+        """A file of the working directory (an image to show the model); None if unreadable
+        or bigger than max_bytes."""
+        files_api = await self.engine._thread_files(self.session, self.emit)
+        staging = self.engine._outbox(self.session) / "model"
+        try:
+            path = await files_api.fetch(name, staging, max_bytes)
+            return await asyncio.to_thread(path.read_bytes)
+        except (TransferError, OSError) as exc:
+            log.info("files.not_for_model thread=%s error=%s", self.session.key.id, exc)
+            return None
+        finally:
+            if self.engine.remote:
+                self.engine.registry.mark_idle(self.session.key.id)
 
     def produced_mark(self) -> int:
         return len(self.produced)

@@ -43,7 +43,7 @@ def tool_description(exec_timeout: float, network: bool) -> str:
         "directory are uploaded to the thread.",
         f"A cell is stopped after {exec_timeout:g} seconds.",
         "No stdin: input() fails.",
-        "numpy, pandas and matplotlib are installed.",
+        "numpy, pandas and matplotlib are installed; import what a cell uses.",
     ]
     parts.append("The kernel has network access." if network else "There is no internet access.")
     return " ".join(parts)

@@ -181,7 +181,9 @@ class CellView:
         self, key_id: str, timeout: float, *, tables: bool = True
     ) -> tuple[str, list[dict[str, Any]]]:
         code, _ = t.shorten_code(self.code, max_chars=CODE_BUDGET)
-        who = "" if self.source == "user" else " (written by the model)"
+        who = {"user": "", "model_text": " (written by the model as text, run as its tool)"}.get(
+            self.source, " (written by the model)"
+        )
         status = status_line(self.result, self.started, timeout)
         blocks = [_section(t.code_block(code)), _context(status + who)]
         output_blocks, notes, self.cut = render_outputs(self.shown, self.result, tables=tables)

@@ -44,6 +44,7 @@ __all__ = [
     "Reply",
     "Step",
     "ToolCall",
+    "tool_call_as_text",
 ]
 
 DEFAULT_REPLY_TEXT = "(fake model: no scripted reply)"
@@ -99,11 +100,39 @@ class Reply:
     finish_reason: str | None = None
     delay: float = 0
     chunk_delay: float = 0
+    # Write the tool calls into the text instead (as small local models do): "json",
+    # "tags" (<tool_call>…</tool_call>) or "fence" (a ```python block).
+    calls_as: str | None = None
+    # Responses API only: a reasoning item (with this summary) before the output.
+    reasoning: str = ""
 
     def effective_finish_reason(self) -> str:
         if self.finish_reason is not None:
             return self.finish_reason
         return "tool_calls" if self.tool_calls else "stop"
+
+    def written_as_text(self, form: str = "json") -> Reply:
+        """The same reply with its tool calls written into the text in ``form``."""
+        pieces = [tool_call_as_text(call, form) for call in self.tool_calls]
+        text = "\n".join(p for p in [self.text, *pieces] if p)
+        return replace(self, text=text, tool_calls=[], calls_as=None)
+
+
+def tool_call_as_text(call: ToolCall, form: str) -> str:
+    """A tool call as a model writes it in text when it does not use the tool API.
+
+    json: what llama.cpp's server returns unless the tool is forced; tags: Hermes/Qwen
+    ``<tool_call>`` form; fence: a ```python block with the ``code`` argument."""
+    arguments = call.arguments if isinstance(call.arguments, dict) else call.arguments_json()
+    if form == "fence":
+        code = arguments.get("code", "") if isinstance(arguments, dict) else arguments
+        return f"```python\n{code}\n```"
+    payload = json.dumps({"name": call.name, "arguments": arguments})
+    if form == "tags":
+        return f"<tool_call>\n{payload}\n</tool_call>"
+    if form == "json":
+        return payload
+    raise ValueError(f"unknown form {form!r}")
 
 
 @dataclass(frozen=True)
@@ -187,6 +216,16 @@ class RecordedRequest:
         return self.body.get("tools") or []
 
     @property
+    def input(self) -> list[dict[str, Any]]:
+        """Responses API requests: the input items."""
+        value = self.body.get("input")
+        return value if isinstance(value, list) else []
+
+    @property
+    def endpoint(self) -> str:
+        return "responses" if "input" in self.body else "chat"
+
+    @property
     def stream(self) -> bool:
         return bool(self.body.get("stream"))
 
@@ -223,6 +262,139 @@ def error_response(
 ) -> web.Response:
     body = error_body(message, error_type=error_type, param=param, code=code)
     return web.json_response(body, status=status, headers=headers)
+
+
+def _has_image_parts(items: Any) -> bool:
+    """Image content parts in Chat Completions messages or Responses input items."""
+    if not isinstance(items, list):
+        return False
+    for item in items:
+        content = item.get("content") if isinstance(item, dict) else None
+        if isinstance(content, list) and any(
+            isinstance(p, dict) and p.get("type") in ("image_url", "input_image") for p in content
+        ):
+            return True
+    return False
+
+
+def _forced(body: dict[str, Any]) -> bool:
+    """tool_choice names a function (Chat Completions or Responses form)."""
+    choice = body.get("tool_choice")
+    return isinstance(choice, dict) and choice.get("type") == "function"
+
+
+# --- Responses API wire format ---------------------------------------------------------
+
+
+def response_output(reply: Reply, ids: Iterator[int], call_ids: list[str]) -> list[dict[str, Any]]:
+    """The ``output`` items of a Responses API response for a scripted reply."""
+    output: list[dict[str, Any]] = []
+    if reply.reasoning:
+        n = next(ids)
+        output.append(
+            {
+                "type": "reasoning",
+                "id": f"rs_fake{n:06d}",
+                "summary": [{"type": "summary_text", "text": reply.reasoning}],
+                "encrypted_content": f"enc_fake{n:06d}",
+            }
+        )
+    if reply.text:
+        output.append(
+            {
+                "type": "message",
+                "id": f"msg_fake{next(ids):06d}",
+                "role": "assistant",
+                "status": "completed",
+                "content": [{"type": "output_text", "text": reply.text, "annotations": []}],
+            }
+        )
+    for call, call_id in zip(reply.tool_calls, call_ids, strict=True):
+        output.append(
+            {
+                "type": "function_call",
+                "id": f"fc_fake{next(ids):06d}",
+                "call_id": call_id,
+                "name": call.name,
+                "arguments": call.arguments_json(),
+                "status": "completed",
+            }
+        )
+    return output
+
+
+def response_json(
+    response_id: str, model: str, output: list[dict[str, Any]], reply: Reply
+) -> dict[str, Any]:
+    """A Responses API ``response`` object; ``finish_reason="length"`` → incomplete."""
+    cut = reply.finish_reason == "length"
+    return {
+        "id": response_id,
+        "object": "response",
+        "created_at": int(time.time()),
+        "model": model,
+        "status": "incomplete" if cut else "completed",
+        "incomplete_details": {"reason": "max_output_tokens"} if cut else None,
+        "error": None,
+        "output": output,
+        "parallel_tool_calls": True,
+        "tool_choice": "auto",
+        "tools": [],
+        "usage": {
+            "input_tokens": 10,
+            "output_tokens": 10,
+            "total_tokens": 20,
+            "input_tokens_details": {"cached_tokens": 0},
+            "output_tokens_details": {"reasoning_tokens": 5 if reply.reasoning else 0},
+        },
+    }
+
+
+def response_events(response: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The streamed events for a response, in the order the real API sends them."""
+    seq = itertools.count()
+    started = {**response, "status": "in_progress", "output": [], "incomplete_details": None}
+    yield {"type": "response.created", "sequence_number": next(seq), "response": started}
+    for index, item in enumerate(response["output"]):
+        empty = {**item}
+        if item["type"] == "message":
+            empty["content"] = []
+        if item["type"] == "function_call":
+            empty["arguments"] = ""
+        yield {
+            "type": "response.output_item.added",
+            "sequence_number": next(seq),
+            "output_index": index,
+            "item": empty,
+        }
+        if item["type"] == "message":
+            for piece in split_text(item["content"][0]["text"]):
+                yield {
+                    "type": "response.output_text.delta",
+                    "sequence_number": next(seq),
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "content_index": 0,
+                    "delta": piece,
+                    "logprobs": [],
+                }
+        if item["type"] == "function_call":
+            for piece in split_arguments(item["arguments"]):
+                yield {
+                    "type": "response.function_call_arguments.delta",
+                    "sequence_number": next(seq),
+                    "item_id": item["id"],
+                    "output_index": index,
+                    "delta": piece,
+                }
+        yield {
+            "type": "response.output_item.done",
+            "sequence_number": next(seq),
+            "output_index": index,
+            "item": item,
+        }
+    kind = "response.incomplete" if response["status"] == "incomplete" else "response.completed"
+    yield {"type": kind, "sequence_number": next(seq), "response": response}
 
 
 def _default_fail_code(status: int) -> str | None:
@@ -450,6 +622,12 @@ class FakeOpenAI:
     def __init__(self, *, api_key: str | None = "sk-test", models: list[str] | None = None) -> None:
         self.api_key = api_key
         self.models: list[str] = list(models) if models is not None else list(DEFAULT_MODELS)
+        # Like llama.cpp's server: real tool calls only when tool_choice names the function;
+        # otherwise they come back written as JSON text, and tool_choice="required" is a 500.
+        self.tool_calls_only_when_forced = False
+        # False: a request with image parts gets OpenAI's 400 for models without vision
+        # (before any script step is used).
+        self.vision = True
         self.requests: list[RecordedRequest] = []
         self.unscripted_requests: list[RecordedRequest] = []
         self.in_flight = 0
@@ -467,6 +645,7 @@ class FakeOpenAI:
         self._stopping.clear()
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self._handle_chat)
+        app.router.add_post("/v1/responses", self._handle_chat)
         app.router.add_get("/v1/models", self._handle_list_models)
         app.router.add_get("/v1/models/{model_id}", self._handle_get_model)
         app.router.add_route("*", "/{tail:.*}", self._handle_unknown_route)
@@ -617,10 +796,40 @@ class FakeOpenAI:
         self.requests.append(record)
         await self._notify()
 
-        rejection = self._check_auth(request) or self._check_chat_body(body)
+        responses_api = request.path.endswith("/responses")
+        rejection = (
+            self._check_auth(request)
+            or (self._check_responses_body(body) if responses_api else self._check_chat_body(body))
+            or self._check_images(body.get("input" if responses_api else "messages"))
+            or self._check_tool_choice(body)
+        )
         if rejection is not None:
             return rejection
         return await self._answer(request, body, self._next_step(record))
+
+    def _check_images(self, items: Any) -> web.Response | None:
+        if self.vision or not _has_image_parts(items):
+            return None
+        return error_response(
+            400,
+            "Invalid content type. image_url is only supported by certain models.",
+            param="messages",
+        )
+
+    def _check_tool_choice(self, body: dict[str, Any]) -> web.Response | None:
+        if self.tool_calls_only_when_forced and body.get("tool_choice") == "required":
+            return error_response(
+                500, "tool_choice='required' is not supported", error_type="server_error"
+            )
+        return None
+
+    def _as_served(self, body: dict[str, Any], reply: Reply) -> Reply:
+        """What the server makes of a scripted reply, given the request."""
+        if reply.calls_as:
+            return reply.written_as_text(reply.calls_as)
+        if self.tool_calls_only_when_forced and reply.tool_calls and not _forced(body):
+            return reply.written_as_text("json")
+        return reply
 
     async def _answer(
         self, request: web.Request, body: dict[str, Any], step: Step
@@ -639,6 +848,9 @@ class FakeOpenAI:
         if isinstance(step, DropStream):
             return await self._drop(request, body, step)
         await self._pause(step.delay)
+        step = self._as_served(body, step)
+        if request.path.endswith("/responses"):
+            return await self._responses_reply(request, body, step)
         if body.get("stream"):
             return await self._stream_reply(request, body, step)
         return web.json_response(self._completion(body, step), headers=self._response_headers())
@@ -669,6 +881,24 @@ class FakeOpenAI:
         await response.write(sse_event("[DONE]"))
         await response.write_eof()
         return response
+
+    async def _responses_reply(
+        self, request: web.Request, body: dict[str, Any], reply: Reply
+    ) -> web.StreamResponse:
+        """A Responses API answer: one JSON object, or its events over SSE."""
+        output = response_output(reply, self._ids, self._tool_call_ids(reply))
+        response = response_json(f"resp_fake{next(self._ids):06d}", body["model"], output, reply)
+        if not body.get("stream"):
+            return web.json_response(response, headers=self._response_headers())
+        stream = await self._start_sse(request)
+        first = True
+        for event in response_events(response):
+            if not first:
+                await self._pause(reply.chunk_delay)
+            first = False
+            await stream.write(f"event: {event['type']}\n".encode() + sse_event(event))
+        await stream.write_eof()
+        return stream
 
     async def _drop(
         self, request: web.Request, body: dict[str, Any], step: DropStream
@@ -770,6 +1000,18 @@ class FakeOpenAI:
                 "Invalid 'messages': empty array. Expected an array with minimum length 1.",
                 param="messages",
             )
+        return None
+
+    def _check_responses_body(self, body: dict[str, Any]) -> web.Response | None:
+        model = body.get("model")
+        if not isinstance(model, str) or not model:
+            return error_response(400, "Missing required parameter: 'model'.", param="model")
+        if model not in self.models:
+            return error_response(
+                400, f"The requested model '{model}' does not exist.", code="model_not_found"
+            )
+        if not isinstance(body.get("input"), str | list) or not body["input"]:
+            return error_response(400, "Missing required parameter: 'input'.", param="input")
         return None
 
     # -- ids ---------------------------------------------------------------

@@ -1,0 +1,201 @@
+"""Tool calls a model wrote as text instead of calling the tool.
+
+Small local models (and servers that parse tool calls only when the tool is forced) often
+answer with the call itself as text: a JSON object naming `python`, Hermes/Qwen's
+`<tool_call>…</tool_call>` tags, or a fenced ```python block. Running these as the tool keeps
+the bot useful with such models; the cell says where the code came from.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass
+from typing import Any
+
+# A fenced block counts as "meant to run" only when little prose surrounds it: a long
+# explanation around code is an answer that shows code, not a request to run it.
+FENCE_PROSE_CHARS = 600
+# Once a cell succeeded in the turn, the model usually answers; code it shows then is an
+# illustration unless it comes (almost) alone.
+FENCE_PROSE_CHARS_AFTER_SUCCESS = 80
+
+_TAGS = re.compile(r"<tool_call>\s*(?P<body>.*?)\s*(?:</tool_call>|$)", re.S)
+_FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[ \t]*\n(?P<code>.*?)\n?[ \t]*```", re.S)
+_PYTHON_TAGS = {"python", "py", "python3", "ipython"}
+_DECODER = json.JSONDecoder(strict=False)  # models put raw newlines inside JSON strings
+
+
+@dataclass(frozen=True)
+class TextCall:
+    """One call found in a reply's text; `form` is json, tags or fence."""
+
+    code: str
+    form: str
+
+
+@dataclass(frozen=True)
+class Found:
+    calls: list[TextCall]
+    prose: str  # the reply's text without the calls: what the model said around them
+
+
+def find_calls(text: str, *, succeeded: bool = False, already_run: set[str] | None = None) -> Found:
+    """The tool calls written in `text`, or none. `succeeded`: a cell of this turn succeeded;
+    `already_run`: normalised code run in this turn (a block repeating it is an illustration)."""
+    if not text.strip():
+        return Found([], text)
+    tagged = _tagged(text)
+    if tagged is not None:
+        return tagged
+    json_calls = _json_calls(text)
+    if json_calls is not None:
+        return json_calls
+    fenced = _fenced(text, succeeded, already_run or set())
+    if fenced.calls:
+        return fenced
+    return _repaired(text) or fenced
+
+
+def looks_like_call_start(text: str) -> bool | None:
+    """For streaming: True when the text so far starts like a written call (hold it back),
+    False when it cannot be one, None when it is too short to tell."""
+    head = text.lstrip()
+    if not head:
+        return None
+    for start in ("<tool_call>", "```", "{", "[{"):
+        if head.startswith(start):
+            return True
+        if start.startswith(head):
+            return None
+    return False
+
+
+def normal(code: str) -> str:
+    """Code compared modulo trailing spaces and surrounding blank lines."""
+    return "\n".join(line.rstrip() for line in code.strip().splitlines())
+
+
+# --- the three forms ------------------------------------------------------------------------
+
+
+def _tagged(text: str) -> Found | None:
+    matches = list(_TAGS.finditer(text))
+    if not matches:
+        return None
+    calls = []
+    for match in matches:
+        body = _strip_json_fence(match.group("body"))
+        code = _code_of(_load(body))
+        if code is None:
+            return None  # tags around something we do not understand: leave the text alone
+        calls.append(TextCall(code, "tags"))
+    return Found(calls, _TAGS.sub("", text).strip())
+
+
+def _json_calls(text: str) -> Found | None:
+    """JSON objects (bare, in a ```json fence, or one list of them) that name the python tool."""
+    calls: list[TextCall] = []
+    spans: list[tuple[int, int]] = []
+    i = 0
+    while True:
+        i = _next_json_start(text, i)
+        if i < 0:
+            break
+        try:
+            value, end = _DECODER.raw_decode(text, i)
+        except ValueError:
+            i += 1
+            continue
+        items = value if isinstance(value, list) else [value]
+        codes = [_code_of(item) for item in items]
+        if codes and all(c is not None for c in codes):
+            calls += [TextCall(c, "json") for c in codes if c is not None]
+            spans.append((i, end))
+        i = end
+    if not calls:
+        return None
+    prose = text
+    for start, end in reversed(spans):
+        prose = prose[:start] + prose[end:]
+    return Found(calls, _without_fences(prose))
+
+
+def _fenced(text: str, succeeded: bool, already_run: set[str]) -> Found:
+    blocks = [m for m in _FENCE.finditer(text) if m.group("lang").lower() in _PYTHON_TAGS]
+    if len(blocks) != 1:
+        return Found([], text)
+    block = blocks[0]
+    code = block.group("code")
+    prose = (text[: block.start()] + text[block.end() :]).strip()
+    limit = FENCE_PROSE_CHARS_AFTER_SUCCESS if succeeded else FENCE_PROSE_CHARS
+    if not code.strip() or len(prose) > limit or normal(code) in already_run:
+        return Found([], text)
+    return Found([TextCall(code, "fence")], prose)
+
+
+# Broken JSON that small models write: a missing closing brace, or the code in Python's
+# triple quotes. Only tried when nothing else matched.
+_TRIPLE = re.compile(r'"name"\s*:\s*"[^"]+".*?"code"\s*:\s*"""\n?(?P<code>.*?)"""', re.S)
+
+
+def _repaired(text: str) -> Found | None:
+    start = text.find("{")
+    if start < 0 or '"code"' not in text:
+        return None
+    match = _TRIPLE.search(text)
+    if match and match.group("code").strip():
+        return Found([TextCall(match.group("code"), "json")], _without_fences(text[:start]))
+    body = text[start:].rstrip().removesuffix("```").rstrip()
+    for missing in ("}", "}}"):
+        code = _code_of(_load(body + missing))
+        if code is not None:
+            return Found([TextCall(code, "json")], _without_fences(text[:start]))
+    return None
+
+
+# --- helpers -------------------------------------------------------------------------------
+
+
+def _without_fences(prose: str) -> str:
+    """Prose left around a removed call, without the fence lines that held it."""
+    prose = re.sub(r"^[ \t]*```[\w-]*[ \t]*$", "", prose, flags=re.M)
+    return re.sub(r"\n{3,}", "\n\n", prose).strip()
+
+
+def _next_json_start(text: str, i: int) -> int:
+    starts = [p for p in (text.find("{", i), text.find("[", i)) if p >= 0]
+    return min(starts) if starts else -1
+
+
+def _strip_json_fence(body: str) -> str:
+    match = re.fullmatch(r"\s*```[ \t]*(?:json)?[ \t]*\n(.*?)\n?\s*```\s*", body, re.S)
+    return match.group(1) if match else body
+
+
+def _load(body: str) -> Any:
+    try:
+        return _DECODER.decode(body.strip())
+    except ValueError:
+        return None
+
+
+def _code_of(value: Any) -> str | None:
+    """The code of one call object: {"name": …, "arguments"|"parameters": {"code": …}},
+    arguments possibly JSON-encoded, or the same wrapped in {"function": {...}}. Any name
+    counts when the arguments hold `code`: python is the only tool, and small models invent
+    names ("computeMean") for it."""
+    if not isinstance(value, dict):
+        return None
+    if isinstance(value.get("function"), dict):
+        value = value["function"]
+    name = value.get("name")
+    if not isinstance(name, str) or not name.strip():
+        return None
+    args = value.get("arguments", value.get("parameters"))
+    if isinstance(args, str):
+        args = _load(args)
+    if not isinstance(args, dict):
+        return None
+    code = args.get("code")
+    return code if isinstance(code, str) and code.strip() else None
