@@ -18,7 +18,7 @@ from typing import Any
 from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
 from slackinterp.engine.turn import Engine
-from slackinterp.kernels import privileges, sandbox
+from slackinterp.kernels import packages, privileges, sandbox
 from slackinterp.kernels.backend import LocalBackend
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
@@ -121,6 +121,20 @@ class Runtime:
         metrics.track_kernels(lambda: len(self.registry.slots), lambda: len(self.registry.pool))
         await self.registry.start()
         self.reaper.start()
+        await self._tell_model_the_packages()
+
+    async def _tell_model_the_packages(self) -> None:
+        """The model is told what the kernels can import, read from their own Python (local
+        kernels; a gateway's image is its own business, so the default sentence stays)."""
+        agent = self.engine.agent
+        if agent is None or self.settings.gateway_url:
+            return
+        python = packages.kernel_python(self.settings.kernel_name)
+        if python is None:
+            return
+        found = await packages.installed(python)
+        agent.config.packages = tuple(found)  # type: ignore[attr-defined]
+        log.info("kernel.packages count=%d", len(found))
 
     def kernel_pids(self) -> list[int]:
         """Local kernel processes (sandbox included) this runtime holds, pooled ones too."""

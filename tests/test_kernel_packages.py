@@ -64,3 +64,20 @@ async def test_analysis_packages_are_there(runtime: Runtime) -> None:
     )
     assert done.result.status is Status.OK, done.result.text
     assert "12.0 3" in done.result.text and "1.95" in done.result.text
+
+
+async def test_the_model_is_told_the_kernels_packages(tmp_path) -> None:
+    """Read from the kernel's own Python at start, not a fixed list."""
+    from tests.fakes.openai_server import Reply
+    from tests.slack_harness import CHANNEL, wait_final
+    from tests.test_agent_e2e import model_bot
+
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        model.script(Reply(text="hello"))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> what can you import?")
+        await wait_final(slack, ts, "hello")
+        tool = model.requests[0].body["tools"][0]["function"]["description"]
+        assert "Installed: numpy " in tool
+        for name in ("pandas", "scipy", "scikit-learn", "openpyxl", "pyarrow"):
+            assert f"{name} " in tool, tool
+        assert "pip install fails" in tool

@@ -92,6 +92,8 @@ class AgentConfig:
     image_max_bytes: int = 2 * 1024 * 1024
     reasoning_effort: str | None = None
     max_completion_tokens: int | None = None
+    # The kernels' notable packages, "name version" (read at start; empty: not known).
+    packages: tuple[str, ...] = ()
 
 
 @dataclass
@@ -468,7 +470,9 @@ class Agent:
         return reply
 
     def _tool(self) -> dict[str, Any]:
-        return prompts.tool_schema(self.config.exec_timeout, self.config.network)
+        return prompts.tool_schema(
+            self.config.exec_timeout, self.config.network, self.config.packages
+        )
 
     async def _chat(self, messages: list[dict[str, Any]], hooks: Hooks, state: TurnState) -> Reply:
         kwargs: dict[str, Any] = {
