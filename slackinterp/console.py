@@ -259,8 +259,10 @@ class TurnPrinter:
                 self._output(cell_id, output)
             case CellFinished(cell_id=cell_id, result=result):
                 self._cell_finished(cell_id, result)
-            case FileProduced(path=path, size=size):
-                self._file(path, size)
+            case FileProduced(name=name, size=size):
+                # The file in the session's directory: the event's path is the upload copy,
+                # which goes away with the next message.
+                self._file(self.workdir / name, size)
             case FileSkipped(name=name):
                 self._file(self.workdir / name, None)
             case AssistantDelta(text=text):

@@ -391,3 +391,22 @@ def test_export_writes_a_notebook_to_the_current_directory(open_chat, tmp_path: 
     cell = next(c for c in nb.cells if c.cell_type == "code")
     assert cell.source == "n = 5\nprint(n * 2)"
     assert cell.outputs[0]["text"] == "10\n"
+
+
+def test_printed_paths_stay_valid_and_each_figure_is_reported_once(open_chat) -> None:
+    chat = open_chat()
+    chat.code(
+        "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()\n"
+        "open('result.csv', 'w').write('a\\n1\\n')"
+    )
+    figure = Path(chat.expect(r"figure: (\S+\.png)\r\n").group(1))
+    chat.expect(OK)
+    produced = Path(chat.expect(r"file: (\S+result\.csv) \(").group(1))
+    chat.code("print('next message')")
+    chat.expect("next message")
+    chat.expect(OK)
+    before = chat.child.before or ""
+    assert produced.is_file() and produced.read_text() == "a\n1\n"  # not the upload copy
+    assert produced.parent == figure.parent
+    assert figure.is_file()
+    assert str(figure) not in before  # the figure was not reported again as a file
