@@ -81,3 +81,20 @@ async def test_the_model_is_told_the_kernels_packages(tmp_path) -> None:
         for name in ("pandas", "scipy", "scikit-learn", "openpyxl", "pyarrow"):
             assert f"{name} " in tool, tool
         assert "pip install fails" in tool
+
+
+async def test_pandas_and_a_plot_fit_the_default_memory_limit(runtime: Runtime) -> None:
+    """pandas loads pyarrow; its default allocator's address space plus matplotlib's passed
+    the 2 GiB RLIMIT_AS, and the kernel died on the first plot."""
+    assert runtime.settings.memory_limit_mb == 2048
+    done = await cell(
+        runtime,
+        """
+        import pandas as pd, matplotlib.pyplot as plt
+        df = pd.DataFrame({'month': ['jan', 'feb'], 'revenue': [10, 12]})
+        df.plot(x='month', y='revenue', title='Revenue'); plt.show()
+        print('plotted')
+        """,
+    )
+    assert done.result.status is Status.OK, done.result.text
+    assert "plotted" in done.result.text

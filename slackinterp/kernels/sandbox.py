@@ -52,6 +52,9 @@ def kernel_env(home: Path, cache_dir: Path) -> dict[str, str]:
         "TMPDIR": str(cache_dir / "tmp"),
         # MPLBACKEND must stay unset: ipykernel then selects the inline backend (PNG output).
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        # pandas loads pyarrow, whose default allocator reserves ~1 GiB of address space:
+        # with matplotlib that passes RLIMIT_AS and the kernel dies on its first plot.
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
         "TERM": "dumb",
     }
 
@@ -349,6 +352,9 @@ def sandbox_env(cache_home: str = SANDBOX_HOME) -> dict[str, str]:
         "XDG_CACHE_HOME": cache,
         "TMPDIR": "/tmp",
         "PYDEVD_DISABLE_FILE_VALIDATION": "1",
+        # pandas loads pyarrow, whose default allocator reserves ~1 GiB of address space:
+        # with matplotlib that passes RLIMIT_AS and the kernel dies on its first plot.
+        "ARROW_DEFAULT_MEMORY_POOL": "system",
         "TERM": "dumb",
     }
 
