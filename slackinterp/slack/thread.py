@@ -16,6 +16,7 @@ model through someone else's mention.
 from __future__ import annotations
 
 import asyncio
+import functools
 import html
 import logging
 import re
@@ -189,20 +190,17 @@ class ThreadReader:
         run_above: bool = True,
     ) -> Callable[[], Awaitable[ThreadContext]]:
         """The request's context, read when its turn starts (after the turns before it)."""
-
-        async def load() -> ThreadContext:
-            return await self.read(
-                client,
-                key,
-                message_ts=message_ts,
-                text=text,
-                files=files,
-                new_thread=new_thread,
-                own=own,
-                run_above=run_above,
-            )
-
-        return load
+        return functools.partial(
+            self.read,
+            client,
+            key,
+            message_ts=message_ts,
+            text=text,
+            files=files,
+            new_thread=new_thread,
+            own=own,
+            run_above=run_above,
+        )
 
     async def read(
         self,
