@@ -48,8 +48,8 @@ def manifest(name: str = "interp", command: str = "/interp") -> dict[str, Any]:
             "slash_commands": [
                 {
                     "command": command,
-                    "description": "Reset, stop or inspect a thread's kernel",
-                    "usage_hint": "reset|stop|status|files|help [thread link]",
+                    "description": "Reset, stop, inspect or export a thread's kernel",
+                    "usage_hint": "reset|stop|status|files|export|help [thread link]",
                     "should_escape": False,
                 }
             ],

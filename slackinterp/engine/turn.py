@@ -714,9 +714,10 @@ class Engine:
         """The thread since its last reset as an .ipynb: (file name, bytes, code cells)."""
         rows = await self.store.transcript(key.id)
         entries = [notebook.Entry(kind, source, outputs, n) for kind, source, outputs, n in rows]
-        nb = notebook.build(entries, title=label)
+        # Validating and writing up to SLACKINTERP_NOTEBOOK_MAX_MB of JSON: off the event loop.
+        data = await asyncio.to_thread(lambda: notebook.dumps(notebook.build(entries, title=label)))
         cells = sum(1 for e in entries if e.kind == "code")
-        return notebook.export_name(label), notebook.dumps(nb), cells
+        return notebook.export_name(label), data, cells
 
     async def _run_notebook(
         self, session: ThreadSession, run: notebook.RunRequest, emit: Emit, produced: list[str]
@@ -731,7 +732,8 @@ class Engine:
         try:
             await asyncio.to_thread(staging.mkdir, parents=True)
             path = await files_api.fetch(run.name, staging, notebook.MAX_NOTEBOOK_BYTES)
-            cells = notebook.code_cells(await asyncio.to_thread(path.read_bytes), run.name)
+            raw = await asyncio.to_thread(path.read_bytes)
+            cells = await asyncio.to_thread(notebook.code_cells, raw, run.name)
         except (notebook.NotebookError, TransferError) as exc:
             emit(TurnFailed(str(exc), kind="notebook"))
             return
