@@ -3,7 +3,7 @@ knows nothing about how."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from slackinterp.kernels.execution import CellResult, Output, Shown
@@ -109,7 +109,6 @@ class TurnFailed:
 class TurnFinished:
     cells: int = 0
     seconds: float = 0.0
-    produced: list[str] = field(default_factory=list)
 
 
 Event = (

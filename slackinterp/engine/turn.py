@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
 import psutil
 
@@ -49,6 +49,7 @@ from slackinterp.engine.files import (
 )
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey, human_size
+from slackinterp.errors import NoticeKind
 from slackinterp.kernels import shell
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import (
@@ -63,6 +64,7 @@ from slackinterp.kernels.execution import (
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease, RestoreReport
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
+from slackinterp.llm.port import CellRun, CellSource, TurnAgent
 from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
@@ -136,20 +138,6 @@ class ThreadStatus:
     files: int
     queued: int
     replayable: int
-
-
-class TurnAgent(Protocol):
-    """The model loop (llm/agent.py); it acts on the turn only through the hooks."""
-
-    async def run_turn(
-        self,
-        key: str,
-        text: str,
-        files: list[FileReceived],
-        workdir: Path,
-        hooks: Any,
-        stop: asyncio.Event,
-    ) -> str: ...
 
 
 Emit = Callable[[Event], None]
@@ -235,7 +223,6 @@ class Engine:
         session.stop_requested = asyncio.Event()
         emit(TurnStarted())
         cells_before = session.cells_run
-        produced: list[str] = []
         # Copies of the last turn's produced files were uploaded by now.
         await asyncio.to_thread(clear_staging, self._outbox(session))
         try:
@@ -245,16 +232,16 @@ class Engine:
             code = direct_code(request.text) or context.code
             run = notebook.run_request(request.text, [f.name for f in received])
             if code is not None:
-                await self.run_code(session, code, "user", emit, produced)
+                await self.run_code(session, code, "user", emit)
             elif run is not None:
-                await self._run_notebook(session, run, emit, produced)
+                await self._run_notebook(session, run, emit)
             elif self.agent is None:
                 if request.text.strip() or not received:
                     emit(TurnFailed(NO_MODEL_HINT, kind="no_model"))
             elif request.text.strip() or received or context.earlier:
                 if request.text.strip():
                     await self.store.add_entry(session.key.id, "question", request.text.strip())
-                hooks = _Hooks(self, session, emit, produced)
+                port = _Port(self, session, emit)
                 text = prompts.with_earlier_conversation(
                     context.earlier, request.text, self.settings.thread_context_chars
                 )
@@ -263,7 +250,7 @@ class Engine:
                     text,
                     received,
                     session.workdir,
-                    hooks,
+                    port,
                     session.stop_requested,
                 )
                 if answer:
@@ -293,9 +280,7 @@ class Engine:
             session.control = None
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
             await self.store.turn_finished(session.key.id)
-            emit(
-                TurnFinished(session.cells_run - cells_before, time.monotonic() - started, produced)
-            )
+            emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started))
 
     # --- files in ------------------------------------------------------------------------
     async def _thread_context(self, request: TurnRequest, emit: Emit) -> ThreadContext:
@@ -377,10 +362,9 @@ class Engine:
         self,
         session: ThreadSession,
         code: str,
-        source: str,
+        source: CellSource,
         emit: Emit,
-        produced: list[str] | None = None,
-    ) -> CellResult:
+    ) -> CellRun:
         key = session.key.id
         lease = await self._lease(session, emit)  # leased: not evictable until mark_idle
         result: CellResult | None = None
@@ -398,10 +382,10 @@ class Engine:
             result = await self._execute(
                 session, lease, cell_id, code, emit, model=source == "model"
             )
-            await self._after_cell(
-                session, files_api, cell_id, code, before, result, emit, produced
+            produced = await self._after_cell(
+                session, files_api, cell_id, code, before, result, emit
             )
-            return result
+            return CellRun(result, tuple(produced))
         except BaseException as exc:
             if cell_id is not None and result is None:
                 # Never leave a cell message on "running…": say it failed on our side.
@@ -461,8 +445,8 @@ class Engine:
         before: workspace.Snapshot,
         result: CellResult,
         emit: Emit,
-        produced: list[str] | None,
-    ) -> None:
+    ) -> list[str]:
+        """Count, record and report a finished cell; the files it produced."""
         key = session.key.id
         session.cells_run += 1
         # Known only when the cell asked (model cells); else the agent asks when it needs them.
@@ -489,11 +473,12 @@ class Engine:
         )
         self._lifecycle_notice(result, emit)
         if result.status is Status.DIED and self.remote:
-            return  # a dead remote kernel cannot show its files
-        await self._report_files(session, files_api, cell_id, before, emit, produced)
+            return []  # a dead remote kernel cannot show its files
+        produced = await self._report_files(session, files_api, cell_id, before, emit)
         over = self._over_quota(await files_api.usage())
         if over is not None:
             emit(Notice("quota", over + " New cells will not run until files are deleted."))
+        return produced
 
     @property
     def quota_bytes(self) -> int:
@@ -570,9 +555,9 @@ class Engine:
         cell_id: str,
         before: workspace.Snapshot,
         emit: Emit,
-        produced: list[str] | None,
-    ) -> None:
+    ) -> list[str]:
         after = await files_api.snapshot()
+        produced: list[str] = []
         session.snapshot = after
         names = workspace.changed(before, after)
         limit = self.settings.max_upload_mb * 1024 * 1024
@@ -608,9 +593,9 @@ class Engine:
                 emit(FileSkipped(cell_id, shown, reason))
                 continue
             sent += 1
-            if produced is not None:
-                produced.append(name)
+            produced.append(name)
             emit(FileProduced(cell_id, path, shown, size))
+        return produced
 
     # --- controls ------------------------------------------------------------------------
     def stop(self, key: ThreadKey) -> bool:
@@ -720,7 +705,7 @@ class Engine:
         return notebook.export_name(label), data, cells
 
     async def _run_notebook(
-        self, session: ThreadSession, run: notebook.RunRequest, emit: Emit, produced: list[str]
+        self, session: ThreadSession, run: notebook.RunRequest, emit: Emit
     ) -> None:
         """An uploaded notebook's code cells, in order, one cell message each."""
         names = {name for name, _size in await self.files(session.key)}
@@ -743,7 +728,7 @@ class Engine:
         for number, code in enumerate(cells, 1):
             if session.stop_requested.is_set():
                 return
-            result = await self.run_code(session, code, "user", emit, produced)
+            result = (await self.run_code(session, code, "user", emit)).result
             if not result.ok and not run.keep_going:
                 emit(Notice("notebook", notebook.stopped_text(run, number, len(cells), result)))
                 return
@@ -772,17 +757,17 @@ class Engine:
                 log.error("engine.notice_failed thread=%s error=%s", key_id, exc)
 
 
-class _Hooks:
-    """The agent's handle on a turn: run code as cells, look at the kernel, stream text."""
+class _Port:
+    """The agent's handle on a turn (llm/port.py TurnPort): run code as cells, look at the
+    kernel, stream text."""
 
-    def __init__(self, engine: Engine, session: ThreadSession, emit: Emit, produced: list[str]):
+    def __init__(self, engine: Engine, session: ThreadSession, emit: Emit):
         self.engine = engine
         self.session = session
         self.emit = emit
-        self.produced = produced
 
-    async def run_python(self, code: str, source: str = "model") -> CellResult:
-        return await self.engine.run_code(self.session, code, source, self.emit, self.produced)
+    async def run_python(self, code: str, source: CellSource = "model") -> CellRun:
+        return await self.engine.run_code(self.session, code, source, self.emit)
 
     async def run_hidden(self, code: str) -> str:
         """Inspect the kernel (file previews, variables): not shown, not replayed."""
@@ -794,7 +779,7 @@ class _Hooks:
     async def answer_done(self, text: str) -> None:
         self.emit(AssistantText(text))
 
-    async def notice(self, kind: str, text: str) -> None:
+    async def notice(self, kind: NoticeKind, text: str) -> None:
         self.emit(Notice(kind, text))
 
     async def files(self) -> list[tuple[str, int]]:
@@ -821,12 +806,6 @@ class _Hooks:
         finally:
             if self.engine.remote:
                 self.engine.registry.mark_idle(self.session.key.id)
-
-    def produced_mark(self) -> int:
-        return len(self.produced)
-
-    def produced_since(self, mark: int) -> list[str]:
-        return self.produced[mark:]
 
 
 def restore_notice(report: RestoreReport) -> Notice:

@@ -16,9 +16,10 @@ import json
 import logging
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import openai
@@ -26,8 +27,10 @@ from openai import AsyncOpenAI
 
 from slackinterp import metrics
 from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
+from slackinterp.errors import NoticeKind
 from slackinterp.llm import images, prompts, responses, textcalls
 from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
+from slackinterp.llm.port import CellSource, ReceivedFile, TurnPort
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +41,7 @@ CONTINUE_PROMPT = (
 )
 CUT_NOTE = "\n\n_(The answer was cut off at the model's length limit.)_"
 # Source of a cell whose code the model wrote as text (the front-ends say so).
-TEXT_SOURCE = "model_text"
+TEXT_SOURCE: CellSource = "model_text"
 
 
 class ModelError(Exception):
@@ -48,30 +51,6 @@ class ModelError(Exception):
         super().__init__(message)
         self.message = message
         self.kind = kind
-
-
-class Hooks(Protocol):
-    """What a turn lets the agent do (engine/turn.py provides it)."""
-
-    async def run_python(self, code: str, source: str = "model") -> Any: ...  # CellResult
-
-    async def run_hidden(self, code: str) -> str: ...
-
-    async def answer_delta(self, text: str) -> None: ...
-
-    async def answer_done(self, text: str) -> None: ...
-
-    async def notice(self, kind: str, text: str) -> None: ...
-
-    async def files(self) -> list[tuple[str, int]]: ...
-
-    async def variables(self) -> list[str]: ...
-
-    async def read_file(self, name: str, max_bytes: int) -> bytes | None: ...
-
-    def produced_since(self, mark: int) -> list[str]: ...
-
-    def produced_mark(self) -> int: ...
 
 
 @dataclass
@@ -148,7 +127,7 @@ class _Gate:
     """Streams answer text to the user, but holds back text that starts like a tool call
     written as text (it is run as a cell rather than shown)."""
 
-    def __init__(self, hooks: Hooks, watch: bool):
+    def __init__(self, hooks: TurnPort, watch: bool):
         self.hooks = hooks
         self.held: list[str] = []
         self.open: bool | None = None if watch else True
@@ -216,9 +195,9 @@ class Agent:
         self,
         key: str,
         text: str,
-        files: list[Any],
+        files: Sequence[ReceivedFile],
         workdir: Path,
-        hooks: Hooks,
+        hooks: TurnPort,
         stop: asyncio.Event,
     ) -> str:
         earlier = await self.history.history(key)
@@ -243,7 +222,7 @@ class Agent:
                 + prompts.context_block(await hooks.files(), variables)
             )
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
-            source = "model"
+            source: CellSource = "model"
             if not reply.tool_calls and self.config.text_tool_calls:
                 found = textcalls.find_calls(
                     reply.text, succeeded=state.succeeded, already_run=state.already_run
@@ -309,13 +288,13 @@ class Agent:
         )
 
     async def _continue_cut(
-        self, key: str, partial: str, turn: list[dict[str, Any]], hooks: Hooks, state: TurnState
+        self, key: str, partial: str, turn: list[dict[str, Any]], hooks: TurnPort, state: TurnState
     ) -> None:
         """finish_reason=length: say so, keep the part, ask once for the rest."""
         state.continued = True
         state.cut_text += partial
         await hooks.notice(
-            "cut",
+            NoticeKind.CUT,
             "The model's answer was cut off at its length limit "
             "(SLACKINTERP_MAX_COMPLETION_TOKENS or the server's own); asking it to continue.",
         )
@@ -326,7 +305,7 @@ class Agent:
         turn.extend(added)
         await self.history.add_history(key, added)
 
-    async def _after_cell(self, outcome: _Outcome, state: TurnState, hooks: Hooks) -> None:
+    async def _after_cell(self, outcome: _Outcome, state: TurnState, hooks: TurnPort) -> None:
         result = outcome.result
         if result.ok:
             state.succeeded = True
@@ -340,7 +319,9 @@ class Agent:
         if too_big:
             log.info("model.images_skipped too_big=%d", too_big)
 
-    async def _attached_images(self, files: list[Any], hooks: Hooks, state: TurnState) -> None:
+    async def _attached_images(
+        self, files: Sequence[ReceivedFile], hooks: TurnPort, state: TurnState
+    ) -> None:
         if not self.vision:
             return
         for f in files:
@@ -376,7 +357,7 @@ class Agent:
         system: str,
         earlier: list[dict[str, Any]],
         turn: list[dict[str, Any]],
-        hooks: Hooks,
+        hooks: TurnPort,
         stop: asyncio.Event,
         state: TurnState,
     ) -> Reply:
@@ -399,7 +380,7 @@ class Agent:
         system: str,
         earlier: list[dict[str, Any]],
         turn: list[dict[str, Any]],
-        hooks: Hooks,
+        hooks: TurnPort,
         state: TurnState,
     ) -> Reply:
         budget = self.config.history_budget
@@ -438,21 +419,21 @@ class Agent:
         as "no vision"; the retry without images tells whether that was the reason."""
         return self.config.vision == "auto" and exc.status_code in (400, 415, 422, 500)
 
-    async def _stop_vision(self, hooks: Hooks, state: TurnState, exc: Exception) -> None:
+    async def _stop_vision(self, hooks: TurnPort, state: TurnState, exc: Exception) -> None:
         self.vision_refused = True
         state.images = []
         log.warning("model.vision_refused status=%s", getattr(exc, "status_code", "?"))
         if not state.vision_noted:
             state.vision_noted = True
             await hooks.notice(
-                "vision",
+                NoticeKind.VISION,
                 "The model server refused image inputs, so plots and pictures are not shown "
                 "to the model from now on (SLACKINTERP_MODEL_VISION=auto; set it to off to "
                 "skip the attempt, or use a model with vision).",
             )
 
     async def _complete(
-        self, messages: list[dict[str, Any]], hooks: Hooks, state: TurnState
+        self, messages: list[dict[str, Any]], hooks: TurnPort, state: TurnState
     ) -> Reply:
         metrics.MODEL_CALLS.inc()
         started = time.monotonic()
@@ -474,7 +455,9 @@ class Agent:
             self.config.exec_timeout, self.config.network, self.config.packages
         )
 
-    async def _chat(self, messages: list[dict[str, Any]], hooks: Hooks, state: TurnState) -> Reply:
+    async def _chat(
+        self, messages: list[dict[str, Any]], hooks: TurnPort, state: TurnState
+    ) -> Reply:
         kwargs: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,
@@ -507,7 +490,7 @@ class Agent:
             return Reply(message.content or "", calls, choice0.finish_reason)
         return await self._stream(kwargs, hooks)
 
-    async def _stream(self, kwargs: dict[str, Any], hooks: Hooks) -> Reply:
+    async def _stream(self, kwargs: dict[str, Any], hooks: TurnPort) -> Reply:
         stream = await self.client.chat.completions.create(**kwargs, stream=True)
         gate = _Gate(hooks, self.config.text_tool_calls)
         text: list[str] = []
@@ -542,7 +525,7 @@ class Agent:
         return Reply("".join(text), ordered, finish)
 
     async def _respond(
-        self, messages: list[dict[str, Any]], hooks: Hooks, state: TurnState
+        self, messages: list[dict[str, Any]], hooks: TurnPort, state: TurnState
     ) -> Reply:
         instructions, items = responses.to_input(messages, state.carried)
         kwargs: dict[str, Any] = {
@@ -568,16 +551,16 @@ class Agent:
     async def _run_tool(
         self,
         call: dict[str, Any],
-        hooks: Hooks,
+        hooks: TurnPort,
         last_failure: str | None,
-        source: str,
+        source: CellSource,
         state: TurnState,
     ) -> _Outcome:
         name = call["function"]["name"]
         raw = call["function"]["arguments"]
         if name != prompts.TOOL_NAME:
             await hooks.notice(
-                "tool",
+                NoticeKind.TOOL,
                 f"The model asked for a tool named `{name}`, which does "
                 "not exist; it was told to use `python`.",
             )
@@ -592,7 +575,7 @@ class Agent:
                 raise KeyError("code")
         except (ValueError, KeyError) as exc:
             await hooks.notice(
-                "tool",
+                NoticeKind.TOOL,
                 "The model sent a malformed tool call (its arguments were "
                 "not valid JSON with a `code` string); it was asked to resend it.",
             )
@@ -625,10 +608,9 @@ class Agent:
                 "output is above. Answer the user now, or run different code.",
                 code,
             )
-        mark = hooks.produced_mark()
-        result = await hooks.run_python(code, source)
-        produced = hooks.produced_since(mark)
-        text = tool_result_text(result, produced)
+        run = await hooks.run_python(code, source)
+        result = run.result
+        text = tool_result_text(result, run.produced)
         if result.status.value == "stopped":
             return _Outcome(
                 text, code, True, "Stopped. Tell me how to continue when you are ready.", result
@@ -689,7 +671,7 @@ class Agent:
         return ModelError(f"The model call failed ({type(exc).__name__}).", "model")
 
 
-def tool_result_text(result: Any, produced: list[str]) -> str:
+def tool_result_text(result: Any, produced: Sequence[str]) -> str:
     """What the model sees of a cell: status, output head and tail, traceback, files."""
     status = result.status.value
     lines = [f"status: {status} ({result.duration:.1f} s)"]

@@ -16,7 +16,7 @@ from typing import Literal, Protocol
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import CellResult
 
-CellSource = Literal["user", "model"]
+CellSource = Literal["user", "model", "model_text"]  # model_text: a call the model wrote as text
 
 
 class ReceivedFile(Protocol):
