@@ -48,6 +48,8 @@ class FailureKind(StrEnum):
     RATE_LIMIT = "rate_limit"
     SERVER = "server"
     REFUSED = "refused"
+    EMPTY = "empty"  # the model returned nothing
+    CONTEXT = "context"  # the conversation is too long even after trimming
 
 
 class RestoreReason(StrEnum):

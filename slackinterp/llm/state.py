@@ -1,0 +1,43 @@
+"""What the agent is configured with, and what one turn remembers between rounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from slackinterp.llm import images, prompts, responses
+
+
+@dataclass
+class AgentConfig:
+    model: str
+    max_rounds: int = 8
+    exec_timeout: float = 120
+    network: bool = True
+    history_budget: int = 60000
+    system_prompt: str = prompts.SYSTEM_PROMPT
+    stream: bool = True
+    base_url: str = "https://api.openai.com/v1"
+    api: str = "chat"  # chat | responses
+    text_tool_calls: bool = True
+    tool_choice: str = "auto"  # auto | required | python
+    vision: str = "auto"  # auto | on | off
+    max_images: int = 4
+    image_max_bytes: int = 2 * 1024 * 1024
+    reasoning_effort: str | None = None
+    max_completion_tokens: int | None = None
+    # The kernels' notable packages, "name version" (read at start; empty: not known).
+    packages: tuple[str, ...] = ()
+
+
+@dataclass
+class TurnState:
+    """What one turn remembers between rounds (never stored in the thread's history)."""
+
+    images: list[images.Image] = field(default_factory=list)
+    succeeded: bool = False  # a cell of this turn succeeded: forcing the tool stops
+    already_run: set[str] = field(default_factory=set)
+    repeats: int = 0  # calls of code that already ran successfully in the turn
+    cut_text: str = ""  # the part of an answer cut at the length limit, awaiting its rest
+    continued: bool = False
+    carried: responses.Carried = field(default_factory=responses.Carried)
+    vision_noted: bool = False
