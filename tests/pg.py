@@ -15,7 +15,10 @@ Use the `pg_url` fixture (a fresh database's `postgresql://` URL) or `pg_server`
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import fcntl
+import hashlib
 import os
 import pwd
 import re
@@ -180,11 +183,7 @@ async def create_database(server: str) -> tuple[str, bool]:
     try:
         await admin.execute(f'CREATE DATABASE "{name}"')
     except asyncpg.InsufficientPrivilegeError:
-        # No CREATEDB: share the configured database, emptied of the store's tables.
-        from slackinterp.store import metadata
-
-        tables = ", ".join(f'"{t}"' for t in metadata.tables)
-        await admin.execute(f"DROP TABLE IF EXISTS {tables} CASCADE")
+        # No CREATEDB: the caller shares the configured database (see `pg_url`).
         return server, False
     finally:
         await admin.close()
@@ -206,12 +205,43 @@ def pg_server() -> Iterator[str]:
     yield from server_url()
 
 
+async def empty_database(url: str) -> None:
+    """Drop the store's tables from the shared database."""
+    from slackinterp.store import metadata
+
+    admin = await _connect(url)
+    try:
+        tables = ", ".join(f'"{t}"' for t in metadata.tables)
+        await admin.execute(f"DROP TABLE IF EXISTS {tables} CASCADE")
+    finally:
+        await admin.close()
+
+
+@contextlib.asynccontextmanager
+async def shared_database_lock(url: str) -> AsyncIterator[None]:
+    """Exclusive use of one shared database across test processes (pytest-xdist workers): an
+    flock on a file named after it, released when the test ends or its process dies."""
+    digest = hashlib.sha256(url.encode()).hexdigest()[:16]
+    path = Path(tempfile.gettempdir()) / f"slackinterp-test-pg-{digest}.lock"
+    with path.open("a") as handle:
+        await asyncio.to_thread(fcntl.flock, handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 @pytest.fixture
 async def pg_url(pg_server: str) -> AsyncIterator[str]:
-    """A fresh database on the session's server, dropped after the test."""
+    """A fresh database on the session's server, dropped after the test. Without CREATEDB, the
+    configured database itself, emptied first and held by one test at a time."""
     url, created = await create_database(pg_server)
+    if not created:
+        async with shared_database_lock(url):
+            await empty_database(url)
+            yield url
+        return
     try:
         yield url
     finally:
-        if created:
-            await drop_database(pg_server, url)
+        await drop_database(pg_server, url)

@@ -42,24 +42,25 @@ async def store(db_url: str) -> AsyncIterator[Store]:
 
 
 async def test_cursor_moves_only_forward(store: Store) -> None:
-    assert await store.context_cursor("k") is None
-    await store.set_context_cursor("k", "1700000000.000200")
-    await store.set_context_cursor("k", "1700000000.000100")  # an older, queued turn
-    assert await store.context_cursor("k") == "1700000000.000200"
-    await store.set_context_cursor("k", "1700000001.000000")
-    assert await store.context_cursor("k") == "1700000001.000000"
-    assert await store.context_cursor("other") is None
+    # advance_context returns the cursor as it was, then moves it forward (never back).
+    assert await store.advance_context("k", "1700000000.000200") == (None, [])
+    # an older, queued turn: sees the newer cursor and does not rewind it
+    assert (await store.advance_context("k", "1700000000.000100"))[0] == "1700000000.000200"
+    assert (await store.advance_context("k", "1700000001.000000"))[0] == "1700000000.000200"
+    assert (await store.advance_context("k", "1700000001.000000"))[0] == "1700000001.000000"
+    assert (await store.advance_context("other", "1700000000.000100"))[0] is None
 
 
 async def test_pending_context_is_taken_once_and_bounded(store: Store) -> None:
     for i in range(PENDING_LIMIT + 5):
         await store.add_pending_context("k", {"ts": f"1.{i:06d}", "text": f"m{i}"})
     await store.add_pending_context("other", {"ts": "2.000000", "text": "x"})
-    taken = await store.take_pending_context("k")
+    _, taken = await store.advance_context("k", "3.000000")
     assert len(taken) == PENDING_LIMIT
     assert taken[0]["text"] == "m5" and taken[-1]["text"] == f"m{PENDING_LIMIT + 4}"
-    assert await store.take_pending_context("k") == []
-    assert [m["text"] for m in await store.take_pending_context("other")] == ["x"]
+    assert await store.advance_context("k", "3.000000") == ("3.000000", [])
+    _, other = await store.advance_context("other", "3.000000")
+    assert [m["text"] for m in other] == ["x"]
 
 
 async def test_files_seen_per_thread_and_version(store: Store) -> None:

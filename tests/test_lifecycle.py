@@ -288,26 +288,36 @@ async def test_signal_mid_turn_interrupts_the_cell_and_leaves_no_kernel(
     assert bot.left_behind() == []
 
 
-async def test_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
-    """A cell that ignores SIGINT keeps the clean stop waiting; the second Ctrl-C does not."""
-    code_text = (
-        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-        "print('stubborn', flush=True)\ntime.sleep(120)"
-    )
+STUBBORN_CELL = (
+    "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+    "print('stubborn', flush=True)\ntime.sleep(120)"
+)
+
+
+@asynccontextmanager
+async def bot_in_stubborn_cell(tmp_path: Path) -> AsyncIterator[BotProcess]:
+    """A bot process mid-turn in a cell that ignores SIGINT, with a 30 s interrupt grace: a
+    stop that waited for the cell (or the grace) would show in the exit time."""
     async with FakeSlack() as fake:
         env = slack_env(fake, SLACKINTERP_INTERRUPT_GRACE="30")
         async with bot_process(tmp_path, **env) as bot:
             await fake.wait_socket_connected(timeout=60)
-            ts, _ = await fake.user_message(CHANNEL, f"<@UBOT> ```{code_text}```")
+            ts, _ = await fake.user_message(CHANNEL, f"<@UBOT> ```{STUBBORN_CELL}```")
             await fake.wait_for(
                 lambda: any("stubborn" in all_text(m) for m in cell_messages(fake, ts)),
                 timeout=60,
             )
             assert bot.kernels()
-            bot.proc.send_signal(signal.SIGINT)
-            await bot.wait_output("bot.stopping")
-            bot.proc.send_signal(signal.SIGINT)
-            code, seconds = await bot.wait_exit(5)
+            yield bot
+
+
+async def test_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
+    """A cell that ignores SIGINT keeps the clean stop waiting; the second Ctrl-C does not."""
+    async with bot_in_stubborn_cell(tmp_path) as bot:
+        bot.proc.send_signal(signal.SIGINT)
+        await bot.wait_output("bot.stopping")
+        bot.proc.send_signal(signal.SIGINT)
+        code, seconds = await bot.wait_exit(5)
     out = bot.output()
     assert code == 130, out
     assert seconds < 3
@@ -317,22 +327,9 @@ async def test_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
 
 
 async def test_stop_is_bounded_when_a_cell_ignores_interrupts(tmp_path: Path) -> None:
-    code_text = (
-        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
-        "print('stubborn', flush=True)\ntime.sleep(120)"
-    )
-    async with FakeSlack() as fake:
-        env = slack_env(fake, SLACKINTERP_INTERRUPT_GRACE="30")
-        async with bot_process(tmp_path, **env) as bot:
-            await fake.wait_socket_connected(timeout=60)
-            ts, _ = await fake.user_message(CHANNEL, f"<@UBOT> ```{code_text}```")
-            await fake.wait_for(
-                lambda: any("stubborn" in all_text(m) for m in cell_messages(fake, ts)),
-                timeout=60,
-            )
-            assert bot.kernels()
-            bot.proc.send_signal(signal.SIGTERM)
-            code, seconds = await bot.wait_exit(10)
+    async with bot_in_stubborn_cell(tmp_path) as bot:
+        bot.proc.send_signal(signal.SIGTERM)
+        code, seconds = await bot.wait_exit(10)
     assert code == 0 and seconds < 10, bot.output()
     assert bot.left_behind() == []
 

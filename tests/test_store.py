@@ -109,7 +109,7 @@ async def test_dialect(store: Store, db_url: str) -> None:
 async def test_concurrent_opens_of_a_new_database_create_it_once(db_url: str) -> None:
     stores = await asyncio.gather(*(Store.open(db_url) for _ in range(4)))
     try:
-        assert await stores[0].touch_thread("T:C:1") is True
+        assert await stores[0].start_turn("T:C:1") is True
         assert all([await s.thread_exists("T:C:1") for s in stores])
     finally:
         for opened in stores:
@@ -185,8 +185,8 @@ async def test_a_new_database_is_created_at_the_newest_version(db_url: str) -> N
 # --- every method round-trips --------------------------------------------------------------
 async def test_threads(store: Store) -> None:
     assert await store.thread_exists("T:C:1") is False
-    assert await store.touch_thread("T:C:1") is True
-    assert await store.touch_thread("T:C:1") is False
+    assert await store.start_turn("T:C:1") is True
+    assert await store.start_turn("T:C:1") is False
     assert await store.thread_exists("T:C:1") is True
     assert await store.thread_exists("T:C:2") is False
 
@@ -237,18 +237,20 @@ async def test_history_order_and_clear(store: Store) -> None:
 
 
 async def test_seen_events(store: Store) -> None:
-    assert await store.first_sighting("Ev1") is True
-    assert await store.first_sighting("Ev1") is False
-    assert await store.first_sighting("Ev2") is True
-    assert await store.forget_events_before(time.time() + 1) == 2
-    assert await store.first_sighting("Ev1") is True  # forgotten: new again
+    assert await store.first_sightings("Ev1") == [True]
+    assert await store.first_sightings("Ev1") == [False]
+    assert await store.first_sightings("Ev2", "Ev1", "Ev3") == [True, False, True]
+    assert await store.first_sightings() == []
+    assert await store.forget_events_before(time.time() + 1) == 3
+    assert await store.first_sightings("Ev1") == [True]  # forgotten: new again
     assert await store.forget_events_before(time.time() - 3600) == 0
 
 
 async def test_inflight_turns(store: Store) -> None:
-    await store.turn_started("T:C:1")
-    await store.turn_started("T:C:1")  # again (a crash between start and finish): no error
-    await store.turn_started("T:C:2")
+    assert await store.start_turn("T:C:1") is True
+    # again (a crash between start and finish): no error
+    assert await store.start_turn("T:C:1") is False
+    await store.start_turn("T:C:2")
     await store.turn_finished("T:C:2")
     await store.turn_finished("T:C:never")
     assert await store.take_interrupted_turns() == ["T:C:1"]
@@ -273,18 +275,18 @@ async def test_kernel_procs(store: Store) -> None:
 async def test_first_sighting_race_has_exactly_one_winner(two_stores: tuple[Store, Store]) -> None:
     for event_id in ("EvRace1", "EvRace2", "EvRace3"):
         results = await asyncio.gather(
-            *(two_stores[i % 2].first_sighting(event_id) for i in range(20))
+            *(two_stores[i % 2].first_sightings(event_id) for i in range(20))
         )
-        assert results.count(True) == 1, results
+        assert [r[0] for r in results].count(True) == 1, results
 
 
 async def test_new_thread_race_has_exactly_one_creator(two_stores: tuple[Store, Store]) -> None:
-    results = await asyncio.gather(*(two_stores[i % 2].touch_thread("T:C:9") for i in range(10)))
+    results = await asyncio.gather(*(two_stores[i % 2].start_turn("T:C:9") for i in range(10)))
     assert results.count(True) == 1, results
 
 
-async def test_turn_started_race(two_stores: tuple[Store, Store]) -> None:
-    await asyncio.gather(*(two_stores[i % 2].turn_started("T:C:1") for i in range(10)))
+async def test_start_turn_race(two_stores: tuple[Store, Store]) -> None:
+    await asyncio.gather(*(two_stores[i % 2].start_turn("T:C:1") for i in range(10)))
     assert await two_stores[0].take_interrupted_turns() == ["T:C:1"]
 
 
@@ -436,7 +438,7 @@ HOLDER = textwrap.dedent(
 
     async def main():
         store = await Store.open(sys.argv[1])
-        await store.turn_started("T:C:1")
+        await store.start_turn("T:C:1")
         async with store.thread_lock("T:C:1"):
             print("locked", flush=True)
             await asyncio.sleep(3600)
@@ -530,7 +532,7 @@ async def test_runtime_uses_the_database_url(db_url: str, tmp_path: Path) -> Non
     runtime = await Runtime.open(settings)
     try:
         assert runtime.store.dialect == ("sqlite" if db_url.startswith("sqlite") else "postgresql")
-        assert await runtime.store.touch_thread("T:C:1") is True
+        assert await runtime.store.start_turn("T:C:1") is True
     finally:
         await runtime.stop()
     assert await schema_version(db_url) == str(SCHEMA_VERSION)

@@ -1,0 +1,114 @@
+"""Persistence: threads, replayable cells, model history, seen events, live kernel processes.
+
+SQLAlchemy 2 Core on its async engine, so the same code serves SQLite (one bot, aiosqlite) and
+PostgreSQL (several replicas, asyncpg). Every statement is written to behave the same on both:
+conflicts are resolved with INSERT … ON CONFLICT rather than by catching IntegrityError (which
+would abort the whole transaction on PostgreSQL), and what a statement changed is read from its
+row count.
+
+One module per concept: `schema` (tables), `migrations` (versions), `connection` (engines),
+`locks` (the per-thread lock across replicas), then one mixin per group of tables — `threads`
+(turns in flight), `replay` (cells and model history), `transcript` (notebook export), `seen`
+(events and thread context), `kernels` (gateway directory, kernel processes). `Store` is their
+union.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from sqlalchemy.exc import DBAPIError
+
+from slackinterp.config import normalize_database_url
+from slackinterp.store.base import StoreError, advisory_key, redacted, sqlite_url
+from slackinterp.store.connection import create_engines
+from slackinterp.store.kernels import Kernels
+from slackinterp.store.migrations import (
+    BASE_VERSION,
+    MIGRATION_LOCK,
+    MIGRATIONS,
+    SCHEMA_VERSION,
+    Migration,
+    migrate,
+)
+from slackinterp.store.replay import Replay, StoredCell
+from slackinterp.store.schema import (
+    PENDING_LIMIT,
+    cells,
+    context_files,
+    context_pending,
+    history,
+    inflight,
+    kernel_procs,
+    meta,
+    metadata,
+    seen_events,
+    thread_context,
+    thread_kernels,
+    threads,
+    transcript,
+)
+from slackinterp.store.seen import Seen
+from slackinterp.store.threads import Threads
+from slackinterp.store.transcript import Transcript
+
+__all__ = [
+    "BASE_VERSION",
+    "MIGRATIONS",
+    "MIGRATION_LOCK",
+    "PENDING_LIMIT",
+    "SCHEMA_VERSION",
+    "Migration",
+    "Store",
+    "StoreError",
+    "StoredCell",
+    "advisory_key",
+    "cells",
+    "context_files",
+    "context_pending",
+    "history",
+    "inflight",
+    "kernel_procs",
+    "meta",
+    "metadata",
+    "migrate",
+    "redacted",
+    "seen_events",
+    "sqlite_url",
+    "thread_context",
+    "thread_kernels",
+    "threads",
+    "transcript",
+]
+
+
+class Store(Threads, Replay, Transcript, Seen, Kernels):
+    """Async access to the bot's tables. Create with `await Store.open(url)`."""
+
+    @classmethod
+    async def open(cls, url: str, *, migrations: Mapping[int, Migration] = MIGRATIONS) -> Store:
+        """Connect, then create or upgrade the schema. Accepts what SLACKINTERP_DATABASE_URL
+        does (postgresql://, postgresql+asyncpg://, sqlite:///…)."""
+        try:
+            url = normalize_database_url(url)
+        except ValueError as exc:
+            raise StoreError(f"cannot use the database URL {redacted(url)}: {exc}") from None
+        store = cls(*create_engines(url))
+        where = redacted(url)
+        try:
+            await migrate(store._engine, migrations)
+        except StoreError:
+            await store.close()
+            raise
+        except DBAPIError as exc:
+            await store.close()
+            cause = exc.orig if exc.orig is not None else exc
+            raise StoreError(f"cannot open the database at {where}: {cause}") from None
+        except OSError as exc:  # refused, unknown host, timed out (asyncpg raises these as-is)
+            await store.close()
+            reason = str(exc) or type(exc).__name__
+            raise StoreError(f"cannot reach the database at {where}: {reason}") from None
+        except BaseException:
+            await store.close()
+            raise
+        return store

@@ -1,0 +1,87 @@
+"""What rebuilds a thread's state: the cells to replay into a fresh kernel, and the model's
+message history."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import delete, func, insert, select, update
+
+from slackinterp.store.base import StoreBase, StoreError, clean
+from slackinterp.store.schema import cells, history
+
+
+@dataclass(frozen=True)
+class StoredCell:
+    id: int
+    code: str
+    ok: bool
+    duration: float
+
+
+class Replay(StoreBase):
+    """Cells (replayed after a restart, until a reset) and model history."""
+
+    async def add_cell(
+        self, key: str, code: str, *, ok: bool, error_name: str | None, duration: float
+    ) -> int:
+        async with self._engine.begin() as conn:
+            result = await conn.execute(
+                insert(cells).values(
+                    thread_key=key,
+                    code=clean(code),
+                    ok=ok,
+                    error_name=clean(error_name, 200),
+                    duration=duration,
+                    replay=True,
+                    created_at=time.time(),
+                )
+            )
+            inserted = result.inserted_primary_key
+            if inserted is None:  # never for a single-row INSERT; the type allows it
+                raise StoreError("the database returned no id for the new cell")
+            return int(inserted[0])
+
+    async def replayable_cells(self, key: str) -> list[StoredCell]:
+        """Cells that succeeded since the last reset, in the order they ran."""
+        query = (
+            select(cells.c.id, cells.c.code, cells.c.ok, cells.c.duration)
+            .where(cells.c.thread_key == key, cells.c.replay.is_(True), cells.c.ok.is_(True))
+            .order_by(cells.c.id)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [StoredCell(r.id, r.code, r.ok, r.duration) for r in rows]
+
+    async def count_cells(self, key: str) -> int:
+        query = select(func.count()).select_from(cells).where(cells.c.thread_key == key)
+        async with self._engine.connect() as conn:
+            return int((await conn.execute(query)).scalar_one())
+
+    async def clear_replay(self, key: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(update(cells).where(cells.c.thread_key == key).values(replay=False))
+
+    # model history -------------------------------------------------------------------------
+    async def add_history(self, key: str, messages: Sequence[dict[str, Any]]) -> None:
+        if not messages:
+            return
+        now = time.time()
+        # json.dumps escapes NUL (\u0000), so the text is safe for PostgreSQL as it is.
+        rows = [{"thread_key": key, "message": json.dumps(m), "created_at": now} for m in messages]
+        async with self._engine.begin() as conn:
+            await conn.execute(insert(history), rows)
+
+    async def history(self, key: str) -> list[dict[str, Any]]:
+        query = select(history.c.message).where(history.c.thread_key == key).order_by(history.c.id)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [json.loads(r.message) for r in rows]
+
+    async def clear_history(self, key: str) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(delete(history).where(history.c.thread_key == key))

@@ -1,0 +1,129 @@
+"""The current schema: every table the bot keeps, as SQLAlchemy Core tables.
+
+A new database is created from these and stamped with the newest version; an older one is
+brought forward by the steps in `migrations.py`. Change a table here, then add a step there.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Boolean, Column, Float, Integer, MetaData, String, Table, Text
+
+metadata = MetaData()
+
+meta = Table(
+    "meta",
+    metadata,
+    Column("key", String(64), primary_key=True),
+    Column("value", Text, nullable=False),
+)
+
+threads = Table(
+    "threads",
+    metadata,
+    Column("key", String(200), primary_key=True),
+    Column("created_at", Float, nullable=False),
+    Column("last_active", Float, nullable=False),
+)
+
+cells = Table(
+    "cells",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("code", Text, nullable=False),
+    Column("ok", Boolean, nullable=False),
+    Column("error_name", String(200)),
+    Column("duration", Float, nullable=False, default=0.0),
+    # False once a reset clears the thread's state: kept for the record, never replayed.
+    Column("replay", Boolean, nullable=False, default=True),
+    Column("created_at", Float, nullable=False),
+)
+
+history = Table(
+    "history",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("message", Text, nullable=False),  # one Chat Completions message, JSON
+    Column("created_at", Float, nullable=False),
+)
+
+seen_events = Table(
+    "seen_events",
+    metadata,
+    Column("event_id", String(200), primary_key=True),
+    Column("seen_at", Float, nullable=False, index=True),
+)
+
+# Turns that started and have not finished: after a crash, their threads are told.
+inflight = Table(
+    "inflight",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("started_at", Float, nullable=False),
+)
+
+# Which gateway kernel serves a thread, shared by replicas (schema version 2).
+thread_kernels = Table(
+    "thread_kernels",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("kernel_id", String(200), nullable=False),
+    Column("owner", String(100), nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+# The thread as a notebook since its last reset (schema version 4): questions and answers as
+# Markdown, cells with their nbformat outputs (JSON), bounded per thread by the engine.
+transcript = Table(
+    "transcript",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("kind", String(16), nullable=False),  # question | answer | code
+    Column("source", Text, nullable=False),
+    Column("outputs", Text, nullable=False, default="[]"),
+    Column("execution_count", Integer),
+    Column("size", Integer, nullable=False, default=0),
+    Column("created_at", Float, nullable=False),
+)
+
+kernel_procs = Table(
+    "kernel_procs",
+    metadata,
+    Column("pid", Integer, primary_key=True),
+    Column("owner_pid", Integer, nullable=False),
+    Column("connection_file", Text, nullable=False),
+    Column("started_at", Float, nullable=False),
+)
+
+
+# Thread context (schema version 3): how far a thread has been read from Slack, messages seen
+# through events (edits, other bots) waiting for the next turn, and files already fetched.
+thread_context = Table(
+    "thread_context",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("cursor_ts", String(40), nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+context_pending = Table(
+    "context_pending",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("message", Text, nullable=False),  # a trimmed Slack message, JSON
+    Column("created_at", Float, nullable=False),
+)
+
+context_files = Table(
+    "context_files",
+    metadata,
+    Column("thread_key", String(200), primary_key=True),
+    Column("file_id", String(100), primary_key=True),
+    Column("version", String(100), primary_key=True),
+    Column("seen_at", Float, nullable=False),
+)
+
+PENDING_LIMIT = 50
