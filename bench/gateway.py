@@ -90,8 +90,7 @@ from slackinterp.config import Settings  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
 from slackinterp.kernels import sandbox  # noqa: E402
 from slackinterp.kernels.execution import run_cell  # noqa: E402
-from slackinterp.kernels.gateway import GatewayBackend  # noqa: E402
-from slackinterp.runtime import Runtime  # noqa: E402
+from slackinterp.runtime import Runtime, gateway_backend  # noqa: E402
 from tests import gateway as test_gateway  # noqa: E402
 from tests import pg as test_pg  # noqa: E402
 from tests import test_gateway_soak as soak  # noqa: E402
@@ -468,7 +467,14 @@ async def bench_round_trip(
             "local_bwrap": "local, bubblewrap",
         }[name]
         variants.append(Variant(name, label, cell_action(lease.kernel)))
-    stock_backend = GatewayBackend(gw.url, kernel_name=STOCK_SPEC, token=gw.token)
+    stock_backend = gateway_backend(
+        bench_settings(
+            scratch / "stock-data",
+            gateway_url=gw.url,
+            gateway_token=gw.token,
+            kernel_name=STOCK_SPEC,
+        )
+    )
     stock = await stock_backend.start_kernel(scratch / "stock")
     variants.append(Variant("gateway_stock", f"gateway, {STOCK_SPEC} (stock)", cell_action(stock)))
     floor = await RawChannels(gw.url, gw.token, KERNEL_SPEC).open()
@@ -789,7 +795,9 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
         gateway_settings = {"gateway_url": gw.url, "gateway_token": gw.token}
         specs: dict[str, dict[str, Any]] = {
             "gateway": {**gateway_settings, "kernel_name": KERNEL_SPEC},
-            "local": {"sandbox": "none"},
+            # A root bot hands unsandboxed kernels to SLACKINTERP_KERNEL_USER (nobody), who
+            # usually cannot run a checkout's .venv; the round trip is the same either way.
+            "local": {"sandbox": "none", "kernel_user": "root"},
         }
         if bwrap_works:
             specs["local_bwrap"] = {"sandbox": "bwrap"}

@@ -21,7 +21,7 @@ from openai import (
     PermissionDeniedError,
 )
 
-from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
+from slackinterp.config import Settings, openai_client
 from slackinterp.doctor.checks import (
     MODEL,
     MODEL_HTTP_TIMEOUT,
@@ -142,12 +142,7 @@ async def check_model(settings: Settings) -> Check:
             "no model configured (OPENAI_API_KEY / OPENAI_BASE_URL unset): only messages "
             "with direct ```python code run",
         )
-    client = AsyncOpenAI(
-        api_key=settings.openai_api_key or NO_KEY_PLACEHOLDER,
-        base_url=settings.openai_base_url or None,
-        timeout=MODEL_HTTP_TIMEOUT,
-        max_retries=0,
-    )
+    client = openai_client(settings, timeout=MODEL_HTTP_TIMEOUT, max_retries=0)
     try:
         try:
             note = await _one_token(client, settings.openai_model)
