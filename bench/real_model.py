@@ -46,7 +46,7 @@ import openai  # noqa: E402
 from prometheus_client import REGISTRY  # noqa: E402
 
 from bench.common import leftover_kernels  # noqa: E402
-from slackinterp.config import load_settings, openai_client  # noqa: E402
+from slackinterp.config import load_settings  # noqa: E402
 from slackinterp.engine.events import (  # noqa: E402
     AssistantText,
     CellFinished,
@@ -56,6 +56,7 @@ from slackinterp.engine.events import (  # noqa: E402
 )
 from slackinterp.engine.turn import IncomingFile, TurnRequest  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
+from slackinterp.model_client import openai_client  # noqa: E402
 from slackinterp.runtime import Runtime  # noqa: E402
 
 SALES = "month,revenue\n" + "".join(

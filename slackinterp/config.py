@@ -8,14 +8,11 @@ from __future__ import annotations
 
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
-
-if TYPE_CHECKING:
-    from openai import AsyncOpenAI
 
 PREFIX = "SLACKINTERP_"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
@@ -443,26 +440,6 @@ def _describe(error: ErrorDetails) -> str:
     else:
         expects = str(error.get("msg", "a valid value")).removeprefix("Value error, ")
     return f"{name}: expected {expects}, got {got!r}"
-
-
-def openai_client(
-    settings: Settings, *, timeout: float | None = None, max_retries: int | None = None
-) -> AsyncOpenAI:
-    """The model client as the bot builds it: the configured key (a placeholder for local
-    servers, which the SDK otherwise refuses), base URL and timeout. One builder, so doctor
-    and the benchmarks talk to the model exactly as the agent does; they pass a shorter
-    timeout or no retries where a check must answer quickly."""
-    from openai import AsyncOpenAI
-
-    options: dict[str, Any] = {}
-    if max_retries is not None:
-        options["max_retries"] = max_retries
-    return AsyncOpenAI(
-        api_key=settings.openai_api_key or NO_KEY_PLACEHOLDER,
-        base_url=settings.openai_base_url or None,
-        timeout=settings.model_timeout if timeout is None else timeout,
-        **options,
-    )
 
 
 def load_settings(**overrides: Any) -> Settings:

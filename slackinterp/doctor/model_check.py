@@ -21,7 +21,7 @@ from openai import (
     PermissionDeniedError,
 )
 
-from slackinterp.config import Settings, openai_client
+from slackinterp.config import Settings
 from slackinterp.doctor.checks import (
     MODEL,
     MODEL_HTTP_TIMEOUT,
@@ -33,6 +33,7 @@ from slackinterp.doctor.checks import (
     skipped,
 )
 from slackinterp.logs import public_url
+from slackinterp.model_client import openai_client
 
 log = logging.getLogger(__name__)
 
