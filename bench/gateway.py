@@ -595,8 +595,10 @@ async def replica_run(
             keys = [f"{fake.team_id}:{r.channel}:{r.thread_ts}" for r in runs]
     finally:
         if created:
-            with contextlib.suppress(Exception):
+            try:
                 await test_pg.drop_database(server, db)
+            except Exception as exc:  # the figures stand; say what is left behind
+                progress(f"  could not drop the database {db}: {exc}")
     both = sum(1 for key in keys if all(c.get(key, 0) == 1 for c in ran))
     latencies = [lat for r in runs for lat in r.latencies if lat is not None]
     by_turn = {

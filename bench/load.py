@@ -895,10 +895,11 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         if sampler is not None and sampler.poll() is None:
             sampler.kill()
-        with contextlib.suppress(Exception):
-            await side.run(model.stop())
-        with contextlib.suppress(Exception):
-            await side.run(fake.stop())
+        for name, fake_server in (("model", model), ("Slack", fake)):
+            try:
+                await side.run(fake_server.stop())
+            except Exception as exc:  # the report stands; say which fake did not stop cleanly
+                progress(f"the fake {name} server did not stop cleanly: {exc}")
         side.close()
         if ok and not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)
