@@ -56,7 +56,6 @@ from slackinterp.config import Settings
 from slackinterp.engine.events import CellFinished
 from slackinterp.engine.turn import TurnRequest
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.kernels.backend import wait_gone
 from slackinterp.kernels.execution import run_cell
 from slackinterp.runtime import Runtime
 
@@ -402,7 +401,7 @@ def kernel_children() -> list[psutil.Process]:
 
 async def leftover_kernels() -> list[int]:
     """Pids of kernels still running after shutdown (a failure); they are killed here."""
-    await wait_gone([p.pid for p in kernel_children()], timeout=10)
+    await asyncio.to_thread(psutil.wait_procs, kernel_children(), timeout=10)
     leftovers = kernel_children()
     for process in leftovers:
         process.kill()

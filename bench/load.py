@@ -67,7 +67,7 @@ import tempfile
 import threading
 import time
 from collections import Counter
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
@@ -81,7 +81,7 @@ import psutil  # noqa: E402
 from slackinterp.app import SlackBot  # noqa: E402
 from tests.conftest import make_settings  # noqa: E402
 from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, Step, ToolCall  # noqa: E402
-from tests.fakes.slack import FakeSlack, FaultInjector, _Fault  # noqa: E402
+from tests.fakes.slack import FakeSlack, FaultInjector, TsClock, Workspace, _Fault  # noqa: E402
 from tests.slack_harness import all_text  # noqa: E402
 
 T = TypeVar("T")
@@ -181,26 +181,38 @@ class CountingFaults(FaultInjector):
         return fault
 
 
+class ObservedWorkspace(Workspace):
+    """The fake's message store, calling `observe` with every message posted or edited."""
+
+    def __init__(self, clock: TsClock, team_id: str, observe: Callable[[dict[str, Any]], None]):
+        super().__init__(clock, team_id)
+        self.observe = observe
+
+    def post(self, channel: str, **kwargs: Any) -> dict[str, Any]:
+        message = super().post(channel, **kwargs)
+        self.observe(message)
+        return message
+
+    def update(self, channel: str, ts: str, **kwargs: Any) -> dict[str, Any]:
+        message = super().update(channel, ts, **kwargs)
+        self.observe(message)
+        return message
+
+
 class LoadSlack(FakeSlack):
-    """FakeSlack that notes when each turn's reply, or a warning, first appears in its state."""
+    """FakeSlack that notes when each turn's reply, or a warning, first appears in its state
+    (through its public Workspace, swapped for an observed one before anything is posted)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.faults = CountingFaults()
         self.replies: dict[tuple[str, str], float] = {}  # reply key → time.monotonic()
         self.warnings: dict[str, list[tuple[float, str]]] = {}  # thread_ts → (time, text)
-
-    def _chat_post_message(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
-        body = super()._chat_post_message(params, token_kind)
-        self._observe(body["message"])
-        return body
-
-    def _chat_update(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
-        body = super()._chat_update(params, token_kind)
-        self._observe(body["message"])
-        return body
+        self.workspace = ObservedWorkspace(self.workspace.clock, self.team_id, self._observe)
 
     def _observe(self, message: dict[str, Any]) -> None:
+        if not message.get("bot_id"):
+            return  # people's messages are not replies
         key = reply_key(message)
         if key is not None:
             self.replies.setdefault(key, time.monotonic())
@@ -883,10 +895,11 @@ async def main(args: argparse.Namespace) -> int:
     finally:
         if sampler is not None and sampler.poll() is None:
             sampler.kill()
-        with contextlib.suppress(Exception):
-            await side.run(model.stop())
-        with contextlib.suppress(Exception):
-            await side.run(fake.stop())
+        for name, fake_server in (("model", model), ("Slack", fake)):
+            try:
+                await side.run(fake_server.stop())
+            except Exception as exc:  # the report stands; say which fake did not stop cleanly
+                progress(f"the fake {name} server did not stop cleanly: {exc}")
         side.close()
         if ok and not args.keep:
             shutil.rmtree(scratch, ignore_errors=True)

@@ -43,11 +43,10 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 import openai  # noqa: E402
-from openai import AsyncOpenAI  # noqa: E402
 from prometheus_client import REGISTRY  # noqa: E402
 
 from bench.common import leftover_kernels  # noqa: E402
-from slackinterp.config import NO_KEY_PLACEHOLDER, load_settings  # noqa: E402
+from slackinterp.config import load_settings  # noqa: E402
 from slackinterp.engine.events import (  # noqa: E402
     AssistantText,
     CellFinished,
@@ -57,6 +56,7 @@ from slackinterp.engine.events import (  # noqa: E402
 )
 from slackinterp.engine.turn import IncomingFile, TurnRequest  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
+from slackinterp.model_client import openai_client  # noqa: E402
 from slackinterp.runtime import Runtime  # noqa: E402
 
 SALES = "month,revenue\n" + "".join(
@@ -226,11 +226,7 @@ def _incoming(name: str, body: str) -> IncomingFile:
 
 async def baseline(settings: Any) -> float:
     """Seconds for one bare completion of a few tokens: a model call's floor."""
-    client = AsyncOpenAI(
-        api_key=settings.openai_api_key or NO_KEY_PLACEHOLDER,
-        base_url=settings.openai_base_url or None,
-        timeout=settings.model_timeout,
-    )
+    client = openai_client(settings)
     try:
         messages: Any = [{"role": "user", "content": "Say OK."}]
         began = time.perf_counter()

@@ -14,13 +14,18 @@ import argparse
 import asyncio
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
 
-from slackinterp.kernels.execution import run_cell
-from slackinterp.runtime import Runtime
-from tests.conftest import make_settings
+ROOT = Path(__file__).resolve().parent.parent
+if str(ROOT) not in sys.path:  # `python bench/sandbox_start.py` from anywhere
+    sys.path.insert(0, str(ROOT))
+
+from slackinterp.kernels.execution import run_cell  # noqa: E402
+from slackinterp.runtime import Runtime  # noqa: E402
+from tests.conftest import make_settings  # noqa: E402
 
 
 async def main(runs: int, iters: int, sandbox: str) -> None:

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 PREFIX = "SLACKINTERP_"
@@ -428,12 +429,12 @@ class SettingsError(Exception):
         super().__init__("\n".join(problems))
 
 
-def _describe(error: dict[str, Any]) -> str:
+def _describe(error: ErrorDetails) -> str:
     loc = error.get("loc") or ("?",)
     field = str(loc[0])
     name = env_name(field) if field in Settings.model_fields else field
     got = error.get("input")
-    template = _EXPECTS.get(error.get("type", ""))
+    template = _EXPECTS.get(error["type"])
     if template:
         expects = template.format(**(error.get("ctx") or {}))
     else:

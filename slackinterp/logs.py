@@ -12,8 +12,26 @@ import re
 import sys
 import time
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 _PAIR = re.compile(r"(\w+)=(\S+)")
+
+
+def public_url(url: str | None) -> str:
+    """A URL as it may be shown or logged: no user:password, query or fragment.
+
+    The one redaction for service URLs (Slack, model server, gateway) shown to operators and
+    users; credentials often ride in the userinfo or in a `?key=` query.
+    """
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    host = parts.hostname or ""
+    if ":" in host:  # an IPv6 literal loses its brackets in .hostname
+        host = f"[{host}]"
+    if parts.port:
+        host = f"{host}:{parts.port}"
+    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 class JsonFormatter(logging.Formatter):

@@ -231,6 +231,22 @@ async def test_unreachable_model_server(tmp_path: Path, good: dict[str, Any]) ->
     assert check.fix and "OPENAI_BASE_URL" in check.fix
 
 
+async def test_credentials_in_urls_are_never_printed(tmp_path: Path, good: dict[str, Any]) -> None:
+    """A password or key in OPENAI_BASE_URL or SLACK_API_URL stays out of the report."""
+    model_url = closed_port_url().replace("http://", "http://someone:hunter22@") + "?key=topsecret"
+    slack_url = closed_port_url() + "/?t=topsecret"  # (aiohttp refuses user:password here)
+    model = await doctor.check_model(configured(tmp_path, good, openai_base_url=model_url))
+    bot = await doctor.check_bot_token(configured(tmp_path, good, slack_api_url=slack_url))
+
+    for check in (model, bot):
+        assert not check.ok
+        shown = "\n".join(check.lines())
+        assert "hunter22" not in shown and "topsecret" not in shown and "someone" not in shown
+        assert "unexpected error" not in check.detail
+    assert "cannot reach the model server at http://127.0.0.1:" in model.detail
+    assert "cannot reach Slack at http://127.0.0.1:" in bot.detail
+
+
 async def test_unknown_model_lists_known_ones(tmp_path: Path, good: dict[str, Any]) -> None:
     check = await doctor.check_model(configured(tmp_path, good, openai_model="no-such-model"))
 
