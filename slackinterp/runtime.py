@@ -110,7 +110,7 @@ class Runtime:
             agent = Agent.from_settings(
                 settings, store, network=network_allowed(settings, contained)
             )
-        if getattr(backend, "remote", False) and store.dialect == "postgresql":
+        if backend.files_with_kernel and store.dialect == "postgresql":
             # Replicas share the database and the gateway: any of them can serve a thread
             # with the kernel another one started.
             registry.directory = store

@@ -32,6 +32,10 @@ class TransferError(Exception):
 class ThreadFiles(Protocol):
     async def snapshot(self) -> workspace.Snapshot: ...
 
+    async def measure(self) -> workspace.Measured:
+        """The snapshot and the usage in one walk (before and after each cell)."""
+        ...
+
     async def usage(self) -> workspace.Usage: ...
 
     async def put(self, source: Path, name: str) -> str: ...
@@ -51,6 +55,11 @@ class LocalFiles:
 
     async def snapshot(self) -> workspace.Snapshot:
         return await asyncio.to_thread(workspace.snapshot, self.root)
+
+    async def measure(self) -> workspace.Measured:
+        return await asyncio.to_thread(
+            workspace.measure, self.root, self.scratch, stop_after=self.max_files
+        )
 
     async def usage(self) -> workspace.Usage:
         """Everything the kernel can write: the working directory and its scratch places."""
@@ -137,7 +146,7 @@ def _copy_no_follow(root: Path, name: str, staging: Path, max_bytes: int) -> Pat
 
 _SNAPSHOT = r"""
 def __si_snapshot():
-    import json, os
+    import json, os, stat
     found = {}
     for dirpath, dirnames, filenames in os.walk("."):
         dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
@@ -146,8 +155,10 @@ def __si_snapshot():
                 continue
             path = os.path.join(dirpath, name)
             try:
-                st = os.stat(path)
+                st = os.lstat(path)
             except OSError:
+                continue
+            if not stat.S_ISREG(st.st_mode):
                 continue
             found[os.path.relpath(path, ".")] = [st.st_size, st.st_mtime_ns]
             if len(found) >= %d:
@@ -188,6 +199,51 @@ def __si_usage(seconds, stop_after):
     return total, entries, 1
 print(*__si_usage(%r, %d))
 del __si_usage
+"""
+
+_MEASURE = r"""
+def __si_measure(seconds, stop_after, max_listed):
+    import json, os, stat, time
+    found = {}
+    total = entries = 0
+    complete = 1
+    end = time.monotonic() + seconds
+    stack = [(".", ())]
+    while stack:
+        directory, parts = stack.pop()
+        try:
+            listing = os.scandir(directory)
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                entries += 1
+                if entries %% 512 == 0 and time.monotonic() > end:
+                    complete = 0
+                    stack.clear()
+                    break
+                if stop_after and entries > stop_after:
+                    stack.clear()
+                    break
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used = info.st_blocks * 512
+                visible = parts is not None and not entry.name.startswith(".")
+                if stat.S_ISREG(info.st_mode):
+                    used = max(used, info.st_size)
+                    if visible and len(found) < max_listed:
+                        key = tuple((1, p) for p in parts) + ((0, entry.name),)
+                        name = os.path.join(*parts, entry.name)
+                        found[key] = (name, [info.st_size, info.st_mtime_ns])
+                elif stat.S_ISDIR(info.st_mode):
+                    stack.append((entry.path, parts + (entry.name,) if visible else None))
+                total += used
+    listed = dict(found[k] for k in sorted(found))
+    return json.dumps({"files": listed, "usage": [total, entries, complete]})
+print(__si_measure(%r, %d, %d))
+del __si_measure
 """
 
 _OPEN = r"""
@@ -253,6 +309,17 @@ class KernelFiles:
     async def snapshot(self) -> workspace.Snapshot:
         raw = await self._run(_SNAPSHOT % workspace.MAX_SCAN_ENTRIES)
         return {name: (int(v[0]), int(v[1])) for name, v in json.loads(raw or "{}").items()}
+
+    async def measure(self) -> workspace.Measured:
+        """workspace.measure, run by the kernel: the same rules and bounds as on a local disk."""
+        code = _MEASURE % (workspace.USAGE_SECONDS, self.max_files, workspace.MAX_SCAN_ENTRIES)
+        raw = json.loads(await self._run(code) or "{}")
+        files = raw.get("files", {})
+        total, entries, complete = (int(v) for v in raw.get("usage", (0, 0, 1)))
+        return workspace.Measured(
+            {name: (int(v[0]), int(v[1])) for name, v in files.items()},
+            workspace.Usage(total, entries, bool(complete)),
+        )
 
     async def usage(self) -> workspace.Usage:
         """Counted by the kernel, with the same rules and time bound as on a local disk."""

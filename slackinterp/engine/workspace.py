@@ -180,6 +180,66 @@ def usage(roots: list[Path], *, seconds: float = USAGE_SECONDS, stop_after: int 
     return Usage(total, entries)
 
 
+@dataclass(frozen=True)
+class Measured:
+    """One walk's worth: the visible files (for what a cell produced) and the usage (quota)."""
+
+    snapshot: Snapshot
+    usage: Usage
+
+
+def measure(
+    root: Path, scratch: list[Path], *, seconds: float = USAGE_SECONDS, stop_after: int = 0
+) -> Measured:
+    """`snapshot(root)` and `usage([root, *scratch])` in one walk, by the same rules: links
+    never followed, hidden entries counted but not listed, the listing bounded by
+    MAX_SCAN_ENTRIES and the walk by time and `stop_after`. A walk cut short (already over
+    the quota) lists what it saw."""
+    found: dict[tuple[tuple[int, str], ...], tuple[str, tuple[int, int]]] = {}
+    total = entries = 0
+    end = time.monotonic() + seconds
+    complete = True
+    # (directory, its path below root as parts or None outside the listing)
+    stack: list[tuple[str, tuple[str, ...] | None]] = [(str(p), None) for p in scratch]
+    if root.is_dir():
+        stack.append((str(root), ()))
+    while stack:
+        directory, parts = stack.pop()
+        try:
+            listing = os.scandir(directory)
+        except OSError:
+            continue
+        with listing:
+            for entry in listing:
+                entries += 1
+                if entries % 512 == 0 and time.monotonic() > end:
+                    complete = False
+                    stack.clear()
+                    break
+                if stop_after and entries > stop_after:
+                    stack.clear()
+                    break
+                try:
+                    info = entry.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                used = info.st_blocks * 512
+                visible = parts is not None and not entry.name.startswith(".")
+                if S_ISREG(info.st_mode):
+                    used = max(used, info.st_size)
+                    if visible and parts is not None and len(found) < MAX_SCAN_ENTRIES:
+                        # Keyed so that sorting gives os.walk's order: files before subfolders.
+                        key = (*((1, p) for p in parts), (0, entry.name))
+                        name = os.path.join(*parts, entry.name)
+                        found[key] = (name, (info.st_size, info.st_mtime_ns))
+                elif S_ISDIR(info.st_mode):
+                    below = (*parts, entry.name) if visible and parts is not None else None
+                    stack.append((entry.path, below))
+                total += used
+    listed = dict(found[key] for key in sorted(found))
+    return Measured(listed, Usage(total, entries, complete))
+
+
 def human_size(size: int) -> str:
     """1.5 MiB, 12 KiB, 0 B: what people read in a thread or a terminal."""
     value = float(size)

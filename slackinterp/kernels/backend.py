@@ -54,12 +54,22 @@ class Kernel(Protocol):
 
     async def restart(self) -> None: ...
 
+    @property
+    def scratch_dirs(self) -> list[Path]:
+        """Where the kernel writes besides its working directory (counted by the quota)."""
+        ...
+
     async def move_to(self, cwd: Path) -> None: ...
 
     async def shutdown(self) -> None: ...
 
 
 class KernelBackend(Protocol):
+    """Starts kernels. `files_with_kernel`: a thread's working directory lives with its
+    kernel (a gateway's), reached through the kernel protocol, not on the bot's disk."""
+
+    files_with_kernel: bool
+
     async def start_kernel(self, cwd: Path) -> Kernel: ...
 
     async def cleanup_orphans(self) -> int: ...
@@ -241,6 +251,8 @@ class LocalKernel:
 
 class LocalBackend:
     """Starts ipykernel processes with a minimal environment and resource limits."""
+
+    files_with_kernel = False  # the working directory is on this disk
 
     def __init__(
         self,

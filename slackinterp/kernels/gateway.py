@@ -45,7 +45,6 @@ class GatewayClient:
         self.session_id = session_id
         self.iopub: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.shell: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.control: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lost_state = asyncio.Event()  # the gateway saw the kernel die or restart
         self.closed = asyncio.Event()
         self._reader = asyncio.create_task(self._read(), name="gateway-ws-reader")
@@ -66,8 +65,6 @@ class GatewayClient:
                     self.iopub.put_nowait(msg)
                 elif channel == "shell":
                     self.shell.put_nowait(msg)
-                elif channel == "control":
-                    self.control.put_nowait(msg)
         finally:
             self.closed.set()
 
@@ -152,8 +149,6 @@ async def _get(source: asyncio.Queue[dict[str, Any]], timeout: float | None) -> 
 class GatewayKernel:
     """A kernel living on the gateway; its working directory lives there too."""
 
-    remote = True
-
     def __init__(self, backend: GatewayBackend, kernel_id: str, cwd: Path):
         self.backend = backend
         self.kernel_id = kernel_id
@@ -172,8 +167,8 @@ class GatewayKernel:
         return None  # the process is the gateway's business
 
     @property
-    def remote_dir(self) -> str:
-        return f"{REMOTE_ROOT}/{self.cwd.name}"
+    def scratch_dirs(self) -> list[Path]:
+        return []  # the gateway's disk: its quota is the deployment's business
 
     async def connect(self) -> None:
         if self._client is not None:
@@ -252,7 +247,7 @@ class GatewayKernel:
 class GatewayBackend:
     """Creates kernels on a gateway. Kernels get only the environment we send (KERNEL_*)."""
 
-    remote = True
+    files_with_kernel = True  # the working directory is the kernel's, on the gateway
 
     def __init__(
         self,

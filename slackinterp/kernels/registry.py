@@ -383,11 +383,6 @@ class KernelRegistry:
         return report
 
     # --- bookkeeping the engine reports --------------------------------------------------
-    def mark_busy(self, key: str) -> None:
-        slot = self.slots.get(key)
-        if slot is not None:
-            slot.busy_since = time.monotonic()
-
     def mark_idle(self, key: str, *, state_lost: str = "") -> None:
         slot = self.slots.get(key)
         if slot is not None:
