@@ -13,9 +13,7 @@ import itertools
 import logging
 import os
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -24,6 +22,10 @@ from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.kernels import cgroups, privileges, sandbox
 from slackinterp.kernels.execution import CellControl
+
+# bench/ imports wait_gone from here.
+from slackinterp.kernels.processes import is_kernel_process, kill_group
+from slackinterp.kernels.processes import wait_gone as wait_gone
 
 log = logging.getLogger(__name__)
 
@@ -61,16 +63,32 @@ class Kernel(Protocol):
 
     async def move_to(self, cwd: Path) -> None: ...
 
+    async def detach(self) -> None:
+        """Stop using the kernel without deleting it (another replica serves its thread)."""
+        ...
+
     async def shutdown(self) -> None: ...
 
 
 class KernelBackend(Protocol):
-    """Starts kernels. `files_with_kernel`: a thread's working directory lives with its
-    kernel (a gateway's), reached through the kernel protocol, not on the bot's disk."""
+    """Starts kernels, and says what its kernels can do.
+
+    `files_with_kernel`: a thread's working directory lives with its kernel (a gateway's),
+    reached through the kernel protocol, not on the bot's disk. `shared_kernels`: another
+    bot replica can attach to a kernel this one started (kernel_exists, attach)."""
 
     files_with_kernel: bool
+    shared_kernels: bool
 
     async def start_kernel(self, cwd: Path) -> Kernel: ...
+
+    async def kernel_exists(self, kernel_id: str) -> bool: ...
+
+    async def attach(self, kernel_id: str, cwd: Path) -> Kernel: ...
+
+    async def close(self) -> None:
+        """Let go of what the backend holds itself (a gateway's HTTP session)."""
+        ...
 
     async def cleanup_orphans(self) -> int: ...
 
@@ -212,7 +230,8 @@ class LocalKernel:
         if self.sandboxed:
             await asyncio.to_thread(_adopt, old, cwd, self.user)
             self.km.bwrap_spec.workdir = cwd  # type: ignore[attr-defined]
-            self.km._launch_args["cwd"] = str(cwd)  # restarts launch from the new place
+            # Restarts launch from the new place (set by the start, before any move).
+            self.km._launch_args["cwd"] = str(cwd)  # type: ignore[index,assignment]
             self.cwd = cwd
             return
         self.cwd = cwd
@@ -229,6 +248,9 @@ class LocalKernel:
         await asyncio.to_thread(privileges.hand_over, self.cwd, self.user)
         self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
 
+    async def detach(self) -> None:
+        return None  # never shared (LocalBackend.shared_kernels is False)
+
     async def shutdown(self) -> None:
         pid = self.pid
         try:
@@ -237,7 +259,7 @@ class LocalKernel:
             await self.km.shutdown_kernel(now=True)
         except Exception as exc:
             log.warning("kernel.shutdown_failed kernel=%s error=%s", self.kernel_id, exc)
-            _kill_group(pid)
+            kill_group(pid)
         if isinstance(self.km, SandboxedKernelManager):
             self.km.close_args()
         if self._recorder is not None and self._recorded_pid is not None:
@@ -253,6 +275,7 @@ class LocalBackend:
     """Starts ipykernel processes with a minimal environment and resource limits."""
 
     files_with_kernel = False  # the working directory is on this disk
+    shared_kernels = False  # a local process is this bot's alone
 
     def __init__(
         self,
@@ -312,7 +335,9 @@ class LocalBackend:
             seccomp_fd=privileges.seccomp_fd(),
         )
         # A signal would hit bwrap, not the kernel: interrupt over the control channel.
-        km.kernel_spec.interrupt_mode = "message"
+        spec = km.kernel_spec  # loaded by the manager before the start
+        assert spec is not None
+        spec.interrupt_mode = "message"
 
     async def start_kernel(self, cwd: Path) -> LocalKernel:
         # Kernel start-up is CPU-bound (imports); more at once than cores only slows each one
@@ -402,6 +427,15 @@ class LocalBackend:
             raise
         return kernel
 
+    async def kernel_exists(self, kernel_id: str) -> bool:
+        return False  # no other replica's kernel is ever local
+
+    async def attach(self, kernel_id: str, cwd: Path) -> LocalKernel:
+        raise KernelStartError("local kernels cannot be shared between bot processes")
+
+    async def close(self) -> None:
+        return None  # each kernel is shut down by the registry; nothing else is held
+
     async def cleanup_orphans(self) -> int:
         """Kill kernels recorded by a run of the bot that is no longer alive."""
         killed = await self._kill_recorded()
@@ -416,58 +450,14 @@ class LocalBackend:
         for pid, owner_pid, connection_file in await self.recorder.recorded_kernels():
             if owner_pid != os.getpid() and psutil.pid_exists(owner_pid):
                 continue  # another live bot process owns it
-            if _is_kernel_process(pid, connection_file):
-                _kill_group(pid)
+            if is_kernel_process(pid, connection_file):
+                kill_group(pid)
                 killed += 1
             Path(connection_file).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 Path(connection_file).parent.rmdir()
             await self.recorder.forget_kernel(pid)
         return killed
-
-
-def _is_kernel_process(pid: int, connection_file: str) -> bool:
-    """Only a process started with that connection file counts (pids get reused); a
-    sandboxed kernel names its inside copy (inside-<kernel id>.json) instead."""
-    names = [connection_file]
-    with contextlib.suppress(OSError):
-        inside = Path(connection_file).parent.glob(f"{sandbox.INSIDE_PREFIX}*.json")
-        names += [f"{sandbox.SANDBOX_RUNTIME}/{p.name}" for p in inside]
-    try:
-        cmdline = " ".join(psutil.Process(pid).cmdline())
-    except (psutil.Error, OSError):
-        return False
-    return any(name in cmdline for name in names)
-
-
-def _kill_group(pid: int | None) -> None:
-    if pid is None:
-        return
-    try:
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-async def wait_gone(pids: list[int], timeout: float = 5.0) -> bool:
-    """Wait until none of pids runs (zombies count as gone)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        alive = [p for p in pids if _running(p)]
-        if not alive:
-            return True
-        await asyncio.sleep(0.05)
-    return False
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _adopt(pooled: Path, target: Path, user: privileges.KernelUser | None = None) -> None:

@@ -121,8 +121,20 @@ class GatewayClient:
     async def close(self) -> None:
         await self.ws.close()
         self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
+        try:
             await self._reader
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            log.warning("gateway.reader_failed error=%s", exc)
+
+
+async def _close(client: GatewayClient) -> None:
+    """Close a kernel's channels; a connection already gone is only worth a log line."""
+    try:
+        await client.close()
+    except Exception as exc:
+        log.info("gateway.close_failed error=%s", exc)
 
 
 def _quick_ack(sock: socket.socket | None) -> None:
@@ -232,14 +244,12 @@ class GatewayKernel:
     async def detach(self) -> None:
         """Close our channels; the kernel stays on the gateway for another replica."""
         if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.close()
+            await _close(self._client)
             self._client = None
 
     async def shutdown(self) -> None:
         if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.close()
+            await _close(self._client)
         with contextlib.suppress(GatewayError, aiohttp.ClientError, TimeoutError):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
 
@@ -248,6 +258,7 @@ class GatewayBackend:
     """Creates kernels on a gateway. Kernels get only the environment we send (KERNEL_*)."""
 
     files_with_kernel = True  # the working directory is the kernel's, on the gateway
+    shared_kernels = True  # replicas sharing the gateway attach to each other's kernels
 
     def __init__(
         self,
@@ -296,7 +307,7 @@ class GatewayBackend:
             model = await self.request("GET", f"/api/kernels/{kernel_id}")
         except GatewayError:
             return False
-        return model.get("execution_state") != "dead"
+        return bool(model.get("execution_state") != "dead")
 
     async def open_channels(self, kernel_id: str) -> aiohttp.ClientWebSocketResponse:
         ws_url = self.url.replace("http", "ws", 1) + f"/api/kernels/{kernel_id}/channels"

@@ -14,11 +14,11 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from slackinterp import metrics
 from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.execution import run_cell
+from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 
 log = logging.getLogger(__name__)
 
@@ -68,17 +68,6 @@ class Slot:
         return self.busy_since is not None
 
 
-class KernelDirectory(Protocol):
-    """Which remote kernel serves a thread, shared by replicas (store.py): any replica can
-    attach to a thread's kernel on the gateway instead of starting and replaying a new one."""
-
-    async def kernel_of(self, key: str) -> tuple[str, str] | None: ...  # (kernel id, owner)
-
-    async def claim_kernel(self, key: str, kernel_id: str, owner: str) -> None: ...
-
-    async def forget_kernel_of(self, key: str, kernel_id: str) -> None: ...
-
-
 ReplaySource = Callable[[str], Awaitable[list[str]]]
 LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
 
@@ -120,9 +109,18 @@ class KernelRegistry:
         self.listeners: list[LifecycleListener] = []
         # Threads seen by this process: a first use of a thread with stored cells is a restore.
         self._known: set[str] = set()
-        # Remote kernels shared between replicas (gateway backend + a shared database).
-        self.directory: KernelDirectory | None = None
+        # Kernels shared between replicas (gateway backend + a shared database), or not.
+        self.replicas: Replicas = SingleProcess()
         self.replica_id = uuid.uuid4().hex[:12]
+
+    @property
+    def directory(self) -> KernelDirectory | None:
+        return self.replicas.directory if isinstance(self.replicas, Shared) else None
+
+    @directory.setter
+    def directory(self, directory: KernelDirectory | None) -> None:
+        """Share kernels with other replicas through `directory` (None: a single process)."""
+        self.replicas = SingleProcess() if directory is None else Shared(self, directory)
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> int:
@@ -147,11 +145,13 @@ class KernelRegistry:
         self._closed = True
         if self._refill_task is not None:
             self._refill_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await self._refill_task
-        slots = list(self.slots.values())
-        if self.directory is not None:
-            slots = await self._keep_others(slots)
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:
+                log.warning("kernels.pool_refill_failed error=%s", exc)
+        slots = await self.replicas.keep_others(list(self.slots.values()))
         kernels = [s.kernel for s in slots] + list(self.pool)
         self.slots.clear()
         self.pool.clear()
@@ -159,23 +159,6 @@ class KernelRegistry:
             if slot_kernel.control is not None:
                 slot_kernel.control.request_stop("shutdown")
         await asyncio.gather(*(k.shutdown() for k in kernels), return_exceptions=True)
-
-    async def _keep_others(self, slots: list[Slot]) -> list[Slot]:
-        """Of our slots, those whose kernels we own (to delete); detach from the rest."""
-        assert self.directory is not None
-        mine = []
-        for slot in slots:
-            try:
-                row = await self.directory.kernel_of(slot.key)
-            except Exception:  # database gone at shutdown: delete what we hold
-                row = None
-            if row is not None and row[1] != self.replica_id:
-                await _detach(slot.kernel)
-                continue
-            with contextlib.suppress(Exception):
-                await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
-            mine.append(slot)
-        return mine
 
     @property
     def live_count(self) -> int:
@@ -214,7 +197,7 @@ class KernelRegistry:
                 return
             self._pool_backoff = POOL_BACKOFF_FIRST
             self.pool.append(kernel)
-            self._notify_freed()
+            self.notify_freed()
             log.info("kernels.pool_ready size=%d", len(self.pool))
 
     # --- leasing -------------------------------------------------------------------------
@@ -228,23 +211,21 @@ class KernelRegistry:
         slot = self.slots.get(key)
         if slot is not None:
             slot.busy_since = time.monotonic()
-        if self.directory is not None:
-            slot = await self._adopt_shared(key, cwd, slot)
+        slot = await self.replicas.adopt(key, cwd, slot)
         if slot is not None and not await slot.kernel.is_alive():
             log.warning("kernels.found_dead thread=%s", key)
             self.slots.pop(key, None)
-            await self._forget_row(slot)
+            await self.replicas.forget(slot)
             await slot.kernel.shutdown()
             reason = "died"
             slot = None
         else:
             reason = "reaped" if key in self._known else "new process"
         if slot is None:
-            kernel = await self._new_kernel(cwd)
-            slot = self._insert(key, kernel)
+            kernel = await self.new_kernel(cwd)
+            slot = self.insert(key, kernel)
             slot.needs_restore = reason
-            if self.directory is not None:
-                await self.directory.claim_kernel(key, kernel.kernel_id, self.replica_id)
+            await self.replicas.claim(key, kernel)
         slot.last_used = time.monotonic()
         slot.busy_since = time.monotonic()  # leased: not evictable until mark_idle
         restore = None
@@ -258,38 +239,13 @@ class KernelRegistry:
         self.refill_pool()
         return Lease(slot.kernel, restore)
 
-    def _insert(self, key: str, kernel: Kernel) -> Slot:
+    def insert(self, key: str, kernel: Kernel) -> Slot:
         """A new slot, leased at once (no await between insertion and lease)."""
         slot = Slot(key, kernel, time.monotonic(), busy_since=time.monotonic())
         self.slots[key] = slot
         return slot
 
-    async def _adopt_shared(self, key: str, cwd: Path, slot: Slot | None) -> Slot | None:
-        """With replicas: use the thread's kernel whoever started it; the caller holds the
-        thread's cross-replica lock, so no one else uses the kernel meanwhile."""
-        assert self.directory is not None
-        row = await self.directory.kernel_of(key)
-        if slot is not None and (row is None or row[0] != slot.kernel.kernel_id):
-            self.slots.pop(key, None)  # replaced or reset by another replica: let go
-            await _detach(slot.kernel)
-            self._notify_freed()
-            slot = None
-        attach = getattr(self.backend, "attach", None)
-        if slot is None and row is not None and attach is not None:
-            try:
-                if await self.backend.kernel_exists(row[0]):  # type: ignore[attr-defined]
-                    kernel = await self._new_kernel(cwd, attach_to=row[0])
-                    slot = self._insert(key, kernel)
-                    log.info("kernels.attached thread=%s from=%s", key, row[1])
-            except Exception as exc:
-                log.warning("kernels.attach_failed thread=%s error=%s", key, exc)
-                await self.directory.forget_kernel_of(key, row[0])
-                return None
-        if slot is not None and row is not None and row[1] != self.replica_id:
-            await self.directory.claim_kernel(key, slot.kernel.kernel_id, self.replica_id)
-        return slot
-
-    async def _new_kernel(self, cwd: Path, *, attach_to: str | None = None) -> Kernel:
+    async def new_kernel(self, cwd: Path, *, attach_to: str | None = None) -> Kernel:
         """A pooled kernel, a fresh one in a free seat, or the seat of the least recently used
         idle kernel. When every seat is busy, wait a while for one (bursts are normal) before
         telling the caller the bot is at capacity. `attach_to`: take a seat for a kernel
@@ -327,17 +283,17 @@ class KernelRegistry:
             if victim is not None:
                 await self._stop_slot(victim, "evicted")
             if attach_to is not None:
-                return await self.backend.attach(attach_to, cwd)  # type: ignore[attr-defined]
+                return await self.backend.attach(attach_to, cwd)
             return await self.backend.start_kernel(cwd)
         finally:
             self._starting -= 1
-            self._notify_freed()
+            self.notify_freed()
 
     def _lru_idle(self) -> Slot | None:
         idle = [s for s in self.slots.values() if not s.busy]
         return min(idle, key=lambda s: s.last_used) if idle else None
 
-    def _notify_freed(self) -> None:
+    def notify_freed(self) -> None:
         """Wake whoever waits for a seat (a slot went idle, a kernel stopped or started)."""
         self._freed.set()
         self._freed = asyncio.Event()
@@ -390,7 +346,7 @@ class KernelRegistry:
             slot.last_used = time.monotonic()
             if state_lost:
                 slot.needs_restore = state_lost
-            self._notify_freed()
+            self.notify_freed()
 
     def slot(self, key: str) -> Slot | None:
         return self.slots.get(key)
@@ -399,27 +355,22 @@ class KernelRegistry:
         """Shut the thread's kernel down (files stay). True if there was one."""
         slot = self.slots.pop(key, None)
         if slot is None:
-            if why == "reset" and self.directory is not None:
-                return await self._reset_shared(key)
-            return False
+            return why == "reset" and await self.replicas.reset_elsewhere(key)
         self._stopping += 1  # still counts against the cap until it is gone
         try:
             await self._stop_slot(slot, why)
         finally:
             self._stopping -= 1
-            self._notify_freed()
+            self.notify_freed()
         self.refill_pool()
         return True
 
     async def _stop_slot(self, slot: Slot, why: str) -> None:
-        if self.directory is not None and why != "reset":
-            row = await self.directory.kernel_of(slot.key)
-            if row is not None and row[1] != self.replica_id:
-                await _detach(slot.kernel)  # another replica serves this thread now
-                return
+        if why != "reset" and await self.replicas.served_elsewhere(slot):
+            return  # another replica serves this thread now: detached, not deleted
         # Forget it first: the thread's next message (on any replica) must not attach to a
         # kernel that is being deleted.
-        await self._forget_row(slot)
+        await self.replicas.forget(slot)
         await slot.kernel.shutdown()
         log.info("kernels.released thread=%s why=%s", slot.key, why)
         if why in ("reaped", "evicted"):
@@ -428,25 +379,6 @@ class KernelRegistry:
             task = asyncio.create_task(self._tell(slot.key, why))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
-
-    async def _forget_row(self, slot: Slot) -> None:
-        if self.directory is not None:
-            with contextlib.suppress(Exception):
-                await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
-
-    async def _reset_shared(self, key: str) -> bool:
-        """Reset a thread whose kernel another replica started."""
-        assert self.directory is not None
-        row = await self.directory.kernel_of(key)
-        if row is None:
-            return False
-        attach = getattr(self.backend, "attach", None)
-        if attach is not None:
-            with contextlib.suppress(Exception):
-                kernel = await attach(row[0], self.pool_dir)
-                await kernel.shutdown()
-        await self.directory.forget_kernel_of(key, row[0])
-        return True
 
     def forget(self, key: str) -> None:
         """After a reset there is nothing to restore: the next kernel starts clean."""
@@ -481,10 +413,3 @@ class KernelRegistry:
                     slot.kernel.control.request_stop("busy cap")
                     stopped.append(slot.key)
         return stopped
-
-
-async def _detach(kernel: Kernel) -> None:
-    """Stop using a kernel without deleting it (another replica serves its thread)."""
-    detach = getattr(kernel, "detach", None)
-    if detach is not None:
-        await detach()
