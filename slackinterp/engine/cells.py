@@ -24,11 +24,9 @@ from slackinterp.engine.events import (
     FileSkipped,
     Notice,
 )
-from slackinterp.engine.files import KernelFiles, LocalFiles, ThreadFiles, TransferError
 from slackinterp.engine.session import ThreadSession
 from slackinterp.errors import FailureKind, NoticeKind, SlackinterpError
 from slackinterp.kernels import shell
-from slackinterp.kernels.backend import Kernel
 from slackinterp.kernels.execution import (
     CellControl,
     CellResult,
@@ -38,6 +36,7 @@ from slackinterp.kernels.execution import (
     Status,
     run_cell,
 )
+from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.kernels.registry import KernelRegistry, Lease
 from slackinterp.llm import prompts
 from slackinterp.llm.port import CellRun, CellSource
@@ -77,20 +76,17 @@ class CellRunner:
         """The working directory lives with the kernel (a gateway's), not on this disk."""
         return self.registry.backend.files_with_kernel
 
-    def files_of(self, session: ThreadSession, kernel: Kernel) -> ThreadFiles:
-        """The thread's files as its leased kernel sees them."""
-        max_files = self.settings.workspace_max_files
-        if self.files_with_kernel:
-            return KernelFiles(kernel, max_files=max_files)
-        # The kernel's /tmp and sockets count against the quota too (kernels/backend.py).
-        return LocalFiles(session.workdir, list(kernel.scratch_dirs), max_files)
+    def files_of(self, lease: Lease) -> ThreadFiles:
+        """The thread's files as its leased kernel sees them, the usage walk bounded."""
+        return lease.files(self.settings.workspace_max_files)
 
     async def thread_files(self, session: ThreadSession, emit: Emit) -> ThreadFiles:
         """The thread's files for receiving or reading them outside a cell. With the files
-        in the kernel this leases it: the caller ends the lease with registry.mark_idle."""
-        if not self.files_with_kernel:
-            return LocalFiles(session.workdir)
-        return KernelFiles((await self.lease(session, emit)).kernel)
+        in the kernel this leases it: the caller ends it with end_files_lease."""
+        files = self.registry.backend.workdir_files(session.workdir)
+        if files is not None:
+            return files
+        return (await self.lease(session, emit)).files()
 
     def end_files_lease(self, session: ThreadSession) -> None:
         """After thread_files: the lease (if it took one) ends."""
@@ -114,7 +110,7 @@ class CellRunner:
         result: CellResult | None = None
         cell_id: str | None = None
         try:
-            files = self.files_of(session, lease.kernel)
+            files = self.files_of(lease)
             before = await files.measure()
             over = self._over_quota(before.usage)
             if over is not None:

@@ -17,9 +17,9 @@ from pathlib import Path
 from slackinterp.engine import notices, workspace
 from slackinterp.engine.cells import CellRunner, Emit
 from slackinterp.engine.events import FileReceived, FileRejected, Notice
-from slackinterp.engine.files import ThreadFiles, TransferError
 from slackinterp.engine.session import ThreadSession
 from slackinterp.errors import NoticeKind, SlackinterpError
+from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.llm import prompts
 
 log = logging.getLogger(__name__)

@@ -33,12 +33,12 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
-from slackinterp.engine.files import TransferError, clear_staging
 from slackinterp.engine.intake import FileFetchError, IncomingFile, ThreadContext
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.backend import KernelStartError
+from slackinterp.kernels.files import TransferError, clear_staging
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
@@ -236,7 +236,7 @@ class Engine:
         async with session.lock, self.store.thread_lock(key.id):
             if wipe and self.cells.files_with_kernel:  # wipe through the kernel
                 lease = await self.registry.acquire(key.id, session.workdir)
-                await self.cells.files_of(session, lease.kernel).wipe()
+                await self.cells.files_of(lease).wipe()
             had_kernel = await self.registry.release(key.id, why="reset")
             self.registry.forget(key.id)
             await self.store.clear_replay(key.id)

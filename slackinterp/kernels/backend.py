@@ -22,6 +22,8 @@ from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.kernels import cgroups, privileges, sandbox
 from slackinterp.kernels.execution import CellControl
+from slackinterp.kernels.files import ThreadFiles
+from slackinterp.kernels.localfiles import LocalFiles
 
 # bench/ imports wait_gone from here.
 from slackinterp.kernels.processes import is_kernel_process, kill_group
@@ -67,6 +69,11 @@ class Kernel(Protocol):
         """Stop using the kernel without deleting it (another replica serves its thread)."""
         ...
 
+    def files(self, max_files: int = 0) -> ThreadFiles:
+        """The thread's working directory as this kernel sees it; `max_files` bounds the
+        usage walk (SLACKINTERP_WORKSPACE_MAX_FILES)."""
+        ...
+
     async def shutdown(self) -> None: ...
 
 
@@ -88,6 +95,11 @@ class KernelBackend(Protocol):
 
     async def close(self) -> None:
         """Let go of what the backend holds itself (a gateway's HTTP session)."""
+        ...
+
+    def workdir_files(self, workdir: Path) -> ThreadFiles | None:
+        """A thread's files reachable without its kernel (on this disk), or None when they
+        live with the kernel and need a lease."""
         ...
 
     async def cleanup_orphans(self) -> int: ...
@@ -250,6 +262,10 @@ class LocalKernel:
 
     async def detach(self) -> None:
         return None  # never shared (LocalBackend.shared_kernels is False)
+
+    def files(self, max_files: int = 0) -> LocalFiles:
+        # The kernel's /tmp and sockets count against the quota too.
+        return LocalFiles(self.cwd, self.scratch_dirs, max_files)
 
     async def shutdown(self) -> None:
         pid = self.pid
@@ -435,6 +451,9 @@ class LocalBackend:
 
     async def close(self) -> None:
         return None  # each kernel is shut down by the registry; nothing else is held
+
+    def workdir_files(self, workdir: Path) -> LocalFiles:
+        return LocalFiles(workdir)
 
     async def cleanup_orphans(self) -> int:
         """Kill kernels recorded by a run of the bot that is no longer alive."""

@@ -25,6 +25,7 @@ import aiohttp
 
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellControl
+from slackinterp.kernels.kernelfiles import KernelFiles
 
 log = logging.getLogger(__name__)
 
@@ -177,6 +178,9 @@ class GatewayKernel:
     @property
     def pid(self) -> int | None:
         return None  # the process is the gateway's business
+
+    def files(self, max_files: int = 0) -> KernelFiles:
+        return KernelFiles(self, max_files=max_files)
 
     @property
     def scratch_dirs(self) -> list[Path]:
@@ -348,6 +352,9 @@ class GatewayBackend:
         kernel = GatewayKernel(self, kernel_id, cwd)
         await kernel.connect()
         return kernel
+
+    def workdir_files(self, workdir: Path) -> None:
+        return None  # the files live with the kernel, on the gateway
 
     async def cleanup_orphans(self) -> int:
         """Remote kernels outlive a crashed bot; the gateway's culler reaps them (see docs)."""

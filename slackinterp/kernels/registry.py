@@ -18,6 +18,7 @@ from pathlib import Path
 from slackinterp import metrics
 from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.execution import run_cell
+from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 
 log = logging.getLogger(__name__)
@@ -49,8 +50,13 @@ class RestoreReport:
 
 @dataclass
 class Lease:
+    """A thread's kernel, its files, and the restore it took to get it."""
+
     kernel: Kernel
     restore: RestoreReport | None = None
+
+    def files(self, max_files: int = 0) -> ThreadFiles:
+        return self.kernel.files(max_files)
 
 
 @dataclass
