@@ -25,7 +25,7 @@ from slackinterp.engine.events import (
     Notice,
 )
 from slackinterp.engine.session import ThreadSession
-from slackinterp.errors import FailureKind, NoticeKind, SlackinterpError
+from slackinterp.errors import FailureKind, NoticeKind, RestoreReason, SlackinterpError
 from slackinterp.kernels import shell
 from slackinterp.kernels.execution import (
     CellControl,
@@ -129,8 +129,8 @@ class CellRunner:
                 emit(CellFinished(cell_id, code, failed))
             raise
         finally:
-            lost = "restarted" if result is not None and result.restarted else ""
-            self.registry.mark_idle(key, state_lost=lost)
+            restarted = result is not None and result.restarted
+            self.registry.mark_idle(key, state_lost=RestoreReason.RESTARTED if restarted else None)
 
     async def _execute(
         self,
@@ -272,7 +272,7 @@ class CellRunner:
             )
         finally:
             self.registry.mark_idle(
-                key, state_lost="restarted" if result and result.restarted else ""
+                key, state_lost=RestoreReason.RESTARTED if result and result.restarted else None
             )
         if not result.ok:
             log.warning("hidden.failed thread=%s status=%s", key, result.status.value)

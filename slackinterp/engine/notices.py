@@ -150,7 +150,7 @@ _WHY = {
 
 
 def restore_notice(report: RestoreReport) -> Notice:
-    why = _WHY.get(report.reason, "")  # type: ignore[call-overload]
+    why = _WHY.get(report.reason, "") if report.reason is not None else ""
     text = (
         f"Restored state by replaying {report.replayed} of {report.total} "
         f"cell{'s' if report.total != 1 else ''} ({report.seconds:.1f} s) {why}."

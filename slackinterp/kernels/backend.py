@@ -20,6 +20,7 @@ from typing import Any, Protocol
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 
+from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels import cgroups, privileges, sandbox
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
@@ -35,8 +36,10 @@ READY_TIMEOUT = 60.0
 _serial = itertools.count(1)
 
 
-class KernelStartError(Exception):
+class KernelStartError(SlackinterpError):
     """A kernel could not be started; the message says why and what to check."""
+
+    kind = FailureKind.KERNEL_START
 
 
 class Kernel(Protocol):

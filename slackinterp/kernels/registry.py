@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp import metrics
+from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import ThreadFiles
@@ -28,8 +29,10 @@ POOL_BACKOFF_FIRST = 5
 POOL_BACKOFF_MAX = 300
 
 
-class AtCapacity(Exception):
+class AtCapacity(SlackinterpError):
     """Every allowed kernel is busy; the caller should tell the user to retry shortly."""
+
+    kind = FailureKind.CAPACITY
 
 
 @dataclass
@@ -41,7 +44,7 @@ class RestoreReport:
     seconds: float
     failed: list[tuple[int, str]] = field(default_factory=list)  # (cell index, error name)
     out_of_time: bool = False
-    reason: str = ""  # why a restore was needed: "reaped", "died", "restarted", "new process"
+    reason: RestoreReason | None = None  # why a restore was needed
 
     @property
     def complete(self) -> bool:
@@ -67,7 +70,7 @@ class Slot:
     kernel: Kernel
     last_used: float
     busy_since: float | None = None
-    needs_restore: str = ""  # non-empty: state was lost; the reason
+    needs_restore: RestoreReason | None = None  # state was lost, and why
 
     @property
     def busy(self) -> bool:
@@ -223,10 +226,10 @@ class KernelRegistry:
             self.slots.pop(key, None)
             await self.replicas.forget(slot)
             await slot.kernel.shutdown()
-            reason = "died"
+            reason = RestoreReason.DIED
             slot = None
         else:
-            reason = "reaped" if key in self._known else "new process"
+            reason = RestoreReason.REAPED if key in self._known else RestoreReason.NEW_PROCESS
         if slot is None:
             kernel = await self.new_kernel(cwd)
             slot = self.insert(key, kernel)
@@ -238,7 +241,7 @@ class KernelRegistry:
         if slot.needs_restore:
             if not fresh:
                 restore = await self._restore(slot, slot.needs_restore)
-            slot.needs_restore = ""
+            slot.needs_restore = None
         self._known.add(key)
         # Refill only now: a kernel starting up competes for the CPU and the event loop, and
         # this thread's first cell should not wait behind it.
@@ -304,7 +307,7 @@ class KernelRegistry:
         self._freed.set()
         self._freed = asyncio.Event()
 
-    async def _restore(self, slot: Slot, reason: str) -> RestoreReport | None:
+    async def _restore(self, slot: Slot, reason: RestoreReason) -> RestoreReport | None:
         codes = await self.replay_source(slot.key)
         if not codes:
             return None
@@ -345,12 +348,12 @@ class KernelRegistry:
         return report
 
     # --- bookkeeping the engine reports --------------------------------------------------
-    def mark_idle(self, key: str, *, state_lost: str = "") -> None:
+    def mark_idle(self, key: str, *, state_lost: RestoreReason | None = None) -> None:
         slot = self.slots.get(key)
         if slot is not None:
             slot.busy_since = None
             slot.last_used = time.monotonic()
-            if state_lost:
+            if state_lost is not None:
                 slot.needs_restore = state_lost
             self.notify_freed()
 
