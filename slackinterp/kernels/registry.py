@@ -27,6 +27,9 @@ log = logging.getLogger(__name__)
 # A failing pool start is tried again after 5 s, then 10, 20 … at most 5 min.
 POOL_BACKOFF_FIRST = 5
 POOL_BACKOFF_MAX = 300
+# Run in every pooled kernel once it started (see KernelRegistry._warm).
+WARM_CODE = "pass"
+WARM_TIMEOUT = 30.0
 
 
 class AtCapacity(SlackinterpError):
@@ -190,6 +193,11 @@ class KernelRegistry:
             try:
                 # Each pooled kernel gets its own directory (a sandboxed one keeps it).
                 kernel = await self.backend.start_kernel(self.pool_dir / uuid.uuid4().hex[:12])
+                try:  # still counted as starting: the cap holds while it warms
+                    await self._warm(kernel)
+                except asyncio.CancelledError:  # shutdown: in neither pool nor slots yet
+                    await kernel.shutdown()
+                    raise
             except Exception as exc:
                 # A start that fails (a missing kernel spec, a kernel user that cannot run
                 # Python) fails again at once: back off instead of retrying on every request.
@@ -208,6 +216,25 @@ class KernelRegistry:
             self.pool.append(kernel)
             self.notify_freed()
             log.info("kernels.pool_ready size=%d", len(self.pool))
+
+    async def _warm(self, kernel: Kernel) -> None:
+        """One trivial silent cell. A kernel's first execution pays for set-up the kernel
+        does lazily; a pooled kernel pays it here, so a new thread's first cell is as quick
+        as a follow-up. A kernel that fails it is still pooled: the handout checks it."""
+        try:
+            result = await run_cell(
+                kernel,
+                WARM_CODE,
+                timeout=WARM_TIMEOUT,
+                grace=self.exec_grace,
+                max_output_chars=100,
+                silent=True,
+            )
+        except Exception as exc:
+            log.warning("kernels.warm_failed kernel=%s error=%s", kernel.kernel_id, exc)
+            return
+        if not result.ok:
+            log.warning("kernels.warm_failed kernel=%s status=%s", kernel.kernel_id, result.status)
 
     # --- leasing -------------------------------------------------------------------------
     async def acquire(self, key: str, cwd: Path, *, fresh: bool = False) -> Lease:
