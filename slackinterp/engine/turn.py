@@ -112,7 +112,7 @@ class Engine:
         self.agent = agent
         self.sessions: dict[str, ThreadSession] = {}
         self.notice_listeners: list[NoticeListener] = []
-        # Kernels elsewhere (a gateway): their files are reached through the kernel protocol.
+        # Each cell: lease → quota → run → record → report (cells.py).
         self.cells = CellRunner(settings, store, registry)
         registry.listeners.append(self._on_lifecycle)
 
