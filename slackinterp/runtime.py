@@ -7,23 +7,27 @@ reverse, and every kernel is shut down.
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import os
 import signal
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels import packages, privileges, sandbox
-from slackinterp.kernels.backend import LocalBackend
+from slackinterp.kernels.backend import KernelBackend, LocalBackend
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
 from slackinterp.kernels.sandbox import MIB, Limits
 from slackinterp.store import Store, StoreError, sqlite_url
+
+if TYPE_CHECKING:
+    from slackinterp.llm.agent import Agent
 
 log = logging.getLogger(__name__)
 
@@ -35,32 +39,23 @@ class Runtime:
     registry: KernelRegistry
     reaper: Reaper
     engine: Engine
+    agent: Agent | None = None  # the engine's, typed: the runtime configures and closes it
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
-        data_dir = settings.data_dir
-        try:
-            data_dir.mkdir(parents=True, exist_ok=True)
-            settings.threads_dir.mkdir(parents=True, exist_ok=True)
-            probe = data_dir / ".write-test"
-            probe.write_text("ok")
-            probe.unlink()
-        except OSError as exc:
-            raise StoreError(
-                f"the data directory {data_dir} is not writable ({exc.strerror}); "
-                "set SLACKINTERP_DATA_DIR to a writable directory"
-            ) from None
+        # Disk and subprocess probes run off the event loop (a slow disk, a slow bwrap).
+        await asyncio.to_thread(_check_data_dir, settings)
         store = await Store.open(store_url(settings))
         if settings.gateway_url:
             return await cls._with_backend(settings, store, gateway_backend(settings), None)
-        bwrap = resolve_sandbox(settings)
+        bwrap = await asyncio.to_thread(resolve_sandbox, settings)
         try:
             user = privileges.kernel_user(settings.kernel_user)
         except privileges.KernelUserError as exc:
             raise SandboxUnavailable(str(exc)) from None
         backend = LocalBackend(
             kernel_name=settings.kernel_name,
-            cache_dir=(data_dir / "cache").resolve(),
+            cache_dir=(settings.data_dir / "cache").resolve(),
             runtime_dir=_runtime_dir(settings),
             limits=Limits(
                 memory_bytes=settings.memory_limit_mb * MIB,
@@ -78,7 +73,7 @@ class Runtime:
 
     @classmethod
     async def _with_backend(
-        cls, settings: Settings, store: Store, backend: Any, bwrap: str | None
+        cls, settings: Settings, store: Store, backend: KernelBackend, bwrap: str | None
     ) -> Runtime:
         async def replay_source(key: str) -> list[str]:
             return [cell.code for cell in await store.replayable_cells(key)]
@@ -110,12 +105,12 @@ class Runtime:
             agent = Agent.from_settings(
                 settings, store, network=network_allowed(settings, contained)
             )
-        if getattr(backend, "remote", False) and store.dialect == "postgresql":
+        if backend.shared_kernels and store.dialect == "postgresql":
             # Replicas share the database and the gateway: any of them can serve a thread
             # with the kernel another one started.
             registry.directory = store
         engine = Engine(settings, store, registry, agent)
-        return cls(settings, store, registry, reaper, engine)
+        return cls(settings, store, registry, reaper, engine, agent)
 
     async def start(self) -> None:
         metrics.track_kernels(lambda: len(self.registry.slots), lambda: len(self.registry.pool))
@@ -126,20 +121,20 @@ class Runtime:
     async def _tell_model_the_packages(self) -> None:
         """The model is told what the kernels can import, read from their own Python (local
         kernels; a gateway's image is its own business, so the default sentence stays)."""
-        agent = self.engine.agent
+        agent = self.agent
         if agent is None or self.settings.gateway_url:
             return
-        python = packages.kernel_python(self.settings.kernel_name)
+        python = await asyncio.to_thread(packages.kernel_python, self.settings.kernel_name)
         if python is None:
             return
         found = await packages.installed(python)
-        agent.config.packages = tuple(found)  # type: ignore[attr-defined]
+        agent.config.packages = tuple(found)
         log.info("kernel.packages count=%d", len(found))
 
     def kernel_pids(self) -> list[int]:
         """Local kernel processes (sandbox included) this runtime holds, pooled ones too."""
         kernels = [slot.kernel for slot in self.registry.slots.values()] + list(self.registry.pool)
-        return [pid for pid in (getattr(k, "pid", None) for k in kernels) if pid]
+        return [pid for pid in (k.pid for k in kernels) if pid]
 
     def kill_kernels(self, pids: list[int]) -> None:
         """Last resort at exit: SIGKILL each kernel's process group (a clean stop ran out of
@@ -155,11 +150,25 @@ class Runtime:
     async def stop(self) -> None:
         self.reaper.stop()
         await self.registry.shutdown()
-        if hasattr(self.registry.backend, "close"):
-            await self.registry.backend.close()
-        if self.engine.agent is not None:
-            await self.engine.agent.close()
+        await self.registry.backend.close()
+        if self.agent is not None:
+            await self.agent.close()
         await self.store.close()
+
+
+def _check_data_dir(settings: Settings) -> None:
+    data_dir = settings.data_dir
+    try:
+        data_dir.mkdir(parents=True, exist_ok=True)
+        settings.threads_dir.mkdir(parents=True, exist_ok=True)
+        probe = data_dir / ".write-test"
+        probe.write_text("ok")
+        probe.unlink()
+    except OSError as exc:
+        raise StoreError(
+            f"the data directory {data_dir} is not writable ({exc.strerror}); "
+            "set SLACKINTERP_DATA_DIR to a writable directory"
+        ) from None
 
 
 def store_url(settings: Settings) -> str:

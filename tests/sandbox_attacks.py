@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from slackinterp.engine.events import CellFinished, FileProduced, Notice
-from slackinterp.engine.files import LocalFiles
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.kernels.localfiles import LocalFiles
 from slackinterp.runtime import Runtime
 from tests.conftest import make_settings, run_turn
 

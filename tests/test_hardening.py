@@ -221,7 +221,8 @@ async def test_queue_per_thread_is_bounded(tmp_path: Path) -> None:
 async def test_produced_file_copy_never_follows_links(tmp_path: Path) -> None:
     """The copy for upload opens each path component without following links, so a cell
     swapping a file or a directory for a link after the snapshot gains nothing."""
-    from slackinterp.engine.files import LocalFiles, TransferError
+    from slackinterp.kernels.files import TransferError
+    from slackinterp.kernels.localfiles import LocalFiles
 
     root = tmp_path / "work"
     (root / "d").mkdir(parents=True)

@@ -278,7 +278,7 @@ def svg_to_png(svg: str) -> bytes | None:
     anything outside itself is not rendered.
     """
     try:
-        from cairosvg.surface import PNGSurface  # type: ignore[import-untyped]
+        from cairosvg.surface import PNGSurface
     except (ImportError, OSError) as exc:
         log.info("mime.svg_renderer_unavailable error=%s", exc)
         return None

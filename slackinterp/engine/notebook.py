@@ -127,7 +127,7 @@ def without_images(outputs: list[dict[str, Any]], why: str) -> list[dict[str, An
 
 def build(entries: list[Entry], *, title: str) -> nbformat.NotebookNode:
     """A valid nbformat 4 notebook of the entries, in order."""
-    nb = nbformat.v4.new_notebook()
+    nb: nbformat.NotebookNode = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
     nb.metadata["kernelspec"] = {
         "name": "python3",
         "display_name": "Python 3",
@@ -137,12 +137,13 @@ def build(entries: list[Entry], *, title: str) -> nbformat.NotebookNode:
     nb.metadata["slackinterp"] = {"source": title}
     for entry in entries:
         if entry.kind == "code":
-            cell = nbformat.v4.new_code_cell(entry.source, execution_count=entry.execution_count)
-            cell.outputs = [nbformat.from_dict(o) for o in entry.outputs]
+            count = entry.execution_count
+            cell = nbformat.v4.new_code_cell(entry.source, execution_count=count)  # type: ignore[no-untyped-call]
+            cell.outputs = [nbformat.from_dict(o) for o in entry.outputs]  # type: ignore[no-untyped-call]
         elif entry.kind == "question":
-            cell = nbformat.v4.new_markdown_cell(_quote(entry.source))
+            cell = nbformat.v4.new_markdown_cell(_quote(entry.source))  # type: ignore[no-untyped-call]
         else:
-            cell = nbformat.v4.new_markdown_cell(entry.source)
+            cell = nbformat.v4.new_markdown_cell(entry.source)  # type: ignore[no-untyped-call]
         nb.cells.append(cell)
     nbformat.validate(nb)
     return nb
@@ -161,7 +162,8 @@ def export_name(label: str, when: datetime | None = None) -> str:
 
 
 def dumps(nb: nbformat.NotebookNode) -> bytes:
-    return nbformat.writes(nb, version=NBFORMAT).encode()
+    text: str = nbformat.writes(nb, version=NBFORMAT)  # type: ignore[no-untyped-call]
+    return text.encode()
 
 
 # --- import --------------------------------------------------------------------------------
@@ -240,7 +242,7 @@ def code_cells(raw: bytes, name: str) -> list[str]:
     if not isinstance(data, dict) or "cells" not in data:
         raise NotebookError(f"`{name}` is not a Jupyter notebook: it has no cells")
     try:
-        nb = nbformat.reads(text, as_version=NBFORMAT)
+        nb = nbformat.reads(text, as_version=NBFORMAT)  # type: ignore[no-untyped-call]
         nbformat.validate(nb)
     except (nbformat.ValidationError, ValueError, KeyError, TypeError) as exc:
         reason = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else "invalid"

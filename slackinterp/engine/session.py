@@ -24,7 +24,8 @@ class ThreadSession:
     variables: list[str] | None = None
     # Created by this turn: nothing stored to replay yet.
     fresh: bool = False
-    # The working directory's files as of the last cell (what `files` shows for remote kernels).
+    # The working directory's files as of the last cell (what `files` shows when they live
+    # with the kernel: KernelBackend.files_with_kernel).
     snapshot: dict[str, tuple[int, int]] = field(default_factory=dict)
 
     @property

@@ -7,23 +7,23 @@ never reported as produced files nor accepted as upload names.
 from __future__ import annotations
 
 import mimetypes
-import os
 import re
-import shutil
-import time
 import unicodedata
 from dataclasses import dataclass
-from pathlib import Path
-from stat import S_ISDIR, S_ISREG
 
-MAX_NAME_CHARS = 120
-MAX_SCAN_ENTRIES = 5000
-
-_UNSAFE = re.compile(r"[\x00-\x1f\x7f/\\:*?\"<>|`]+")
-# Control, format (U+202E right-to-left override, zero-width spaces …), surrogate, private-use
-# and unassigned characters, and line/paragraph separators: they disguise a name or break the
-# message it is shown in.
-_HIDDEN_CATEGORIES = {"Cc", "Cf", "Cs", "Co", "Cn", "Zl", "Zp"}
+# The disk side lives with the local kernel (kernels/workdir.py); the engine reads it here.
+from slackinterp.kernels.workdir import MAX_NAME_CHARS, visible
+from slackinterp.kernels.workdir import MAX_SCAN_ENTRIES as MAX_SCAN_ENTRIES
+from slackinterp.kernels.workdir import USAGE_SECONDS as USAGE_SECONDS
+from slackinterp.kernels.workdir import Measured as Measured
+from slackinterp.kernels.workdir import Snapshot as Snapshot
+from slackinterp.kernels.workdir import Usage as Usage
+from slackinterp.kernels.workdir import measure as measure
+from slackinterp.kernels.workdir import sanitize_filename as sanitize_filename
+from slackinterp.kernels.workdir import snapshot as snapshot
+from slackinterp.kernels.workdir import unique_path as unique_path
+from slackinterp.kernels.workdir import usage as usage
+from slackinterp.kernels.workdir import wipe as wipe
 
 
 @dataclass(frozen=True)
@@ -52,132 +52,17 @@ def safe_component(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:200] or "_"
 
 
-def sanitize_filename(name: str) -> str:
-    """A file name that stays inside the working directory and is not hidden.
-
-    Keeps unicode letters (people name files in their language) but drops path separators,
-    control characters and leading dots; long names keep their extension.
-    """
-    name = unicodedata.normalize("NFC", name or "")
-    name = name.replace("\\", "/").split("/")[-1]
-    name = _UNSAFE.sub("_", _visible(name)).strip().lstrip(".").strip()
-    if name in ("", "_"):
-        name = "file"
-    if len(name) > MAX_NAME_CHARS:
-        stem, dot, ext = name.rpartition(".")
-        if dot and 0 < len(ext) <= 10:
-            name = stem[: MAX_NAME_CHARS - len(ext) - 1] + "." + ext
-        else:
-            name = name[:MAX_NAME_CHARS]
-    return name
-
-
-def _visible(text: str) -> str:
-    """`text` with every invisible or disguising character replaced by `_`."""
-    return "".join("_" if unicodedata.category(c) in _HIDDEN_CATEGORIES else c for c in text)
-
-
 def display_name(name: str) -> str:
     """How a produced file's relative path is shown and uploaded: the same path, with control
     and format characters and backticks made visible (`_`), so a name can neither disguise its
     extension nor break out of the message it is shown in."""
-    shown = _visible(unicodedata.normalize("NFC", name)).replace("`", "_")
+    shown = visible(unicodedata.normalize("NFC", name)).replace("`", "_")
     return shown[: MAX_NAME_CHARS * 2] or "file"
-
-
-def unique_path(directory: Path, name: str) -> Path:
-    """`name` in `directory`, with -1, -2 … before the extension if it is taken."""
-    candidate = directory / name
-    if not candidate.exists():
-        return candidate
-    stem, dot, ext = name.rpartition(".")
-    if not dot or not stem:
-        stem, ext = name, ""
-    n = 1
-    while True:
-        suffix = f"{stem}-{n}" + (f".{ext}" if ext else "")
-        candidate = directory / suffix
-        if not candidate.exists():
-            return candidate
-        n += 1
-
-
-Snapshot = dict[str, tuple[int, int]]
-
-
-def snapshot(root: Path) -> Snapshot:
-    """Relative path → (size, mtime_ns) of the visible files, bounded."""
-    found: Snapshot = {}
-    if not root.is_dir():
-        return found
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = sorted(d for d in dirnames if not d.startswith("."))
-        for filename in sorted(filenames):
-            if filename.startswith("."):
-                continue
-            path = Path(dirpath) / filename
-            try:
-                stat = path.lstat()  # never follow a link: code could point one at the bot's files
-            except OSError:
-                continue
-            if not S_ISREG(stat.st_mode):
-                continue
-            found[str(path.relative_to(root))] = (stat.st_size, stat.st_mtime_ns)
-            if len(found) >= MAX_SCAN_ENTRIES:
-                return found
-    return found
 
 
 def changed(before: Snapshot, after: Snapshot) -> list[str]:
     """Files new or modified between two snapshots, in a stable order."""
     return [name for name, sig in after.items() if before.get(name) != sig]
-
-
-@dataclass(frozen=True)
-class Usage:
-    """What a kernel keeps on disk: bytes, entries (files, directories, links …), and whether
-    the walk saw everything before its time ran out (if not, the counts are a lower bound)."""
-
-    bytes: int
-    files: int
-    complete: bool = True
-
-
-USAGE_SECONDS = 5.0
-
-
-def usage(roots: list[Path], *, seconds: float = USAGE_SECONDS, stop_after: int = 0) -> Usage:
-    """Everything under `roots`, hidden entries included, never following a link.
-
-    Bounded by time, not by count: a count cap lets code hide bytes behind many empty files.
-    Disk use is `max(size, blocks)`, so sparse files count in full and directories count
-    too. `stop_after` > 0: stop once more entries than that were seen (already over)."""
-    total = entries = 0
-    end = time.monotonic() + seconds
-    stack = [str(root) for root in roots]
-    while stack:
-        try:
-            listing = os.scandir(stack.pop())
-        except OSError:
-            continue
-        with listing:
-            for entry in listing:
-                entries += 1
-                if entries % 512 == 0 and time.monotonic() > end:
-                    return Usage(total, entries, complete=False)
-                if stop_after and entries > stop_after:
-                    return Usage(total, entries)
-                try:
-                    info = entry.stat(follow_symlinks=False)
-                except OSError:
-                    continue
-                used = info.st_blocks * 512
-                if S_ISREG(info.st_mode):
-                    used = max(used, info.st_size)
-                elif S_ISDIR(info.st_mode):
-                    stack.append(entry.path)
-                total += used
-    return Usage(total, entries)
 
 
 def human_size(size: int) -> str:
@@ -192,10 +77,3 @@ def human_size(size: int) -> str:
 
 def guess_type(name: str) -> str:
     return mimetypes.guess_type(name)[0] or "application/octet-stream"
-
-
-def wipe(root: Path) -> None:
-    """Delete everything in a working directory (reset --wipe)."""
-    if root.is_dir():
-        shutil.rmtree(root)
-    root.mkdir(parents=True, exist_ok=True)

@@ -13,17 +13,22 @@ import itertools
 import logging
 import os
 import shutil
-import signal
 import subprocess
-import time
 from pathlib import Path
 from typing import Any, Protocol
 
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 
+from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels import cgroups, privileges, sandbox
 from slackinterp.kernels.execution import CellControl
+from slackinterp.kernels.files import ThreadFiles
+from slackinterp.kernels.localfiles import LocalFiles
+
+# bench/ imports wait_gone from here.
+from slackinterp.kernels.processes import is_kernel_process, kill_group
+from slackinterp.kernels.processes import wait_gone as wait_gone
 
 log = logging.getLogger(__name__)
 
@@ -31,8 +36,10 @@ READY_TIMEOUT = 60.0
 _serial = itertools.count(1)
 
 
-class KernelStartError(Exception):
+class KernelStartError(SlackinterpError):
     """A kernel could not be started; the message says why and what to check."""
+
+    kind = FailureKind.KERNEL_START
 
 
 class Kernel(Protocol):
@@ -54,13 +61,49 @@ class Kernel(Protocol):
 
     async def restart(self) -> None: ...
 
+    @property
+    def scratch_dirs(self) -> list[Path]:
+        """Where the kernel writes besides its working directory (counted by the quota)."""
+        ...
+
     async def move_to(self, cwd: Path) -> None: ...
+
+    async def detach(self) -> None:
+        """Stop using the kernel without deleting it (another replica serves its thread)."""
+        ...
+
+    def files(self, max_files: int = 0) -> ThreadFiles:
+        """The thread's working directory as this kernel sees it; `max_files` bounds the
+        usage walk (SLACKINTERP_WORKSPACE_MAX_FILES)."""
+        ...
 
     async def shutdown(self) -> None: ...
 
 
 class KernelBackend(Protocol):
+    """Starts kernels, and says what its kernels can do.
+
+    `files_with_kernel`: a thread's working directory lives with its kernel (a gateway's),
+    reached through the kernel protocol, not on the bot's disk. `shared_kernels`: another
+    bot replica can attach to a kernel this one started (kernel_exists, attach)."""
+
+    files_with_kernel: bool
+    shared_kernels: bool
+
     async def start_kernel(self, cwd: Path) -> Kernel: ...
+
+    async def kernel_exists(self, kernel_id: str) -> bool: ...
+
+    async def attach(self, kernel_id: str, cwd: Path) -> Kernel: ...
+
+    async def close(self) -> None:
+        """Let go of what the backend holds itself (a gateway's HTTP session)."""
+        ...
+
+    def workdir_files(self, workdir: Path) -> ThreadFiles | None:
+        """A thread's files reachable without its kernel (on this disk), or None when they
+        live with the kernel and need a lease."""
+        ...
 
     async def cleanup_orphans(self) -> int: ...
 
@@ -202,7 +245,8 @@ class LocalKernel:
         if self.sandboxed:
             await asyncio.to_thread(_adopt, old, cwd, self.user)
             self.km.bwrap_spec.workdir = cwd  # type: ignore[attr-defined]
-            self.km._launch_args["cwd"] = str(cwd)  # restarts launch from the new place
+            # Restarts launch from the new place (set by the start, before any move).
+            self.km._launch_args["cwd"] = str(cwd)  # type: ignore[index,assignment]
             self.cwd = cwd
             return
         self.cwd = cwd
@@ -219,6 +263,13 @@ class LocalKernel:
         await asyncio.to_thread(privileges.hand_over, self.cwd, self.user)
         self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
 
+    async def detach(self) -> None:
+        return None  # never shared (LocalBackend.shared_kernels is False)
+
+    def files(self, max_files: int = 0) -> LocalFiles:
+        # The kernel's /tmp and sockets count against the quota too.
+        return LocalFiles(self.cwd, self.scratch_dirs, max_files)
+
     async def shutdown(self) -> None:
         pid = self.pid
         try:
@@ -227,7 +278,7 @@ class LocalKernel:
             await self.km.shutdown_kernel(now=True)
         except Exception as exc:
             log.warning("kernel.shutdown_failed kernel=%s error=%s", self.kernel_id, exc)
-            _kill_group(pid)
+            kill_group(pid)
         if isinstance(self.km, SandboxedKernelManager):
             self.km.close_args()
         if self._recorder is not None and self._recorded_pid is not None:
@@ -241,6 +292,9 @@ class LocalKernel:
 
 class LocalBackend:
     """Starts ipykernel processes with a minimal environment and resource limits."""
+
+    files_with_kernel = False  # the working directory is on this disk
+    shared_kernels = False  # a local process is this bot's alone
 
     def __init__(
         self,
@@ -300,7 +354,9 @@ class LocalBackend:
             seccomp_fd=privileges.seccomp_fd(),
         )
         # A signal would hit bwrap, not the kernel: interrupt over the control channel.
-        km.kernel_spec.interrupt_mode = "message"
+        spec = km.kernel_spec  # loaded by the manager before the start
+        assert spec is not None
+        spec.interrupt_mode = "message"
 
     async def start_kernel(self, cwd: Path) -> LocalKernel:
         # Kernel start-up is CPU-bound (imports); more at once than cores only slows each one
@@ -390,6 +446,18 @@ class LocalBackend:
             raise
         return kernel
 
+    async def kernel_exists(self, kernel_id: str) -> bool:
+        return False  # no other replica's kernel is ever local
+
+    async def attach(self, kernel_id: str, cwd: Path) -> LocalKernel:
+        raise KernelStartError("local kernels cannot be shared between bot processes")
+
+    async def close(self) -> None:
+        return None  # each kernel is shut down by the registry; nothing else is held
+
+    def workdir_files(self, workdir: Path) -> LocalFiles:
+        return LocalFiles(workdir)
+
     async def cleanup_orphans(self) -> int:
         """Kill kernels recorded by a run of the bot that is no longer alive."""
         killed = await self._kill_recorded()
@@ -404,58 +472,14 @@ class LocalBackend:
         for pid, owner_pid, connection_file in await self.recorder.recorded_kernels():
             if owner_pid != os.getpid() and psutil.pid_exists(owner_pid):
                 continue  # another live bot process owns it
-            if _is_kernel_process(pid, connection_file):
-                _kill_group(pid)
+            if is_kernel_process(pid, connection_file):
+                kill_group(pid)
                 killed += 1
             Path(connection_file).unlink(missing_ok=True)
             with contextlib.suppress(OSError):
                 Path(connection_file).parent.rmdir()
             await self.recorder.forget_kernel(pid)
         return killed
-
-
-def _is_kernel_process(pid: int, connection_file: str) -> bool:
-    """Only a process started with that connection file counts (pids get reused); a
-    sandboxed kernel names its inside copy (inside-<kernel id>.json) instead."""
-    names = [connection_file]
-    with contextlib.suppress(OSError):
-        inside = Path(connection_file).parent.glob(f"{sandbox.INSIDE_PREFIX}*.json")
-        names += [f"{sandbox.SANDBOX_RUNTIME}/{p.name}" for p in inside]
-    try:
-        cmdline = " ".join(psutil.Process(pid).cmdline())
-    except (psutil.Error, OSError):
-        return False
-    return any(name in cmdline for name in names)
-
-
-def _kill_group(pid: int | None) -> None:
-    if pid is None:
-        return
-    try:
-        os.killpg(os.getpgid(pid), signal.SIGKILL)
-    except (ProcessLookupError, PermissionError, OSError):
-        try:
-            os.kill(pid, signal.SIGKILL)
-        except OSError:
-            pass
-
-
-async def wait_gone(pids: list[int], timeout: float = 5.0) -> bool:
-    """Wait until none of pids runs (zombies count as gone)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        alive = [p for p in pids if _running(p)]
-        if not alive:
-            return True
-        await asyncio.sleep(0.05)
-    return False
-
-
-def _running(pid: int) -> bool:
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.Error:
-        return False
 
 
 def _adopt(pooled: Path, target: Path, user: privileges.KernelUser | None = None) -> None:

@@ -8,21 +8,28 @@ a short grace it is restarted. A kernel that dies mid-cell is reported as such.
 from __future__ import annotations
 
 import asyncio
+import logging
 import queue
 import re
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
+
+# Callers and tests import these from here too: a cell's text is part of its result.
+from slackinterp.kernels.streamtext import MAX_SPILL_BYTES as MAX_SPILL_BYTES
+from slackinterp.kernels.streamtext import OutputBudget as OutputBudget
+from slackinterp.kernels.streamtext import TerminalText as TerminalText
+from slackinterp.kernels.streamtext import terminal_text as terminal_text
+
+log = logging.getLogger(__name__)
 
 ANSI_RE = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]|\x1b[@-Z\\-_]")
 POLL_SECONDS = 0.2
 MAX_DISPLAYS_PER_CELL = 30
-# Full output beyond the per-cell budget is saved, but not without end.
-MAX_SPILL_BYTES = 50 * 1024 * 1024
 
 
 def strip_ansi(text: str) -> str:
@@ -121,147 +128,6 @@ class ExecutableKernel(Protocol):
     async def restart(self) -> None: ...
 
 
-# --- bounded stream text -------------------------------------------------------------------
-
-
-class OutputBudget:
-    """Keeps head and tail of a cell's text; beyond the budget the whole goes to a file."""
-
-    def __init__(self, max_chars: int, spill_path: Path | None):
-        self.max_chars = max_chars
-        self.head_limit = max_chars // 2
-        self.head: list[str] = []
-        self.head_len = 0
-        self.tail: deque[str] = deque()
-        self.tail_len = 0
-        self.total = 0
-        self.spill_path = spill_path
-        self._spill: Any = None
-        self._spilled = 0
-
-    @property
-    def over(self) -> bool:
-        return self.total > self.max_chars
-
-    def add(self, text: str) -> str:
-        """Record text; returns the part that may still be shown live (empty once over)."""
-        if self._spill is None and self.spill_path is not None:
-            if self.total + len(text) > self.max_chars:
-                # Nothing was dropped yet: head + tail is everything so far.
-                self.spill_path.parent.mkdir(parents=True, exist_ok=True)
-                self._spill = self.spill_path.open("w", encoding="utf-8", errors="replace")
-                self._write("".join(self.head) + "".join(self.tail))
-        self.total += len(text)
-        shown = ""
-        if self.head_len < self.head_limit:
-            shown = text[: self.head_limit - self.head_len]
-            self.head.append(shown)
-            self.head_len += len(shown)
-            rest = text[len(shown) :]
-        else:
-            rest = text
-        if rest:
-            self.tail.append(rest)
-            self.tail_len += len(rest)
-            keep = self.max_chars - self.head_limit
-            while self.tail and self.tail_len - len(self.tail[0]) >= keep:
-                self.tail_len -= len(self.tail.popleft())
-        if self._spill is not None:
-            self._write(text)
-        return shown
-
-    def _write(self, text: str) -> None:
-        if self._spilled < MAX_SPILL_BYTES:
-            chunk = text[: MAX_SPILL_BYTES - self._spilled]
-            self._spill.write(chunk)
-            self._spilled += len(chunk)
-
-    def close(self) -> None:
-        if self._spill is not None:
-            self._spill.close()
-
-    def text(self) -> tuple[str, int]:
-        """(kept text, number of characters left out)."""
-        head = "".join(self.head)
-        tail = "".join(self.tail)
-        if not self.over:
-            return head + tail, 0
-        tail_keep = self.max_chars - self.head_limit
-        tail = tail[-tail_keep:]
-        omitted = self.total - len(head) - len(tail)
-        return f"{head}\n… {omitted:,} characters omitted …\n{tail}", omitted
-
-
-# --- stream text as a terminal shows it ----------------------------------------------------
-
-_CONTROL = re.compile(r"([\r\n\b])")
-
-
-class TerminalText:
-    """Stream text with `\r` and `\b` applied as a terminal (and JupyterLab) applies them.
-
-    Finished lines go to a bounded OutputBudget; only the line being written stays open, so
-    a tqdm bar that redraws itself a million times costs one line of memory.
-    """
-
-    def __init__(self, max_chars: int, spill_path: Path | None = None):
-        self.max_chars = max_chars
-        self.budget = OutputBudget(max_chars, spill_path)
-        self.line = ""
-        self.pos = 0
-
-    def feed(self, text: str) -> None:
-        if self.pos == len(self.line) and "\r" not in text and "\b" not in text:
-            # The common case, kept fast for big outputs: whole lines go in at once.
-            done, newline, rest = text.rpartition("\n")
-            if newline:
-                self.budget.add(self.line + done + newline)
-                self.line = rest
-            else:
-                self.line += text
-            self.pos = len(self.line)
-            if len(self.line) > self.max_chars:
-                self.budget.add(self.line)
-                self.line, self.pos = "", 0
-            return
-        for part in _CONTROL.split(text):
-            if part == "\n":
-                self.budget.add(self.line + "\n")
-                self.line, self.pos = "", 0
-            elif part == "\r":
-                self.pos = 0
-            elif part == "\b":
-                self.pos = max(0, self.pos - 1)
-            elif part:
-                end = self.pos + len(part)
-                self.line = self.line[: self.pos] + part + self.line[end:]
-                self.pos = end
-                if len(self.line) > self.max_chars:  # one endless line: keep it bounded
-                    self.budget.add(self.line)
-                    self.line, self.pos = "", 0
-
-    def text(self) -> tuple[str, int]:
-        kept, omitted = self.budget.text()
-        return kept + self.line, omitted
-
-    @property
-    def over(self) -> bool:
-        return self.budget.over
-
-    def close(self) -> None:
-        if self.line:
-            self.budget.add(self.line)
-            self.line, self.pos = "", 0
-        self.budget.close()
-
-
-def terminal_text(text: str) -> str:
-    """`text` as a terminal would show it (for callers with a whole string at hand)."""
-    term = TerminalText(max(len(text), 1000))
-    term.feed(text)
-    return term.text()[0]
-
-
 # --- iopub → outputs -----------------------------------------------------------------------
 
 
@@ -331,6 +197,7 @@ class OutputArea:
         self.items: list[Shown] = []
         self.streams: dict[int, TerminalText] = {}  # index in items → its text
         self.whole = TerminalText(max_chars, spill_path)  # all stream text, for the agent
+        self._spills: list[Future[None]] = []
         self.clear_pending = False
         self.display_events = 0
         self.dropped_displays = 0
@@ -374,7 +241,7 @@ class OutputArea:
                 index = max(self.streams)
         term = self.streams[index]
         term.feed(output.text)
-        self.items[index] = Stream(self.items[index].name, term.text()[0])
+        self.items[index] = Stream(cast(Stream, self.items[index]).name, term.text()[0])
         return output
 
     def _update(self, output: Display) -> Display | None:
@@ -394,18 +261,28 @@ class OutputArea:
     def _clear(self) -> None:
         self.items.clear()
         self.streams.clear()
-        self.whole.close()
+        self._closing(self.whole.close())
         self.whole = TerminalText(self.max_chars, self.spill_path)  # reopens: the file restarts
 
     def snapshot(self) -> tuple[Shown, ...]:
         return tuple(self.items)
 
     def close(self) -> None:
-        self.whole.close()
+        self._closing(self.whole.close())
+
+    def _closing(self, done: Future[None] | None) -> None:
+        if done is not None:
+            self._spills.append(done)
+
+    async def flushed(self) -> None:
+        """Every spill file of the cell is on disk (written off the event loop)."""
+        for done in self._spills:
+            await asyncio.wrap_future(done)
 
 
 def _is_idle(msg: dict[str, Any]) -> bool:
-    return msg["header"]["msg_type"] == "status" and msg["content"].get("execution_state") == "idle"
+    status = msg["header"]["msg_type"] == "status"
+    return bool(status and msg["content"].get("execution_state") == "idle")
 
 
 # --- the run loop --------------------------------------------------------------------------
@@ -483,6 +360,7 @@ async def run_cell(
                 await on_output(live, area.snapshot())
     finally:
         area.close()
+        await area.flushed()
 
     restarted = False
     if status in (Status.TIMEOUT, Status.STOPPED):
@@ -499,6 +377,7 @@ async def run_cell(
     if user_expressions and status is Status.OK:
         expressions = await _reply_expressions(client, msg_id)
     text, omitted = area.whole.text()
+    spilled = not area.whole.budget.spill_lost
     if area.dropped_displays:
         text += f"\n[{area.dropped_displays} more displays not shown]"
     return CellResult(
@@ -510,7 +389,7 @@ async def run_cell(
         restarted=restarted,
         truncated_chars=omitted,
         user_expressions=expressions,
-        full_output=spill_path if area.whole.over and spill_path else None,
+        full_output=spill_path if area.whole.over and spill_path and spilled else None,
         dropped_displays=area.dropped_displays,
     )
 
@@ -538,8 +417,8 @@ async def _interrupt(kernel: ExecutableKernel, msg_id: str, grace: float) -> boo
     """Interrupt; True when the kernel went idle within the grace, else it is restarted."""
     try:
         await kernel.interrupt()
-    except Exception:
-        pass
+    except Exception as exc:  # the wait below decides: idle in time, or a restart
+        log.warning("kernel.interrupt_failed error=%s", exc)
     end = time.monotonic() + grace
     client = kernel.client
     while time.monotonic() < end:

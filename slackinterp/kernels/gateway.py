@@ -25,6 +25,7 @@ import aiohttp
 
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellControl
+from slackinterp.kernels.kernelfiles import KernelFiles
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +46,6 @@ class GatewayClient:
         self.session_id = session_id
         self.iopub: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.shell: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.control: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lost_state = asyncio.Event()  # the gateway saw the kernel die or restart
         self.closed = asyncio.Event()
         self._reader = asyncio.create_task(self._read(), name="gateway-ws-reader")
@@ -66,8 +66,6 @@ class GatewayClient:
                     self.iopub.put_nowait(msg)
                 elif channel == "shell":
                     self.shell.put_nowait(msg)
-                elif channel == "control":
-                    self.control.put_nowait(msg)
         finally:
             self.closed.set()
 
@@ -124,8 +122,20 @@ class GatewayClient:
     async def close(self) -> None:
         await self.ws.close()
         self._reader.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
+        try:
             await self._reader
+        except asyncio.CancelledError:
+            pass
+        except Exception as exc:
+            log.warning("gateway.reader_failed error=%s", exc)
+
+
+async def _close(client: GatewayClient) -> None:
+    """Close a kernel's channels; a connection already gone is only worth a log line."""
+    try:
+        await client.close()
+    except Exception as exc:
+        log.info("gateway.close_failed error=%s", exc)
 
 
 def _quick_ack(sock: socket.socket | None) -> None:
@@ -152,8 +162,6 @@ async def _get(source: asyncio.Queue[dict[str, Any]], timeout: float | None) -> 
 class GatewayKernel:
     """A kernel living on the gateway; its working directory lives there too."""
 
-    remote = True
-
     def __init__(self, backend: GatewayBackend, kernel_id: str, cwd: Path):
         self.backend = backend
         self.kernel_id = kernel_id
@@ -171,9 +179,12 @@ class GatewayKernel:
     def pid(self) -> int | None:
         return None  # the process is the gateway's business
 
+    def files(self, max_files: int = 0) -> KernelFiles:
+        return KernelFiles(self, max_files=max_files)
+
     @property
-    def remote_dir(self) -> str:
-        return f"{REMOTE_ROOT}/{self.cwd.name}"
+    def scratch_dirs(self) -> list[Path]:
+        return []  # the gateway's disk: its quota is the deployment's business
 
     async def connect(self) -> None:
         if self._client is not None:
@@ -237,14 +248,12 @@ class GatewayKernel:
     async def detach(self) -> None:
         """Close our channels; the kernel stays on the gateway for another replica."""
         if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.close()
+            await _close(self._client)
             self._client = None
 
     async def shutdown(self) -> None:
         if self._client is not None:
-            with contextlib.suppress(Exception):
-                await self._client.close()
+            await _close(self._client)
         with contextlib.suppress(GatewayError, aiohttp.ClientError, TimeoutError):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
 
@@ -252,7 +261,8 @@ class GatewayKernel:
 class GatewayBackend:
     """Creates kernels on a gateway. Kernels get only the environment we send (KERNEL_*)."""
 
-    remote = True
+    files_with_kernel = True  # the working directory is the kernel's, on the gateway
+    shared_kernels = True  # replicas sharing the gateway attach to each other's kernels
 
     def __init__(
         self,
@@ -301,7 +311,7 @@ class GatewayBackend:
             model = await self.request("GET", f"/api/kernels/{kernel_id}")
         except GatewayError:
             return False
-        return model.get("execution_state") != "dead"
+        return bool(model.get("execution_state") != "dead")
 
     async def open_channels(self, kernel_id: str) -> aiohttp.ClientWebSocketResponse:
         ws_url = self.url.replace("http", "ws", 1) + f"/api/kernels/{kernel_id}/channels"
@@ -342,6 +352,9 @@ class GatewayBackend:
         kernel = GatewayKernel(self, kernel_id, cwd)
         await kernel.connect()
         return kernel
+
+    def workdir_files(self, workdir: Path) -> None:
+        return None  # the files live with the kernel, on the gateway
 
     async def cleanup_orphans(self) -> int:
         """Remote kernels outlive a crashed bot; the gateway's culler reaps them (see docs)."""

@@ -14,21 +14,28 @@ import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
 
 from slackinterp import metrics
+from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.execution import run_cell
+from slackinterp.kernels.files import ThreadFiles
+from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 
 log = logging.getLogger(__name__)
 
 # A failing pool start is tried again after 5 s, then 10, 20 … at most 5 min.
 POOL_BACKOFF_FIRST = 5
 POOL_BACKOFF_MAX = 300
+# Run in every pooled kernel once it started (see KernelRegistry._warm).
+WARM_CODE = "pass"
+WARM_TIMEOUT = 30.0
 
 
-class AtCapacity(Exception):
+class AtCapacity(SlackinterpError):
     """Every allowed kernel is busy; the caller should tell the user to retry shortly."""
+
+    kind = FailureKind.CAPACITY
 
 
 @dataclass
@@ -40,7 +47,7 @@ class RestoreReport:
     seconds: float
     failed: list[tuple[int, str]] = field(default_factory=list)  # (cell index, error name)
     out_of_time: bool = False
-    reason: str = ""  # why a restore was needed: "reaped", "died", "restarted", "new process"
+    reason: RestoreReason | None = None  # why a restore was needed
 
     @property
     def complete(self) -> bool:
@@ -49,8 +56,13 @@ class RestoreReport:
 
 @dataclass
 class Lease:
+    """A thread's kernel, its files, and the restore it took to get it."""
+
     kernel: Kernel
     restore: RestoreReport | None = None
+
+    def files(self, max_files: int = 0) -> ThreadFiles:
+        return self.kernel.files(max_files)
 
 
 @dataclass
@@ -61,22 +73,11 @@ class Slot:
     kernel: Kernel
     last_used: float
     busy_since: float | None = None
-    needs_restore: str = ""  # non-empty: state was lost; the reason
+    needs_restore: RestoreReason | None = None  # state was lost, and why
 
     @property
     def busy(self) -> bool:
         return self.busy_since is not None
-
-
-class KernelDirectory(Protocol):
-    """Which remote kernel serves a thread, shared by replicas (store.py): any replica can
-    attach to a thread's kernel on the gateway instead of starting and replaying a new one."""
-
-    async def kernel_of(self, key: str) -> tuple[str, str] | None: ...  # (kernel id, owner)
-
-    async def claim_kernel(self, key: str, kernel_id: str, owner: str) -> None: ...
-
-    async def forget_kernel_of(self, key: str, kernel_id: str) -> None: ...
 
 
 ReplaySource = Callable[[str], Awaitable[list[str]]]
@@ -120,9 +121,18 @@ class KernelRegistry:
         self.listeners: list[LifecycleListener] = []
         # Threads seen by this process: a first use of a thread with stored cells is a restore.
         self._known: set[str] = set()
-        # Remote kernels shared between replicas (gateway backend + a shared database).
-        self.directory: KernelDirectory | None = None
+        # Kernels shared between replicas (gateway backend + a shared database), or not.
+        self.replicas: Replicas = SingleProcess()
         self.replica_id = uuid.uuid4().hex[:12]
+
+    @property
+    def directory(self) -> KernelDirectory | None:
+        return self.replicas.directory if isinstance(self.replicas, Shared) else None
+
+    @directory.setter
+    def directory(self, directory: KernelDirectory | None) -> None:
+        """Share kernels with other replicas through `directory` (None: a single process)."""
+        self.replicas = SingleProcess() if directory is None else Shared(self, directory)
 
     # --- lifecycle -----------------------------------------------------------------------
     async def start(self) -> int:
@@ -147,11 +157,13 @@ class KernelRegistry:
         self._closed = True
         if self._refill_task is not None:
             self._refill_task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
+            try:
                 await self._refill_task
-        slots = list(self.slots.values())
-        if self.directory is not None:
-            slots = await self._keep_others(slots)
+            except asyncio.CancelledError:
+                pass
+            except Exception as exc:
+                log.warning("kernels.pool_refill_failed error=%s", exc)
+        slots = await self.replicas.keep_others(list(self.slots.values()))
         kernels = [s.kernel for s in slots] + list(self.pool)
         self.slots.clear()
         self.pool.clear()
@@ -159,23 +171,6 @@ class KernelRegistry:
             if slot_kernel.control is not None:
                 slot_kernel.control.request_stop("shutdown")
         await asyncio.gather(*(k.shutdown() for k in kernels), return_exceptions=True)
-
-    async def _keep_others(self, slots: list[Slot]) -> list[Slot]:
-        """Of our slots, those whose kernels we own (to delete); detach from the rest."""
-        assert self.directory is not None
-        mine = []
-        for slot in slots:
-            try:
-                row = await self.directory.kernel_of(slot.key)
-            except Exception:  # database gone at shutdown: delete what we hold
-                row = None
-            if row is not None and row[1] != self.replica_id:
-                await _detach(slot.kernel)
-                continue
-            with contextlib.suppress(Exception):
-                await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
-            mine.append(slot)
-        return mine
 
     @property
     def live_count(self) -> int:
@@ -198,6 +193,11 @@ class KernelRegistry:
             try:
                 # Each pooled kernel gets its own directory (a sandboxed one keeps it).
                 kernel = await self.backend.start_kernel(self.pool_dir / uuid.uuid4().hex[:12])
+                try:  # still counted as starting: the cap holds while it warms
+                    await self._warm(kernel)
+                except asyncio.CancelledError:  # shutdown: in neither pool nor slots yet
+                    await kernel.shutdown()
+                    raise
             except Exception as exc:
                 # A start that fails (a missing kernel spec, a kernel user that cannot run
                 # Python) fails again at once: back off instead of retrying on every request.
@@ -214,8 +214,27 @@ class KernelRegistry:
                 return
             self._pool_backoff = POOL_BACKOFF_FIRST
             self.pool.append(kernel)
-            self._notify_freed()
+            self.notify_freed()
             log.info("kernels.pool_ready size=%d", len(self.pool))
+
+    async def _warm(self, kernel: Kernel) -> None:
+        """One trivial silent cell. A kernel's first execution pays for set-up the kernel
+        does lazily; a pooled kernel pays it here, so a new thread's first cell is as quick
+        as a follow-up. A kernel that fails it is still pooled: the handout checks it."""
+        try:
+            result = await run_cell(
+                kernel,
+                WARM_CODE,
+                timeout=WARM_TIMEOUT,
+                grace=self.exec_grace,
+                max_output_chars=100,
+                silent=True,
+            )
+        except Exception as exc:
+            log.warning("kernels.warm_failed kernel=%s error=%s", kernel.kernel_id, exc)
+            return
+        if not result.ok:
+            log.warning("kernels.warm_failed kernel=%s status=%s", kernel.kernel_id, result.status)
 
     # --- leasing -------------------------------------------------------------------------
     async def acquire(self, key: str, cwd: Path, *, fresh: bool = False) -> Lease:
@@ -228,68 +247,41 @@ class KernelRegistry:
         slot = self.slots.get(key)
         if slot is not None:
             slot.busy_since = time.monotonic()
-        if self.directory is not None:
-            slot = await self._adopt_shared(key, cwd, slot)
+        slot = await self.replicas.adopt(key, cwd, slot)
         if slot is not None and not await slot.kernel.is_alive():
             log.warning("kernels.found_dead thread=%s", key)
             self.slots.pop(key, None)
-            await self._forget_row(slot)
+            await self.replicas.forget(slot)
             await slot.kernel.shutdown()
-            reason = "died"
+            reason = RestoreReason.DIED
             slot = None
         else:
-            reason = "reaped" if key in self._known else "new process"
+            reason = RestoreReason.REAPED if key in self._known else RestoreReason.NEW_PROCESS
         if slot is None:
-            kernel = await self._new_kernel(cwd)
-            slot = self._insert(key, kernel)
+            kernel = await self.new_kernel(cwd)
+            slot = self.insert(key, kernel)
             slot.needs_restore = reason
-            if self.directory is not None:
-                await self.directory.claim_kernel(key, kernel.kernel_id, self.replica_id)
+            await self.replicas.claim(key, kernel)
         slot.last_used = time.monotonic()
         slot.busy_since = time.monotonic()  # leased: not evictable until mark_idle
         restore = None
         if slot.needs_restore:
             if not fresh:
                 restore = await self._restore(slot, slot.needs_restore)
-            slot.needs_restore = ""
+            slot.needs_restore = None
         self._known.add(key)
         # Refill only now: a kernel starting up competes for the CPU and the event loop, and
         # this thread's first cell should not wait behind it.
         self.refill_pool()
         return Lease(slot.kernel, restore)
 
-    def _insert(self, key: str, kernel: Kernel) -> Slot:
+    def insert(self, key: str, kernel: Kernel) -> Slot:
         """A new slot, leased at once (no await between insertion and lease)."""
         slot = Slot(key, kernel, time.monotonic(), busy_since=time.monotonic())
         self.slots[key] = slot
         return slot
 
-    async def _adopt_shared(self, key: str, cwd: Path, slot: Slot | None) -> Slot | None:
-        """With replicas: use the thread's kernel whoever started it; the caller holds the
-        thread's cross-replica lock, so no one else uses the kernel meanwhile."""
-        assert self.directory is not None
-        row = await self.directory.kernel_of(key)
-        if slot is not None and (row is None or row[0] != slot.kernel.kernel_id):
-            self.slots.pop(key, None)  # replaced or reset by another replica: let go
-            await _detach(slot.kernel)
-            self._notify_freed()
-            slot = None
-        attach = getattr(self.backend, "attach", None)
-        if slot is None and row is not None and attach is not None:
-            try:
-                if await self.backend.kernel_exists(row[0]):  # type: ignore[attr-defined]
-                    kernel = await self._new_kernel(cwd, attach_to=row[0])
-                    slot = self._insert(key, kernel)
-                    log.info("kernels.attached thread=%s from=%s", key, row[1])
-            except Exception as exc:
-                log.warning("kernels.attach_failed thread=%s error=%s", key, exc)
-                await self.directory.forget_kernel_of(key, row[0])
-                return None
-        if slot is not None and row is not None and row[1] != self.replica_id:
-            await self.directory.claim_kernel(key, slot.kernel.kernel_id, self.replica_id)
-        return slot
-
-    async def _new_kernel(self, cwd: Path, *, attach_to: str | None = None) -> Kernel:
+    async def new_kernel(self, cwd: Path, *, attach_to: str | None = None) -> Kernel:
         """A pooled kernel, a fresh one in a free seat, or the seat of the least recently used
         idle kernel. When every seat is busy, wait a while for one (bursts are normal) before
         telling the caller the bot is at capacity. `attach_to`: take a seat for a kernel
@@ -327,22 +319,22 @@ class KernelRegistry:
             if victim is not None:
                 await self._stop_slot(victim, "evicted")
             if attach_to is not None:
-                return await self.backend.attach(attach_to, cwd)  # type: ignore[attr-defined]
+                return await self.backend.attach(attach_to, cwd)
             return await self.backend.start_kernel(cwd)
         finally:
             self._starting -= 1
-            self._notify_freed()
+            self.notify_freed()
 
     def _lru_idle(self) -> Slot | None:
         idle = [s for s in self.slots.values() if not s.busy]
         return min(idle, key=lambda s: s.last_used) if idle else None
 
-    def _notify_freed(self) -> None:
+    def notify_freed(self) -> None:
         """Wake whoever waits for a seat (a slot went idle, a kernel stopped or started)."""
         self._freed.set()
         self._freed = asyncio.Event()
 
-    async def _restore(self, slot: Slot, reason: str) -> RestoreReport | None:
+    async def _restore(self, slot: Slot, reason: RestoreReason) -> RestoreReport | None:
         codes = await self.replay_source(slot.key)
         if not codes:
             return None
@@ -383,19 +375,14 @@ class KernelRegistry:
         return report
 
     # --- bookkeeping the engine reports --------------------------------------------------
-    def mark_busy(self, key: str) -> None:
-        slot = self.slots.get(key)
-        if slot is not None:
-            slot.busy_since = time.monotonic()
-
-    def mark_idle(self, key: str, *, state_lost: str = "") -> None:
+    def mark_idle(self, key: str, *, state_lost: RestoreReason | None = None) -> None:
         slot = self.slots.get(key)
         if slot is not None:
             slot.busy_since = None
             slot.last_used = time.monotonic()
-            if state_lost:
+            if state_lost is not None:
                 slot.needs_restore = state_lost
-            self._notify_freed()
+            self.notify_freed()
 
     def slot(self, key: str) -> Slot | None:
         return self.slots.get(key)
@@ -404,27 +391,22 @@ class KernelRegistry:
         """Shut the thread's kernel down (files stay). True if there was one."""
         slot = self.slots.pop(key, None)
         if slot is None:
-            if why == "reset" and self.directory is not None:
-                return await self._reset_shared(key)
-            return False
+            return why == "reset" and await self.replicas.reset_elsewhere(key)
         self._stopping += 1  # still counts against the cap until it is gone
         try:
             await self._stop_slot(slot, why)
         finally:
             self._stopping -= 1
-            self._notify_freed()
+            self.notify_freed()
         self.refill_pool()
         return True
 
     async def _stop_slot(self, slot: Slot, why: str) -> None:
-        if self.directory is not None and why != "reset":
-            row = await self.directory.kernel_of(slot.key)
-            if row is not None and row[1] != self.replica_id:
-                await _detach(slot.kernel)  # another replica serves this thread now
-                return
+        if why != "reset" and await self.replicas.served_elsewhere(slot):
+            return  # another replica serves this thread now: detached, not deleted
         # Forget it first: the thread's next message (on any replica) must not attach to a
         # kernel that is being deleted.
-        await self._forget_row(slot)
+        await self.replicas.forget(slot)
         await slot.kernel.shutdown()
         log.info("kernels.released thread=%s why=%s", slot.key, why)
         if why in ("reaped", "evicted"):
@@ -433,25 +415,6 @@ class KernelRegistry:
             task = asyncio.create_task(self._tell(slot.key, why))
             self._background.add(task)
             task.add_done_callback(self._background.discard)
-
-    async def _forget_row(self, slot: Slot) -> None:
-        if self.directory is not None:
-            with contextlib.suppress(Exception):
-                await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
-
-    async def _reset_shared(self, key: str) -> bool:
-        """Reset a thread whose kernel another replica started."""
-        assert self.directory is not None
-        row = await self.directory.kernel_of(key)
-        if row is None:
-            return False
-        attach = getattr(self.backend, "attach", None)
-        if attach is not None:
-            with contextlib.suppress(Exception):
-                kernel = await attach(row[0], self.pool_dir)
-                await kernel.shutdown()
-        await self.directory.forget_kernel_of(key, row[0])
-        return True
 
     def forget(self, key: str) -> None:
         """After a reset there is nothing to restore: the next kernel starts clean."""
@@ -486,10 +449,3 @@ class KernelRegistry:
                     slot.kernel.control.request_stop("busy cap")
                     stopped.append(slot.key)
         return stopped
-
-
-async def _detach(kernel: Kernel) -> None:
-    """Stop using a kernel without deleting it (another replica serves its thread)."""
-    detach = getattr(kernel, "detach", None)
-    if detach is not None:
-        await detach()

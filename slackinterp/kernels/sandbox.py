@@ -224,9 +224,10 @@ class BwrapSpec:
         for path in ALWAYS_HIDDEN_FILES:
             if Path(path).exists():
                 args += ["--ro-bind", "/dev/null", path]
-        for path in self.readonly:
-            if path.exists():
-                args += [*made.before(str(path)), "--ro-bind", str(path), str(path)]
+        for readonly in self.readonly:
+            if readonly.exists():
+                ro = str(readonly)
+                args += [*made.before(ro), "--ro-bind", ro, ro]
         args += [*made.before(SANDBOX_RUNTIME), "--bind", str(self.runtime_dir), SANDBOX_RUNTIME]
         args += ["--bind", str(self.workdir), SANDBOX_HOME, "--chdir", SANDBOX_HOME]
         # The empty directories that hide paths, and /dev, are tmpfs: read-only, or code could

@@ -1,0 +1,292 @@
+"""One cell of a thread: lease → quota → run → record → report.
+
+The working directory is measured once before the cell (quota check and the snapshot the
+produced files are compared with) and once after it (produced files and the quota notice);
+each measurement is one walk giving both the snapshot and the usage.
+"""
+
+from __future__ import annotations
+
+import logging
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+
+from slackinterp import metrics
+from slackinterp.config import Settings
+from slackinterp.engine import notebook, notices, workspace
+from slackinterp.engine.events import (
+    CellFinished,
+    CellOutput,
+    CellStarted,
+    Event,
+    FileProduced,
+    FileSkipped,
+    Notice,
+)
+from slackinterp.engine.session import ThreadSession
+from slackinterp.errors import FailureKind, NoticeKind, RestoreReason, SlackinterpError
+from slackinterp.kernels import shell
+from slackinterp.kernels.execution import (
+    CellControl,
+    CellResult,
+    Error,
+    Output,
+    Shown,
+    Status,
+    run_cell,
+)
+from slackinterp.kernels.files import ThreadFiles, TransferError
+from slackinterp.kernels.registry import KernelRegistry, Lease
+from slackinterp.llm import prompts
+from slackinterp.llm.port import CellRun, CellSource
+from slackinterp.store import Store
+
+log = logging.getLogger(__name__)
+
+Emit = Callable[[Event], None]
+
+
+class QuotaExceeded(SlackinterpError):
+    """The thread's working directory is over SLACKINTERP_WORKSPACE_QUOTA_MB."""
+
+    kind = FailureKind.QUOTA
+
+
+class CellRunner:
+    """Runs a thread's cells in its kernel and reports them; the engine serialises calls."""
+
+    def __init__(self, settings: Settings, store: Store, registry: KernelRegistry):
+        self.settings = settings
+        self.store = store
+        self.registry = registry
+
+    # --- where a thread's kernel and files are -----------------------------------------------
+    async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
+        """The thread's kernel, leased (not evictable) until registry.mark_idle."""
+        lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
+        session.fresh = False
+        if lease.restore is not None:
+            session.variables = None
+            emit(notices.restore_notice(lease.restore))
+        return lease
+
+    @property
+    def files_with_kernel(self) -> bool:
+        """The working directory lives with the kernel (a gateway's), not on this disk."""
+        return self.registry.backend.files_with_kernel
+
+    def files_of(self, lease: Lease) -> ThreadFiles:
+        """The thread's files as its leased kernel sees them, the usage walk bounded."""
+        return lease.files(self.settings.workspace_max_files)
+
+    async def thread_files(self, session: ThreadSession, emit: Emit) -> ThreadFiles:
+        """The thread's files for receiving or reading them outside a cell. With the files
+        in the kernel this leases it: the caller ends it with end_files_lease."""
+        files = self.registry.backend.workdir_files(session.workdir)
+        if files is not None:
+            return files
+        return (await self.lease(session, emit)).files()
+
+    def end_files_lease(self, session: ThreadSession) -> None:
+        """After thread_files: the lease (if it took one) ends."""
+        if self.files_with_kernel:
+            self.registry.mark_idle(session.key.id)
+
+    def outbox(self, session: ThreadSession) -> Path:
+        """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
+        return self.settings.data_dir / "outbox" / session.key.dirname
+
+    def spill_dir(self, session: ThreadSession) -> Path:
+        """Bot-side, never in the working directory, where code could plant a symlink."""
+        return self.settings.data_dir / "outputs" / session.key.dirname
+
+    # --- a visible cell ----------------------------------------------------------------------
+    async def run(
+        self, session: ThreadSession, code: str, source: CellSource, emit: Emit
+    ) -> CellRun:
+        key = session.key.id
+        lease = await self.lease(session, emit)
+        result: CellResult | None = None
+        cell_id: str | None = None
+        try:
+            files = self.files_of(lease)
+            before = await files.measure()
+            over = self._over_quota(before.usage)
+            if over is not None:
+                raise QuotaExceeded(over + notices.QUOTA_BEFORE)
+            cell_id = uuid.uuid4().hex[:8]
+            emit(CellStarted(cell_id, code, source))
+            result = await self._execute(session, lease, cell_id, code, emit, source)
+            produced = await self._after_cell(session, files, cell_id, code, before, result, emit)
+            return CellRun(result, tuple(produced))
+        except BaseException as exc:
+            if cell_id is not None and result is None:
+                # Never leave a cell message on "running…": say it failed on our side.
+                failed = CellResult(
+                    Status.ERROR, 0.0, error=Error("InternalError", type(exc).__name__, "")
+                )
+                emit(CellFinished(cell_id, code, failed))
+            raise
+        finally:
+            restarted = result is not None and result.restarted
+            self.registry.mark_idle(key, state_lost=RestoreReason.RESTARTED if restarted else None)
+
+    async def _execute(
+        self,
+        session: ThreadSession,
+        lease: Lease,
+        cell_id: str,
+        code: str,
+        emit: Emit,
+        source: CellSource,
+    ) -> CellResult:
+        control = CellControl()
+        if session.stop_requested.is_set():
+            control.request_stop("stopped")
+        session.control = control
+        lease.kernel.control = control
+
+        async def on_output(output: Output, shown: tuple[Shown, ...]) -> None:
+            emit(CellOutput(cell_id, output, shown))
+
+        if shell.has_shell_line(code):
+            shell.make_strict(lease.kernel.client)
+        try:
+            return await run_cell(
+                lease.kernel,
+                code,
+                timeout=self.settings.exec_timeout,
+                grace=self.settings.interrupt_grace,
+                max_output_chars=self.settings.max_output_chars,
+                on_output=on_output,
+                control=control,
+                spill_path=self.spill_dir(session) / f"{cell_id}.txt",
+                # The variables are for the model's next round: a user's own cell does not pay
+                # for them on its way to the thread.
+                user_expressions=(
+                    {"vars": prompts.VARIABLES_EXPRESSION} if source == "model" else None
+                ),
+            )
+        finally:
+            lease.kernel.control = None
+
+    async def _after_cell(
+        self,
+        session: ThreadSession,
+        files: ThreadFiles,
+        cell_id: str,
+        code: str,
+        before: workspace.Measured,
+        result: CellResult,
+        emit: Emit,
+    ) -> list[str]:
+        """Count, record and report a finished cell; the files it produced."""
+        key = session.key.id
+        session.cells_run += 1
+        # Known only when the cell asked (model cells); else the agent asks when it needs them.
+        names = result.user_expressions.get("vars")
+        session.variables = prompts.variables_from_expression(names) if names else None
+        metrics.CELLS.labels(result.status.value).inc()
+        metrics.CELL_SECONDS.observe(result.duration)
+        # The front-end learns first; the record for replay follows (before the next cell).
+        emit(CellFinished(cell_id, code, result))
+        await self.store.add_cell(
+            key,
+            code,
+            ok=result.ok,
+            error_name=result.error.ename if result.error else None,
+            duration=result.duration,
+        )
+        await self._record_for_export(key, code, result)
+        log.info(
+            "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
+            key,
+            cell_id,
+            result.status.value,
+            result.duration,
+        )
+        lifecycle = notices.cell_lifecycle(result)
+        if lifecycle is not None:
+            emit(lifecycle)
+        if result.status is Status.DIED and self.files_with_kernel:
+            return []  # files that live with the kernel cannot be seen once it died
+        after = await files.measure()
+        session.snapshot = after.snapshot
+        produced = await self._report_files(session, files, cell_id, before, after, emit)
+        over = self._over_quota(after.usage)
+        if over is not None:
+            emit(Notice(NoticeKind.QUOTA, over + notices.QUOTA_AFTER))
+        return produced
+
+    def _over_quota(self, used: workspace.Usage) -> str | None:
+        return notices.over_quota(
+            used, self.settings.workspace_quota_mb, self.settings.workspace_max_files
+        )
+
+    async def _report_files(
+        self,
+        session: ThreadSession,
+        files: ThreadFiles,
+        cell_id: str,
+        before: workspace.Measured,
+        after: workspace.Measured,
+        emit: Emit,
+    ) -> list[str]:
+        limit = self.settings.max_upload_mb * 1024 * 1024
+        per_cell = self.settings.max_files_per_cell
+        produced: list[str] = []
+        for name in workspace.changed(before.snapshot, after.snapshot):
+            size = after.snapshot[name][0]
+            shown = workspace.display_name(name)  # what people see; `name` is what is read
+            if size > limit:
+                reason = notices.upload_too_big(size, self.settings.max_upload_mb)
+                emit(FileSkipped(cell_id, shown, reason))
+                continue
+            if len(produced) >= per_cell:
+                emit(FileSkipped(cell_id, shown, notices.too_many_files(per_cell)))
+                continue
+            try:
+                path = await files.fetch(name, self.outbox(session) / cell_id, limit)
+            except TransferError as exc:
+                emit(FileSkipped(cell_id, shown, notices.fetch_failed(exc)))
+                continue
+            produced.append(name)
+            emit(FileProduced(cell_id, path, shown, size))
+        return produced
+
+    # --- a hidden cell -----------------------------------------------------------------------
+    async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
+        """Run a helper silently in the thread's kernel and return what it printed."""
+        key = session.key.id
+        lease = await self.lease(session, emit)
+        result: CellResult | None = None
+        try:
+            result = await run_cell(
+                lease.kernel,
+                code,
+                timeout=min(30.0, self.settings.exec_timeout),
+                grace=self.settings.interrupt_grace,
+                max_output_chars=200_000,
+                silent=True,
+            )
+        finally:
+            self.registry.mark_idle(
+                key, state_lost=RestoreReason.RESTARTED if result and result.restarted else None
+            )
+        if not result.ok:
+            log.warning("hidden.failed thread=%s status=%s", key, result.status.value)
+            return ""
+        return result.text
+
+    # --- the thread as a notebook ------------------------------------------------------------
+    async def _record_for_export(self, key: str, code: str, result: CellResult) -> None:
+        """The cell and its outputs, for `export`; bounded by SLACKINTERP_NOTEBOOK_MAX_MB."""
+        count, used = await self.store.transcript_stats(key)
+        outputs = notebook.cell_outputs(result, count + 1)
+        cap = self.settings.notebook_max_mb * 1024 * 1024
+        if used + notebook.outputs_size(outputs) > cap:
+            outputs = notebook.without_images(outputs, "SLACKINTERP_NOTEBOOK_MAX_MB reached")
+            if used + notebook.outputs_size(outputs) > cap:
+                outputs = [notebook.note("outputs not kept: SLACKINTERP_NOTEBOOK_MAX_MB reached")]
+        await self.store.add_entry(key, "code", code, outputs, count + 1)

@@ -1,0 +1,137 @@
+"""Files people send and what a front-end read earlier in the thread, taken in for a turn.
+
+A file is fetched outside the working directory first (code never sees half a file), checked
+against SLACKINTERP_MAX_DOWNLOAD_MB, then moved in under a safe, unique name. Every refusal
+is a FileRejected event that says why; nothing else of the turn is lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from slackinterp.engine import notices, workspace
+from slackinterp.engine.cells import CellRunner, Emit
+from slackinterp.engine.events import FileReceived, FileRejected, Notice
+from slackinterp.engine.session import ThreadSession
+from slackinterp.errors import NoticeKind, SlackinterpError
+from slackinterp.kernels.files import ThreadFiles, TransferError
+from slackinterp.llm import prompts
+
+log = logging.getLogger(__name__)
+
+
+class FileFetchError(SlackinterpError):
+    """A user's file could not be fetched; the message is for the user."""
+
+
+@dataclass(frozen=True)
+class IncomingFile:
+    """A file attached to a message; `fetch` writes its bytes to the path it is given."""
+
+    name: str
+    size: int
+    mimetype: str
+    fetch: Callable[[Path], Awaitable[None]]
+
+
+@dataclass
+class ThreadContext:
+    """What a front-end found earlier in the thread, read inside the turn (in turn order)."""
+
+    earlier: list[prompts.EarlierMessage] = field(default_factory=list)
+    files: list[IncomingFile] = field(default_factory=list)
+    code: str | None = None  # code of the message the request asked to run ("run this")
+    notes: list[str] = field(default_factory=list)  # one line each: what could not be read
+
+
+ContextReader = Callable[[], Awaitable[ThreadContext]]
+
+
+async def thread_context(key: str, read: ContextReader | None, emit: Emit) -> ThreadContext:
+    """The thread's earlier messages and files; a failed read costs a note, not the turn."""
+    if read is None:
+        return ThreadContext()
+    try:
+        context = await read()
+    except Exception as exc:
+        log.exception("context.failed thread=%s", key)
+        context = ThreadContext(notes=[notices.context_unreadable(exc)])
+    for note in context.notes:
+        emit(Notice(NoticeKind.CONTEXT, note))
+    return context
+
+
+async def receive_files(
+    cells: CellRunner, session: ThreadSession, files: list[IncomingFile], emit: Emit
+) -> list[FileReceived]:
+    """Each file fetched, checked and put in the working directory, in order."""
+    settings = cells.settings
+    received: list[FileReceived] = []
+    files_api: ThreadFiles | None = None
+    limit = settings.max_download_mb * 1024 * 1024
+    try:
+        for incoming in files:
+            if incoming.size > limit:
+                reason = notices.download_too_big(incoming.size, settings.max_download_mb)
+                emit(FileRejected(incoming.name, reason))
+                continue
+            temp = await _fetch(settings.data_dir / "incoming", incoming, limit, session, emit)
+            if temp is None:
+                continue
+            if files_api is None:
+                files_api = await cells.thread_files(session, emit)
+            event = await _put(files_api, temp, incoming, emit)
+            if event is not None:
+                received.append(event)
+    finally:
+        if files_api is not None:
+            cells.end_files_lease(session)
+    return received
+
+
+async def _fetch(
+    incoming_dir: Path, incoming: IncomingFile, limit: int, session: ThreadSession, emit: Emit
+) -> Path | None:
+    """The file's bytes outside the working directory (same file system), or None."""
+    await asyncio.to_thread(incoming_dir.mkdir, parents=True, exist_ok=True)
+    temp = incoming_dir / uuid.uuid4().hex
+    try:
+        await incoming.fetch(temp)
+        size = (await asyncio.to_thread(temp.stat)).st_size
+        if size > limit:
+            raise FileFetchError(notices.download_grew(limit // (1024 * 1024)))
+    except FileFetchError as exc:
+        temp.unlink(missing_ok=True)
+        emit(FileRejected(incoming.name, str(exc)))
+        return None
+    except Exception as exc:
+        temp.unlink(missing_ok=True)
+        log.warning("files.fetch_failed thread=%s error=%s", session.key.id, exc)
+        emit(FileRejected(incoming.name, notices.download_failed(exc)))
+        return None
+    return temp
+
+
+async def _put(
+    files_api: ThreadFiles, temp: Path, incoming: IncomingFile, emit: Emit
+) -> FileReceived | None:
+    size = (await asyncio.to_thread(temp.stat)).st_size
+    try:
+        final = await files_api.put(temp, workspace.sanitize_filename(incoming.name))
+    except TransferError as exc:
+        temp.unlink(missing_ok=True)
+        emit(FileRejected(incoming.name, notices.store_failed(exc)))
+        return None
+    event = FileReceived(
+        final,
+        size,
+        incoming.mimetype or workspace.guess_type(final),
+        renamed_from=incoming.name if final != incoming.name else None,
+    )
+    emit(event)
+    return event

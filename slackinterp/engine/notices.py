@@ -1,0 +1,165 @@
+"""Every sentence the engine says to a user, in one place.
+
+Front-ends show these as they are; keeping them together keeps the wording consistent and
+lets a reader see everything the bot can tell a thread without following the code paths.
+"""
+
+from __future__ import annotations
+
+from slackinterp.engine.events import Notice
+from slackinterp.engine.workspace import USAGE_SECONDS, Usage, human_size
+from slackinterp.errors import NoticeKind, RestoreReason
+from slackinterp.kernels.execution import CellResult, Status
+from slackinterp.kernels.registry import RestoreReport
+
+NO_MODEL_HINT = (
+    "No model is configured, so I can only run code: send a ```python block, "
+    "or set OPENAI_API_KEY / OPENAI_BASE_URL."
+)
+NOTHING_ABOVE = (
+    "I found nothing above to act on. Mention me with a question, or send a ```python block."
+)
+QUOTA_BEFORE = " Delete files before running more code (`reset wipe` deletes them all)."
+QUOTA_AFTER = " New cells will not run until files are deleted."
+
+
+def queue_full(waiting: int) -> str:
+    return (
+        f"{waiting} requests are already waiting in this thread "
+        "(SLACKINTERP_MAX_QUEUED); send this one again when they are done."
+    )
+
+
+def at_capacity(detail: str) -> str:
+    return f"At capacity: {detail}."
+
+
+def kernel_start_failed(detail: str) -> str:
+    return f"Could not start a kernel: {detail}"
+
+
+def internal_error(exc: BaseException) -> str:
+    return (
+        f"Something went wrong on my side ({type(exc).__name__}); the bot's log "
+        "has the details. Try again, or `reset` the thread if it keeps happening."
+    )
+
+
+def context_unreadable(exc: BaseException) -> str:
+    return (
+        "I could not read the earlier messages of this thread "
+        f"({type(exc).__name__}); going on without them."
+    )
+
+
+# --- files ---------------------------------------------------------------------------------
+def download_too_big(size: int, max_mb: int) -> str:
+    return f"it is {human_size(size)}; the limit is {max_mb} MiB (SLACKINTERP_MAX_DOWNLOAD_MB)"
+
+
+def download_grew(max_mb: int) -> str:
+    return f"it is larger than {max_mb} MiB"
+
+
+def download_failed(exc: BaseException) -> str:
+    return f"it could not be downloaded ({exc})"
+
+
+def store_failed(exc: BaseException) -> str:
+    return f"it could not be stored ({exc})"
+
+
+def upload_too_big(size: int, max_mb: int) -> str:
+    return (
+        f"{human_size(size)} is over the {max_mb} MiB upload limit "
+        "(SLACKINTERP_MAX_UPLOAD_MB); it stays in the working directory"
+    )
+
+
+def too_many_files(per_cell: int) -> str:
+    return f"only {per_cell} files are uploaded per cell (SLACKINTERP_MAX_FILES_PER_CELL)"
+
+
+def fetch_failed(exc: BaseException) -> str:
+    return f"it could not be fetched from the kernel ({exc})"
+
+
+def over_quota(used: Usage, quota_mb: int, max_files: int) -> str | None:
+    """What is over the quota, in words, or None. Bytes and entries of everything the kernel
+    can write count; a walk that ran out of time counts as over."""
+    if used.bytes > quota_mb * 1024 * 1024:
+        return (
+            f"This thread's files use {human_size(used.bytes)}, over its "
+            f"{quota_mb} MiB quota (SLACKINTERP_WORKSPACE_QUOTA_MB)."
+        )
+    if used.files > max_files:
+        return (
+            f"This thread's kernel keeps more than {max_files:,} files and directories, "
+            "its limit (SLACKINTERP_WORKSPACE_MAX_FILES)."
+        )
+    if not used.complete:
+        return (
+            "This thread's kernel keeps more files and directories than can be counted in "
+            f"{USAGE_SECONDS:.0f} s (SLACKINTERP_WORKSPACE_MAX_FILES)."
+        )
+    return None
+
+
+# --- the kernel's life ---------------------------------------------------------------------
+def cell_lifecycle(result: CellResult) -> Notice | None:
+    """What a cell's end did to the kernel, if anything."""
+    if result.status is Status.DIED:
+        return Notice(
+            NoticeKind.DIED,
+            "The kernel died (out of memory, or the code exited it). "
+            "A new one starts with the next cell and earlier cells are "
+            "replayed to restore the state.",
+        )
+    if result.restarted:
+        return Notice(
+            NoticeKind.RESTARTED,
+            "The cell would not stop when interrupted, so the kernel "
+            "was restarted; the state is restored on the next cell.",
+        )
+    return None
+
+
+def stopped_kernel(what: str, idle_timeout: float) -> Notice | None:
+    """The registry stopped an idle thread's kernel (reaped) or took its seat (evicted)."""
+    if what == NoticeKind.REAPED:
+        text = (
+            f"Kernel stopped after {idle_timeout / 60:g} min idle; files kept; the state "
+            "restores on your next message."
+        )
+        return Notice(NoticeKind.REAPED, text)
+    if what == NoticeKind.EVICTED:
+        text = (
+            "Kernel stopped to make room for another thread (SLACKINTERP_MAX_KERNELS); "
+            "files kept; the state restores on your next message."
+        )
+        return Notice(NoticeKind.EVICTED, text)
+    return None
+
+
+_WHY = {
+    RestoreReason.DIED: "after the kernel died",
+    RestoreReason.REAPED: "after the idle stop",
+    RestoreReason.RESTARTED: "after the restart",
+    RestoreReason.NEW_PROCESS: "after the bot restarted",
+}
+
+
+def restore_notice(report: RestoreReport) -> Notice:
+    why = _WHY.get(report.reason, "") if report.reason is not None else ""
+    text = (
+        f"Restored state by replaying {report.replayed} of {report.total} "
+        f"cell{'s' if report.total != 1 else ''} ({report.seconds:.1f} s) {why}."
+    ).replace(" .", ".")
+    if report.failed:
+        failed = ", ".join(f"#{i} ({name})" for i, name in report.failed[:5])
+        text += f" These failed on replay: {failed}."
+    if report.out_of_time:
+        text += (
+            " The replay ran out of time (SLACKINTERP_RESTORE_TIMEOUT); later cells were skipped."
+        )
+    return Notice(NoticeKind.RESTORED, text)

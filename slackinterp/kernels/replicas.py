@@ -1,0 +1,161 @@
+"""Kernels shared between bot replicas, or not.
+
+With a gateway and a shared database, any replica can serve a thread with the kernel another
+replica started: a directory (store.py) says which kernel serves a thread and which replica
+owns it. A single process has nothing to share, and `SingleProcess` does nothing, so the
+registry never asks which of the two it has.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from slackinterp.kernels.backend import Kernel
+
+if TYPE_CHECKING:
+    from slackinterp.kernels.registry import KernelRegistry, Slot
+
+log = logging.getLogger(__name__)
+
+
+class KernelDirectory(Protocol):
+    """Which remote kernel serves a thread, shared by replicas (store.py): any replica can
+    attach to a thread's kernel on the gateway instead of starting and replaying a new one."""
+
+    async def kernel_of(self, key: str) -> tuple[str, str] | None: ...  # (kernel id, owner)
+
+    async def claim_kernel(self, key: str, kernel_id: str, owner: str) -> None: ...
+
+    async def forget_kernel_of(self, key: str, kernel_id: str) -> None: ...
+
+
+class Replicas(Protocol):
+    """What the registry asks about kernels other replicas may use."""
+
+    async def adopt(self, key: str, cwd: Path, slot: Slot | None) -> Slot | None:
+        """The thread's slot once other replicas' claims are taken into account."""
+        ...
+
+    async def claim(self, key: str, kernel: Kernel) -> None:
+        """A kernel this replica just started now serves the thread."""
+        ...
+
+    async def forget(self, slot: Slot) -> None:
+        """The slot's kernel is going away: no replica may attach to it any more."""
+        ...
+
+    async def served_elsewhere(self, slot: Slot) -> bool:
+        """Another replica serves this thread now: let go of the kernel, do not delete it."""
+        ...
+
+    async def keep_others(self, slots: list[Slot]) -> list[Slot]:
+        """Of our slots at shutdown, those whose kernels we own (to delete); detach the rest."""
+        ...
+
+    async def reset_elsewhere(self, key: str) -> bool:
+        """Reset a thread whose kernel another replica started; True if there was one."""
+        ...
+
+
+class SingleProcess:
+    """One bot process: every kernel is ours and nothing is shared."""
+
+    async def adopt(self, key: str, cwd: Path, slot: Slot | None) -> Slot | None:
+        return slot
+
+    async def claim(self, key: str, kernel: Kernel) -> None:
+        return None
+
+    async def forget(self, slot: Slot) -> None:
+        return None
+
+    async def served_elsewhere(self, slot: Slot) -> bool:
+        return False
+
+    async def keep_others(self, slots: list[Slot]) -> list[Slot]:
+        return slots
+
+    async def reset_elsewhere(self, key: str) -> bool:
+        return False
+
+
+class Shared:
+    """Replicas sharing a gateway and a database. The caller holds the thread's
+    cross-replica lock whenever a thread's kernel is adopted, so no one else uses it."""
+
+    def __init__(self, registry: KernelRegistry, directory: KernelDirectory):
+        self.registry = registry
+        self.directory = directory
+
+    @property
+    def me(self) -> str:
+        return self.registry.replica_id
+
+    async def adopt(self, key: str, cwd: Path, slot: Slot | None) -> Slot | None:
+        registry = self.registry
+        row = await self.directory.kernel_of(key)
+        if slot is not None and (row is None or row[0] != slot.kernel.kernel_id):
+            registry.slots.pop(key, None)  # replaced or reset by another replica: let go
+            await slot.kernel.detach()
+            registry.notify_freed()
+            slot = None
+        if slot is None and row is not None and registry.backend.shared_kernels:
+            try:
+                if await registry.backend.kernel_exists(row[0]):
+                    kernel = await registry.new_kernel(cwd, attach_to=row[0])
+                    slot = registry.insert(key, kernel)
+                    log.info("kernels.attached thread=%s from=%s", key, row[1])
+            except Exception as exc:
+                log.warning("kernels.attach_failed thread=%s error=%s", key, exc)
+                await self.directory.forget_kernel_of(key, row[0])
+                return None
+        if slot is not None and row is not None and row[1] != self.me:
+            await self.directory.claim_kernel(key, slot.kernel.kernel_id, self.me)
+        return slot
+
+    async def claim(self, key: str, kernel: Kernel) -> None:
+        await self.directory.claim_kernel(key, kernel.kernel_id, self.me)
+
+    async def forget(self, slot: Slot) -> None:
+        try:
+            await self.directory.forget_kernel_of(slot.key, slot.kernel.kernel_id)
+        except Exception as exc:
+            log.warning("kernels.forget_failed thread=%s error=%s", slot.key, exc)
+
+    async def served_elsewhere(self, slot: Slot) -> bool:
+        row = await self.directory.kernel_of(slot.key)
+        if row is not None and row[1] != self.me:
+            await slot.kernel.detach()
+            return True
+        return False
+
+    async def keep_others(self, slots: list[Slot]) -> list[Slot]:
+        mine = []
+        for slot in slots:
+            try:
+                row = await self.directory.kernel_of(slot.key)
+            except Exception as exc:  # database gone at shutdown: delete what we hold
+                log.warning("kernels.directory_unreachable error=%s", exc)
+                row = None
+            if row is not None and row[1] != self.me:
+                await slot.kernel.detach()
+                continue
+            await self.forget(slot)
+            mine.append(slot)
+        return mine
+
+    async def reset_elsewhere(self, key: str) -> bool:
+        row = await self.directory.kernel_of(key)
+        if row is None:
+            return False
+        backend = self.registry.backend
+        if backend.shared_kernels:
+            try:
+                kernel = await backend.attach(row[0], self.registry.pool_dir)
+                await kernel.shutdown()
+            except Exception as exc:  # gone already: forgetting it is all that is left
+                log.warning("kernels.reset_elsewhere_failed thread=%s error=%s", key, exc)
+        await self.directory.forget_kernel_of(key, row[0])
+        return True
