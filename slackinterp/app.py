@@ -138,7 +138,10 @@ class SlackBot:
     async def _connect_socket(self, stop: asyncio.Event) -> bool:
         """Socket Mode's connect retries forever on its own: race it with stop and the timeout."""
         assert self.socket is not None
-        connecting = asyncio.ensure_future(self.socket.connect_async())
+        # Bolt's Socket Mode handler is unannotated.
+        connecting = asyncio.ensure_future(
+            self.socket.connect_async()  # type: ignore[no-untyped-call]
+        )
         stopping = asyncio.ensure_future(stop.wait())
         timeout = self.settings.connect_timeout or None
         try:
@@ -181,7 +184,10 @@ class SlackBot:
         if self.socket is not None:
             # Bounded: an unreachable Slack must not keep kernels running.
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(self.socket.close_async(), SOCKET_CLOSE_SECONDS)
+                await asyncio.wait_for(
+                    self.socket.close_async(),  # type: ignore[no-untyped-call]
+                    SOCKET_CLOSE_SECONDS,
+                )
         if self.http_runner is not None:
             await self.http_runner.cleanup()
         await self.fetcher.close()

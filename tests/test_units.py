@@ -10,7 +10,8 @@ from slackinterp.config import SettingsError, load_settings
 from slackinterp.engine.turn import direct_code
 from slackinterp.kernels.execution import CellResult, Error, OutputBudget, Status, strip_ansi
 from slackinterp.llm import prompts
-from slackinterp.llm.agent import _public_url, tool_result_text
+from slackinterp.llm.agent import tool_result_text
+from slackinterp.logs import public_url
 from slackinterp.slack import text as t
 from slackinterp.slack.render import CellView, status_line
 
@@ -154,6 +155,6 @@ def test_settings_errors_name_the_variable(monkeypatch: pytest.MonkeyPatch) -> N
 
 def test_model_server_url_shown_without_credentials() -> None:
     assert (
-        _public_url("https://user:pw@llm.example.com:8443/v1?key=s")
+        public_url("https://user:pw@llm.example.com:8443/v1?key=s")
         == "https://llm.example.com:8443/v1"
     )

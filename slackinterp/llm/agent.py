@@ -18,13 +18,12 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import openai
 from openai import AsyncOpenAI
 
 from slackinterp import metrics
-from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
+from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm import failures, images, prompts, responses, textcalls, tooling
@@ -34,6 +33,8 @@ from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
 from slackinterp.llm.port import CellSource, ReceivedFile, TurnPort
 from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.tooling import tool_result_text
+from slackinterp.logs import public_url
+from slackinterp.model_client import openai_client
 
 __all__ = ["Agent", "AgentConfig", "ModelError", "tool_result_text"]
 
@@ -59,11 +60,7 @@ class Agent:
 
     @classmethod
     def from_settings(cls, settings: Settings, history: HistoryStore, *, network: bool) -> Agent:
-        client = AsyncOpenAI(
-            api_key=settings.openai_api_key or NO_KEY_PLACEHOLDER,
-            base_url=settings.openai_base_url or None,
-            timeout=settings.model_timeout,
-        )
+        client = openai_client(settings)
         config = AgentConfig(
             model=settings.openai_model,
             max_rounds=settings.max_rounds,
@@ -72,7 +69,7 @@ class Agent:
             history_budget=settings.history_budget,
             system_prompt=prompts.load_system_prompt(settings.system_prompt),
             stream=settings.model_stream,
-            base_url=_public_url(str(client.base_url)),
+            base_url=public_url(str(client.base_url)),
             api=settings.model_api.value,
             text_tool_calls=settings.text_tool_calls.value == "auto",
             tool_choice=settings.tool_choice.value,
@@ -362,12 +359,3 @@ class Agent:
             )
         metrics.MODEL_ERRORS.labels(error.kind).inc()
         return error
-
-
-def _public_url(url: str) -> str:
-    """The server URL as it may appear in a thread: without user:password or query."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host += f":{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
