@@ -23,7 +23,6 @@ from slackinterp.kernels.execution import (
     Error,
     Result,
     Shown,
-    Status,
     Stream,
 )
 from slackinterp.slack import text as t

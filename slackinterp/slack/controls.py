@@ -19,10 +19,10 @@ __all__ = [
     "ThreadLink",
     "files_text",
     "help_text",
-    "status_text",
     "parse_control",
     "parse_permalink",
     "run_control",
+    "status_text",
 ]
 
 
