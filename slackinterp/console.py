@@ -27,7 +27,7 @@ from pathlib import Path
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
-from slackinterp.console_input import InputBuffer, LineReader
+from slackinterp.console_input import InputBuffer, LineEditor, LineReader, usable_terminal
 from slackinterp.console_render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
 from slackinterp.engine.events import Notice, TurnStarted
@@ -99,13 +99,21 @@ def local_file(raw: str) -> IncomingFile:
 class Console:
     """One terminal session: reads messages and commands, runs turns, handles Ctrl-C."""
 
-    def __init__(self, runtime: Runtime, session: str, screen: Screen, reader: LineReader):
+    def __init__(
+        self,
+        runtime: Runtime,
+        session: str,
+        screen: Screen,
+        reader: LineReader,
+        editor: LineEditor | None = None,
+    ):
         self.runtime = runtime
         self.engine = runtime.engine
         self.key = ThreadKey("local", "console", session)
         self.workdir = self.engine.session(self.key).workdir
         self.screen = screen
         self.reader = reader
+        self.editor = editor  # line editing and history at the prompt, on a terminal
         self.buffer = InputBuffer()
         self.typed_ahead: deque[str | None] = deque()  # lines typed while a turn ran
         self.turn: asyncio.Task[None] | None = None
@@ -138,7 +146,6 @@ class Console:
 
     async def run(self) -> None:
         while not self.quitting:
-            self._prompt()
             line = await self._next_line()
             self.at_prompt = False
             if line is None:
@@ -151,13 +158,42 @@ class Console:
 
     async def _next_line(self) -> str | None:
         if self.typed_ahead:
+            self._prompt()
             line = self.typed_ahead.popleft()
             if line is not None:
                 self.screen.write(line + "\n")  # shown after its prompt, where it belongs
             return line
+        if self.editor is not None and self.reader.idle:
+            return await self._edit_line(self.editor)
+        self._prompt()
         line = await self.reader.readline()
         self.screen.at_line_start = True  # the terminal echoed the user's Enter
         return line
+
+    async def _edit_line(self, editor: LineEditor) -> str | None:
+        """A line from the line editor, which draws the prompt itself. It reads Ctrl-C as a
+        key (no signal at the prompt): clear the line, and a second press in a row leaves."""
+        self.screen.newline()
+        self.reader.pause()
+        self.at_prompt = True
+        try:
+            while True:
+                try:
+                    line = await editor.prompt(self.buffer.prompt)
+                except KeyboardInterrupt:
+                    self.interrupts += 1
+                    if self.interrupts > 1 and self.buffer.empty:
+                        self.quit()
+                        return None
+                    self.buffer.clear()
+                    self.interrupts = 1
+                    self.screen.line("(Ctrl-C again or :quit to leave)")
+                    continue
+                self.typed_ahead.extend(editor.typed_ahead())
+                return line
+        finally:
+            self.screen.at_line_start = True
+            self.reader.resume()
 
     async def handle(self, text: str) -> None:
         """A complete message: a command, or a turn for the engine."""
@@ -271,6 +307,8 @@ class Console:
     def quit(self) -> None:
         self.quitting = True
         self.reader.close()
+        if self.editor is not None:
+            self.editor.cancel()
 
     def terminate(self) -> None:
         """SIGTERM/SIGHUP: leave now, stopping whatever runs; kernels are shut down after."""
@@ -283,7 +321,11 @@ class Console:
         """Lifecycle notices between turns (idle stop): shown above a fresh prompt."""
         if key != self.key:
             return
-        self.screen.line(f"· {terminal_words(notice.text)}")
+        line = f"· {terminal_words(notice.text)}"
+        if self.editor is not None and self.editor.active:
+            await self.editor.above(lambda: self.screen.line(line))
+            return
+        self.screen.line(line)
         if self.at_prompt:
             self._prompt()
 
@@ -381,7 +423,7 @@ async def chat(settings: Settings, session: str = "default", files: list[str] | 
     except asyncio.CancelledError:
         _remove_signal_handlers(loop)
         return 130
-    console = Console(runtime, session, screen, reader)
+    console = Console(runtime, session, screen, reader, _editor(settings, reader.fd))
     try:
         console.banner()
         await runtime.start()
@@ -400,6 +442,21 @@ async def chat(settings: Settings, session: str = "default", files: list[str] | 
         _remove_signal_handlers(loop)
         await runtime.stop()
     return 0
+
+
+def _editor(settings: Settings, fd: int) -> LineEditor | None:
+    """Line editing on a terminal; plain lines (pipes, files, no prompt_toolkit) otherwise."""
+    if not usable_terminal(fd):
+        return None
+    try:
+        return LineEditor(history_file(settings))
+    except (ImportError, OSError) as exc:
+        logging.getLogger(__name__).warning("chat.no_line_editing error=%s", exc)
+        return None
+
+
+def history_file(settings: Settings) -> Path:
+    return settings.data_dir / "chat_history"
 
 
 def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:
