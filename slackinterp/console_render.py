@@ -7,7 +7,9 @@ only picks symbols and where things go (figures are saved in the session's direc
 from __future__ import annotations
 
 import contextlib
+import os
 import re
+import secrets
 from pathlib import Path
 from typing import TextIO
 
@@ -102,6 +104,31 @@ def terminal_words(text: str) -> str:
     for pattern, replacement in _TERMINAL_WORDS:
         text = pattern.sub(replacement, text)
     return text
+
+
+def write_without_links(directory: Path, name: str, data: bytes) -> None:
+    """Write `name` in a session's directory without following a link the code planted there.
+
+    The directory belongs to the code, which may put a symbolic or hard link under the name a
+    figure will get, to make chat (outside any sandbox) write where it chose. The bytes go to
+    a fresh file (O_EXCL, O_NOFOLLOW) in the directory opened without following links, which
+    is then renamed over the name: a rename replaces a link, it never writes through one."""
+    nofollow = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+    dir_fd = os.open(directory, nofollow)
+    temp = f".{name}.{secrets.token_hex(6)}.part"
+    try:
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        fd = os.open(temp, flags, 0o644, dir_fd=dir_fd)
+        try:
+            with os.fdopen(fd, "wb") as out:
+                out.write(data)
+            os.replace(temp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(temp, dir_fd=dir_fd)
+            raise
+    finally:
+        os.close(dir_fd)
 
 
 class TurnPrinter:
@@ -208,11 +235,12 @@ class TurnPrinter:
     def _save_image(self, cell_id: str, ext: str, raw: bytes, alt: str = "") -> None:
         """Images go into the session's directory, where the code and :files can see them."""
         number = self.images[cell_id] = self.images.get(cell_id, 0) + 1
-        path = (self.workdir / f"figure-{cell_id}-{number}.{ext}").resolve()
+        name = f"figure-{cell_id}-{number}.{ext}"
+        path = self.workdir.resolve() / name
         try:
-            path.write_bytes(raw)
+            write_without_links(self.workdir, name, raw)
         except OSError as exc:
-            self.screen.line(f"! an image could not be saved ({exc})")
+            self.screen.line(f"! an image could not be saved ({exc.strerror or exc})")
             return
         self.saved.add(path)
         self.figures.setdefault(cell_id, set()).add(path)
