@@ -218,7 +218,8 @@ class Console:
                 line.cancel()
                 break
             self.screen.at_line_start = True  # the terminal echoed the line and its Enter
-            if line.result() is not None and line.result().strip() == ":stop":
+            typed = line.result()
+            if typed is not None and typed.strip() == ":stop":
                 await self.cmd_stop()
             else:
                 self.typed_ahead.append(line.result())

@@ -179,7 +179,7 @@ class LineEditor:
     def cancel(self) -> None:
         """Leave the prompt at once (quit, SIGTERM): it returns None, as Ctrl-D does."""
         if self.session.app.is_running:
-            self.session.app.exit(result=None)
+            self.session.app.exit(exception=EOFError)  # prompt() turns it into None
 
     async def above(self, write: Callable[[], None]) -> None:
         """Print while the prompt is up: above it, the prompt redrawn after."""

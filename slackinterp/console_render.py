@@ -216,7 +216,7 @@ class TurnPrinter:
             self.screen.line(output.traceback or f"{output.ename}: {output.evalue}")
 
     def _rich(self, cell_id: str, data: dict[str, object], metadata: dict[str, object]) -> None:
-        view = mime.pick(data, metadata)  # type: ignore[arg-type]
+        view = mime.pick(data, metadata)
         if view.kind == "image":
             self._save_image(cell_id, IMAGE_TYPES[view.mime], view.raw, view.alt)
         elif view.kind == "svg":

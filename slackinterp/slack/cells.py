@@ -228,6 +228,7 @@ def render_outputs(
             text = item.traceback or f"{item.ename}: {item.evalue}"
             block = _section(t.code_block(text, min(ERROR_BUDGET, max(budget, 600))))
         else:
+            assert not isinstance(item, Stream)  # merged into text above
             view = mime.pick(item.data, item.metadata)
             if view.kind in ("image", "svg"):
                 continue  # uploaded into the thread beside the message
@@ -317,7 +318,7 @@ class DisplayMemory:
             self._threads.popitem(last=False)
 
     def holding(self, thread: str, display_id: str, but: str) -> list[CellView]:
-        views = self._threads.get(thread) or {}
+        views: dict[str, CellView] = self._threads.get(thread) or {}
         return [v for v in views.values() if v.cell_id != but and display_id in v.display_ids()]
 
     def forget(self, thread: str) -> None:

@@ -98,7 +98,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
         if event_id and not new[event_id]:
             log.info("event.redelivery_ignored event_id=%s", event_id)
             return False
-        if message and not new[message]:
+        if event is not None and message and not new[message]:
             log.info("event.message_seen_ignored channel=%s ts=%s", event["channel"], event["ts"])
             return False
         return True

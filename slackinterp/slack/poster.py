@@ -95,7 +95,12 @@ class ThreadPoster:
     ) -> str | None:
         """Upload into the thread; the file's id, or None (the thread is told why)."""
         try:
-            data = content if content is not None else await asyncio.to_thread(path.read_bytes)
+            if content is not None:
+                data = content
+            elif path is not None:
+                data = await asyncio.to_thread(path.read_bytes)
+            else:
+                raise ValueError("upload: neither a path nor content")
             response = await self.client.files_upload_v2(
                 channel=self.channel,
                 thread_ts=self.thread_ts,
