@@ -91,7 +91,8 @@ def status_line(result: CellResult, timeout: float) -> str:
 # a "session" and the controls are typed `:reset`, not mentioned or pressed.
 _TERMINAL_WORDS = (
     (re.compile(r"`(reset wipe|reset|stop|status|files|export|help)`"), r"`:\1`"),
-    (re.compile(r"\b(?:press |the )?(Stop|Reset kernel) button\b"), r"`:stop`/`:reset`"),
+    (re.compile(r"\b(?:press )?(?:the )?Stop button\b"), "type `:stop`"),
+    (re.compile(r"\b(?:press )?(?:the )?Reset(?: kernel)? button\b"), "type `:reset`"),
     (re.compile(r"`:(\w+(?: wipe)?)` the thread"), r"`:\1`"),
     (re.compile(r"\bthreads\b"), "sessions"),
     (re.compile(r"\bthread\b"), "session"),
