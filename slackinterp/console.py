@@ -13,13 +13,10 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import mimetypes
 import os
 import re
 import shlex
-import shutil
 import signal
-import stat
 import sys
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -27,7 +24,13 @@ from pathlib import Path
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
-from slackinterp.console_input import InputBuffer, LineEditor, LineReader, usable_terminal
+from slackinterp.console_input import (
+    InputBuffer,
+    LineEditor,
+    LineReader,
+    local_file,
+    usable_terminal,
+)
 from slackinterp.console_render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
 from slackinterp.engine.events import Notice, TurnStarted
@@ -64,33 +67,6 @@ def help_text() -> str:
     ]
     lines += [f"  :{words.ljust(12)} {does}" for words, does in commands]
     return "\n".join(lines)
-
-
-# --- files from this computer ----------------------------------------------------------------
-
-
-def local_file(raw: str) -> IncomingFile:
-    """A path typed by the user, as an attachment the engine receives like a Slack upload
-    (same name sanitising, size limit and "received" line)."""
-    path = Path(raw).expanduser()
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise FileFetchError(f"no such file: {raw}") from None
-    except OSError as exc:
-        raise FileFetchError(f"cannot read {raw}: {exc.strerror}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise FileFetchError(f"{raw} is a directory: load the files in it")
-    if not stat.S_ISREG(info.st_mode):
-        raise FileFetchError(f"{raw} is not a regular file")
-    if not os.access(path, os.R_OK):
-        raise FileFetchError(f"cannot read {raw}: permission denied")
-
-    async def fetch(target: Path) -> None:
-        await asyncio.to_thread(shutil.copyfile, path, target)
-
-    mimetype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return IncomingFile(path.name, info.st_size, mimetype, fetch)
 
 
 # --- the session -----------------------------------------------------------------------------

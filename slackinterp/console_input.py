@@ -1,17 +1,22 @@
-"""Terminal input for `slackinterp chat`: physical lines joined into messages, and the lines
-themselves read without ever blocking the event loop (so cells stream while the user types).
-"""
+"""Terminal input for `slackinterp chat`: physical lines joined into messages, the lines read
+without ever blocking the event loop (so cells stream while the user types), line editing at
+the prompt, and files from this computer brought in as attachments."""
 
 from __future__ import annotations
 
 import asyncio
 import codecs
+import mimetypes
 import os
+import shutil
+import stat
 import sys
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slackinterp.engine.turn import FileFetchError, IncomingFile
 
 PROMPT = ">>> "
 CONTINUE = "... "
@@ -209,3 +214,30 @@ def _private_file(path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     flags = os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
     os.close(os.open(path, flags, 0o600))
+
+
+# --- files from this computer ----------------------------------------------------------------
+
+
+def local_file(raw: str) -> IncomingFile:
+    """A path typed by the user, as an attachment the engine receives like a Slack upload
+    (same name sanitising, size limit and "received" line)."""
+    path = Path(raw).expanduser()
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise FileFetchError(f"no such file: {raw}") from None
+    except OSError as exc:
+        raise FileFetchError(f"cannot read {raw}: {exc.strerror}") from None
+    if stat.S_ISDIR(info.st_mode):
+        raise FileFetchError(f"{raw} is a directory: load the files in it")
+    if not stat.S_ISREG(info.st_mode):
+        raise FileFetchError(f"{raw} is not a regular file")
+    if not os.access(path, os.R_OK):
+        raise FileFetchError(f"cannot read {raw}: permission denied")
+
+    async def fetch(target: Path) -> None:
+        await asyncio.to_thread(shutil.copyfile, path, target)
+
+    mimetype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
+    return IncomingFile(path.name, info.st_size, mimetype, fetch)

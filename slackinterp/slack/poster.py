@@ -148,8 +148,7 @@ class ThreadPoster:
             return
         if not self.status_started:
             task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
+        await _settle(task)
 
     async def _set_status(self) -> None:
         if self.status_memo.get("unavailable"):
@@ -213,12 +212,22 @@ class ThreadPoster:
         if task is not None and not self.queued_started:
             task.cancel()  # still waiting out the grace: never posted
         if task is not None:  # a post under way is let finish, then deleted
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
+            await _settle(task)
         if self.queued_ts:
             with contextlib.suppress(SlackApiError):
                 await self.client.chat_delete(channel=self.channel, ts=self.queued_ts)
             self.queued_ts = None
+
+
+async def _settle(task: asyncio.Task[None]) -> None:
+    """Wait for a status or queued-note task; one cancelled is fine, one that failed is logged
+    (its Slack calls are guarded, so this is a bug, not Slack)."""
+    try:
+        await task
+    except asyncio.CancelledError:
+        pass
+    except Exception as exc:
+        log.warning("render.indicator_failed task=%s error=%s", task.get_name(), exc)
 
 
 def _reason(exc: Exception) -> str:
