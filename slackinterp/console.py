@@ -12,398 +12,61 @@ blocking call on the event loop, so cells stream and Ctrl-C is handled while the
 from __future__ import annotations
 
 import asyncio
-import codecs
-import contextlib
 import logging
-import mimetypes
 import os
 import re
 import shlex
-import shutil
 import signal
-import stat
 import sys
-import threading
 from collections import deque
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TextIO
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
-from slackinterp.engine import mime, workspace
-from slackinterp.engine.events import (
-    AssistantDelta,
-    AssistantText,
-    CellFinished,
-    CellOutput,
-    CellStarted,
-    Event,
-    FileProduced,
-    FileReceived,
-    FileRejected,
-    FileSkipped,
-    Notice,
-    TurnFailed,
-    TurnQueued,
-    TurnStarted,
+from slackinterp.console_input import (
+    InputBuffer,
+    LineEditor,
+    LineReader,
+    local_file,
+    usable_terminal,
 )
+from slackinterp.console_render import Screen, TurnPrinter, terminal_words
+from slackinterp.engine import workspace
+from slackinterp.engine.events import Notice, TurnStarted
+from slackinterp.engine.presentation import CONTROLS, thread_status
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
 from slackinterp.engine.workspace import ThreadKey, human_size
-from slackinterp.kernels.execution import (
-    CellResult,
-    ClearOutput,
-    Display,
-    Error,
-    Result,
-    Status,
-    Stream,
-)
 from slackinterp.runtime import Runtime
 from slackinterp.store import StoreError
 
-PROMPT = ">>> "
-CONTINUE = "... "
-FENCE = "```"
-IMAGE_TYPES = mime.IMAGE_TYPES
+# Re-exported: tests and tools knew them here first.
+__all__ = ["Console", "InputBuffer", "Screen", "TurnPrinter", "chat", "help_text", "main"]
+
 WARM_TIMEOUT = 30.0
 COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
-HELP = """\
-Type a message for the model, or run code directly:
-  ```                     a fenced block runs verbatim (```python works too);
-  print("hi")             the input continues until the closing ```
-  ```
-  a line ending in \\      continues on the next line
-Commands:
-  :load PATH…   copy files from this computer into the session (as attaching them in Slack)
-  :reset        fresh kernel: variables and history are gone, files stay
-  :reset wipe   the same, and the session's files are deleted too
-  :export       this session as a Jupyter notebook (.ipynb) in the current directory
-  :files        list the files in this session's working directory
-  :status       kernel, cells and files of this session
-  :stop         stop what is running (Ctrl-C while a cell runs does the same)
-  :help         this text
-  :quit         leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)"""
+_EXTRA = {  # what a control does differently, or also, in the terminal
+    "stop": "stop what is running (Ctrl-C while a cell runs does the same)",
+    "export": "this session as a Jupyter notebook (.ipynb) in the current directory",
+}
 
 
-# --- input -----------------------------------------------------------------------------------
-
-
-@dataclass
-class InputBuffer:
-    """Joins physical lines into one message: open ``` fences and trailing backslashes continue.
-
-    Inside an open fence a trailing backslash is Python's own line continuation, so it is kept.
-    """
-
-    lines: list[str] = field(default_factory=list)
-
-    @property
-    def prompt(self) -> str:
-        return CONTINUE if self.lines else PROMPT
-
-    @property
-    def empty(self) -> bool:
-        return not self.lines
-
-    def feed(self, line: str) -> str | None:
-        """Add a line; returns the whole message once it is complete, else None."""
-        self.lines.append(line)
-        text = "\n".join(self.lines)
-        if text.count(FENCE) % 2 == 1:
-            return None
-        if line.endswith("\\"):
-            self.lines[-1] = line[:-1]
-            return None
-        self.lines.clear()
-        return text
-
-    def clear(self) -> None:
-        self.lines.clear()
-
-
-class LineReader:
-    """Lines of stdin delivered to the event loop; None means end of input (or quit)."""
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, fd: int):
-        self.loop = loop
-        self.fd = fd
-        self.queue: asyncio.Queue[str | None] = asyncio.Queue()
-        self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
-        self._partial = ""
-        self._polling = False
-
-    def start(self) -> None:
-        try:
-            self.loop.add_reader(self.fd, self._on_readable)
-            self._polling = True
-        except (OSError, ValueError):
-            # Regular files cannot be polled (`chat < script.txt`): read them in a thread that
-            # never keeps the process alive.
-            threading.Thread(target=self._read_blocking, name="stdin", daemon=True).start()
-
-    def close(self) -> None:
-        if self._polling:
-            self.loop.remove_reader(self.fd)
-            self._polling = False
-        self.queue.put_nowait(None)
-
-    async def readline(self) -> str | None:
-        return await self.queue.get()
-
-    def _on_readable(self) -> None:
-        try:
-            data = os.read(self.fd, 65536)
-        except BlockingIOError:
-            return
-        except OSError:
-            data = b""
-        self._take(data)
-
-    def _read_blocking(self) -> None:
-        while True:
-            try:
-                data = os.read(self.fd, 65536)
-            except OSError:
-                data = b""
-            self.loop.call_soon_threadsafe(self._take, data)
-            if not data:
-                return
-
-    def _take(self, data: bytes) -> None:
-        """Split bytes into lines; empty data is end of input (Ctrl-D on a terminal)."""
-        if not data:
-            if self._partial:
-                self.queue.put_nowait(self._partial)
-                self._partial = ""
-            self.close()
-            return
-        text = self._partial + self._decoder.decode(data)
-        *lines, self._partial = text.split("\n")
-        for line in lines:
-            self.queue.put_nowait(line.removesuffix("\r"))
-
-
-# --- output ----------------------------------------------------------------------------------
-
-
-class Screen:
-    """Writes and flushes at once, and knows whether the cursor is at the start of a line."""
-
-    def __init__(self, stream: TextIO):
-        self.stream = stream
-        self.at_line_start = True
-
-    def write(self, text: str) -> None:
-        if not text:
-            return
-        self.stream.write(text)
-        self.stream.flush()
-        self.at_line_start = text.endswith("\n")
-
-    def line(self, text: str = "") -> None:
-        """Print `text` on a line of its own, whatever was written before."""
-        self.newline()
-        self.write(text + "\n")
-
-    def newline(self) -> None:
-        if not self.at_line_start:
-            self.write("\n")
-
-
-def status_line(result: CellResult, timeout: float) -> str:
-    seconds = f"{result.duration:.1f} s"
-    restarted = " (the kernel was restarted)" if result.restarted else ""
-    if result.status is Status.OK:
-        return f"✓ {seconds}"
-    if result.status is Status.ERROR:
-        name = result.error.ename if result.error else "error"
-        return f"✗ {name} ({seconds})"
-    if result.status is Status.TIMEOUT:
-        return f"⏱ timed out after {timeout:g} s{restarted}"
-    if result.status is Status.STOPPED:
-        return f"■ stopped after {seconds}{restarted}"
-    return f"✗ kernel died after {seconds}"
-
-
-class TurnPrinter:
-    """Renders one turn's events; the terminal twin of slack/render.py's TurnRenderer."""
-
-    def __init__(self, screen: Screen, workdir: Path, exec_timeout: float):
-        self.screen = screen
-        self.workdir = workdir
-        self.exec_timeout = exec_timeout
-        self.images: dict[str, int] = {}
-        self.saved: set[Path] = set()  # figures this printer wrote; not reported twice
-        self.rewritten: set[str] = set()  # cells whose live output a clear or update changed
-        self.display_ids: set[str] = set()
-        self.earlier: dict[str, Display] = {}  # updates of earlier turns' displays, latest
-        self.figures: dict[str, set[Path]] = {}  # per cell, the image files saved for it
-        self.answer_streamed = False
-
-    def handle(self, event: Event) -> None:
-        out = self.screen
-        match event:
-            case TurnQueued(position=position):
-                out.line(f"queued (#{position}): another request of this session is running")
-            case Notice(text=text):
-                out.line(f"· {text}")
-            case FileReceived(name=name, size=size):
-                out.line(f"received {name} ({human_size(size)})")
-            case FileRejected(name=name, reason=reason):
-                out.line(f"! did not take {name}: {reason}")
-            case CellStarted():
-                self._cell_started(event)
-            case CellOutput(cell_id=cell_id, output=output):
-                self._output(cell_id, output)
-            case CellFinished(cell_id=cell_id, result=result):
-                self._cell_finished(cell_id, result)
-            case FileProduced(name=name, size=size):
-                # The file in the session's directory: the event's path is the upload copy,
-                # which goes away with the next message.
-                self._file(self.workdir / name, size)
-            case FileSkipped(name=name):
-                self._file(self.workdir / name, None)
-            case AssistantDelta(text=text):
-                out.write(text)
-                self.answer_streamed = True
-            case AssistantText(text=text):
-                if not self.answer_streamed:
-                    out.line(text)
-                out.newline()
-                self.answer_streamed = False
-            case TurnFailed(message=message):
-                out.line(f"! {message}")
-            case _:
-                pass  # TurnStarted, TurnFinished: nothing to show
-
-    def _cell_started(self, event: CellStarted) -> None:
-        self.answer_streamed = False
-        who = {
-            "model": " (written by the model)",
-            "model_text": " (written by the model as text, run as its tool)",
-        }.get(event.source, "")
-        self.screen.line(f"── cell {event.cell_id}{who} " + "─" * 20)
-        if event.source != "user":  # the user's own code is on the screen already
-            self.screen.write("".join(f"  {line}\n" for line in event.code.splitlines()))
-            self.screen.line("──")
-
-    def _output(self, cell_id: str, output: object) -> None:
-        """Live: text as it comes (the terminal applies `\r` and `\b` itself). What a terminal
-        cannot take back (a cleared output, a replaced display) is put right when the cell
-        ends, by printing the cell's final outputs again."""
-        if isinstance(output, Stream):
-            self.screen.write(output.text)
-        elif isinstance(output, ClearOutput):
-            self.rewritten.add(cell_id)
-        elif isinstance(output, Display | Result):
-            if output.display_id and output.display_id in self.display_ids:
-                self.rewritten.add(cell_id)  # replaces what an output with this id showed
-                if isinstance(output, Display) and output.update:
-                    return
-            elif isinstance(output, Display) and output.update and output.display_id:
-                self.earlier[output.display_id] = output  # shown once, when the cell ends
-                return
-            if output.display_id:
-                self.display_ids.add(output.display_id)
-            self._rich(cell_id, output.data, output.metadata)
-        elif isinstance(output, Error):
-            self.screen.line(output.traceback or f"{output.ename}: {output.evalue}")
-
-    def _rich(self, cell_id: str, data: dict[str, object], metadata: dict[str, object]) -> None:
-        view = mime.pick(data, metadata)  # type: ignore[arg-type]
-        if view.kind == "image":
-            self._save_image(cell_id, IMAGE_TYPES[view.mime], view.raw, view.alt)
-        elif view.kind == "svg":
-            png = mime.svg_to_png(view.svg)
-            if png is not None:
-                self._save_image(cell_id, "png", png, view.alt)
-            self._save_image(cell_id, "svg", view.svg.encode(), view.alt)
-        elif view.kind == "table" and view.table is not None:
-            self.screen.line(view.text)
-        elif view.kind == "unknown":
-            kinds = ", ".join(view.mimes)
-            self.screen.line(f"(an output of type {kinds} is not shown in the terminal)")
-        else:  # text, markdown and LaTeX as their source, JSON pretty, HTML as its text
-            self.screen.line(view.text)
-
-    def _save_image(self, cell_id: str, ext: str, raw: bytes, alt: str = "") -> None:
-        """Images go into the session's directory, where the code and :files can see them."""
-        number = self.images[cell_id] = self.images.get(cell_id, 0) + 1
-        path = (self.workdir / f"figure-{cell_id}-{number}.{ext}").resolve()
-        try:
-            path.write_bytes(raw)
-        except OSError as exc:
-            self.screen.line(f"! an image could not be saved ({exc})")
-            return
-        self.saved.add(path)
-        self.figures.setdefault(cell_id, set()).add(path)
-        self.screen.line(f"figure: {path}" + (f" ({alt})" if alt else ""))
-
-    def _cell_finished(self, cell_id: str, result: CellResult) -> None:
-        for update in self.earlier.values():
-            self.screen.line("── an earlier cell's output is now " + "─" * 10)
-            self._rich(cell_id, update.data, update.metadata)
-        self.earlier.clear()
-        if cell_id in self.rewritten:
-            self.images.pop(cell_id, None)
-            live = self.figures.pop(cell_id, set())
-            self.screen.line("── final output " + "─" * 20)
-            for output in result.outputs:
-                if isinstance(output, Stream):
-                    self.screen.write(output.text)
-                elif isinstance(output, Display | Result):
-                    self._rich(cell_id, output.data, output.metadata)
-                elif isinstance(output, Error):
-                    self.screen.line(output.traceback or f"{output.ename}: {output.evalue}")
-            for stale in live - self.figures.get(cell_id, set()):  # cleared or replaced
-                with contextlib.suppress(OSError):
-                    stale.unlink()
-        elif result.truncated_chars:
-            _head, marker, tail = result.text.rpartition(" characters omitted …\n")
-            if marker:
-                self.screen.line(f"… {result.truncated_chars:,} characters omitted …")
-                self.screen.write(tail)
-        if result.truncated_chars and result.full_output is not None:
-            self.screen.line(f"full output: {result.full_output.resolve()}")
-        self.screen.line(status_line(result, self.exec_timeout))
-
-    def _file(self, path: Path, size: int | None) -> None:
-        path = path.resolve()
-        if path in self.saved:
-            return
-        if size is None:
-            with contextlib.suppress(OSError):
-                size = path.stat().st_size
-        self.screen.line(f"file: {path}" + (f" ({human_size(size)})" if size is not None else ""))
-
-
-# --- files from this computer ----------------------------------------------------------------
-
-
-def local_file(raw: str) -> IncomingFile:
-    """A path typed by the user, as an attachment the engine receives like a Slack upload
-    (same name sanitising, size limit and "received" line)."""
-    path = Path(raw).expanduser()
-    try:
-        info = path.stat()
-    except FileNotFoundError:
-        raise FileFetchError(f"no such file: {raw}") from None
-    except OSError as exc:
-        raise FileFetchError(f"cannot read {raw}: {exc.strerror}") from None
-    if stat.S_ISDIR(info.st_mode):
-        raise FileFetchError(f"{raw} is a directory: load the files in it")
-    if not stat.S_ISREG(info.st_mode):
-        raise FileFetchError(f"{raw} is not a regular file")
-    if not os.access(path, os.R_OK):
-        raise FileFetchError(f"cannot read {raw}: permission denied")
-
-    async def fetch(target: Path) -> None:
-        await asyncio.to_thread(shutil.copyfile, path, target)
-
-    mimetype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-    return IncomingFile(path.name, info.st_size, mimetype, fetch)
+def help_text() -> str:
+    """The terminal's help: the shared controls (engine/presentation.py) typed as `:word`."""
+    commands = [("load PATH…", "copy files from this computer into the session")]
+    commands += [(c.words, _EXTRA.get(c.words, c.does)) for c in CONTROLS]
+    commands.append(("quit", "leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)"))
+    lines = [
+        "Type a message for the model, or run code directly:",
+        "  ```                     a fenced block runs verbatim (```python works too);",
+        '  print("hi")             the input continues until the closing ```',
+        "  ```",
+        "  a line ending in \\      continues on the next line",
+        "  Up and down arrows recall earlier lines (kept across sessions).",
+        "Commands:",
+    ]
+    lines += [f"  :{words.ljust(12)} {does}" for words, does in commands]
+    return "\n".join(lines)
 
 
 # --- the session -----------------------------------------------------------------------------
@@ -412,13 +75,21 @@ def local_file(raw: str) -> IncomingFile:
 class Console:
     """One terminal session: reads messages and commands, runs turns, handles Ctrl-C."""
 
-    def __init__(self, runtime: Runtime, session: str, screen: Screen, reader: LineReader):
+    def __init__(
+        self,
+        runtime: Runtime,
+        session: str,
+        screen: Screen,
+        reader: LineReader,
+        editor: LineEditor | None = None,
+    ):
         self.runtime = runtime
         self.engine = runtime.engine
         self.key = ThreadKey("local", "console", session)
         self.workdir = self.engine.session(self.key).workdir
         self.screen = screen
         self.reader = reader
+        self.editor = editor  # line editing and history at the prompt, on a terminal
         self.buffer = InputBuffer()
         self.typed_ahead: deque[str | None] = deque()  # lines typed while a turn ran
         self.turn: asyncio.Task[None] | None = None
@@ -451,7 +122,6 @@ class Console:
 
     async def run(self) -> None:
         while not self.quitting:
-            self._prompt()
             line = await self._next_line()
             self.at_prompt = False
             if line is None:
@@ -464,13 +134,42 @@ class Console:
 
     async def _next_line(self) -> str | None:
         if self.typed_ahead:
+            self._prompt()
             line = self.typed_ahead.popleft()
             if line is not None:
                 self.screen.write(line + "\n")  # shown after its prompt, where it belongs
             return line
+        if self.editor is not None and self.reader.idle:
+            return await self._edit_line(self.editor)
+        self._prompt()
         line = await self.reader.readline()
         self.screen.at_line_start = True  # the terminal echoed the user's Enter
         return line
+
+    async def _edit_line(self, editor: LineEditor) -> str | None:
+        """A line from the line editor, which draws the prompt itself. It reads Ctrl-C as a
+        key (no signal at the prompt): clear the line, and a second press in a row leaves."""
+        self.screen.newline()
+        self.reader.pause()
+        self.at_prompt = True
+        try:
+            while True:
+                try:
+                    line = await editor.prompt(self.buffer.prompt)
+                except KeyboardInterrupt:
+                    self.interrupts += 1
+                    if self.interrupts > 1 and self.buffer.empty:
+                        self.quit()
+                        return None
+                    self.buffer.clear()
+                    self.interrupts = 1
+                    self.screen.line("(Ctrl-C again or :quit to leave)")
+                    continue
+                self.typed_ahead.extend(editor.typed_ahead())
+                return line
+        finally:
+            self.screen.at_line_start = True
+            self.reader.resume()
 
     async def handle(self, text: str) -> None:
         """A complete message: a command, or a turn for the engine."""
@@ -495,7 +194,8 @@ class Console:
                 line.cancel()
                 break
             self.screen.at_line_start = True  # the terminal echoed the line and its Enter
-            if line.result() is not None and line.result().strip() == ":stop":
+            typed = line.result()
+            if typed is not None and typed.strip() == ":stop":
                 await self.cmd_stop()
             else:
                 self.typed_ahead.append(line.result())
@@ -584,6 +284,8 @@ class Console:
     def quit(self) -> None:
         self.quitting = True
         self.reader.close()
+        if self.editor is not None:
+            self.editor.cancel()
 
     def terminate(self) -> None:
         """SIGTERM/SIGHUP: leave now, stopping whatever runs; kernels are shut down after."""
@@ -596,7 +298,11 @@ class Console:
         """Lifecycle notices between turns (idle stop): shown above a fresh prompt."""
         if key != self.key:
             return
-        self.screen.line(f"· {notice.text}")
+        line = f"· {terminal_words(notice.text)}"
+        if self.editor is not None and self.editor.active:
+            await self.editor.above(lambda: self.screen.line(line))
+            return
+        self.screen.line(line)
         if self.at_prompt:
             self._prompt()
 
@@ -605,7 +311,7 @@ class Console:
         if arg not in ("", "wipe"):
             self.screen.line("usage: :reset, or :reset wipe to delete the session's files too")
             return
-        self.screen.line(await self.engine.reset(self.key, wipe=arg == "wipe"))
+        self.screen.line(terminal_words(await self.engine.reset(self.key, wipe=arg == "wipe")))
 
     async def cmd_load(self, arg: str = "") -> None:
         try:
@@ -644,20 +350,9 @@ class Console:
             self.screen.line(f"  {name.ljust(width)}  {human_size(size)}")
 
     async def cmd_status(self, arg: str = "") -> None:
-        status = await self.engine.status(self.key)
-        if status.alive:
-            kernel = "busy" if status.busy else "idle"
-            if status.idle_seconds is not None:
-                kernel += f" {status.idle_seconds:.0f} s"
-            if status.memory_bytes:
-                kernel += f", {human_size(status.memory_bytes)}"
-        else:
-            kernel = "not running (starts with the next cell)"
-        self.screen.line(f"kernel: {kernel}")
-        self.screen.line(
-            f"cells: {status.cells} run, {status.replayable} to replay on restore; "
-            f"files: {status.files}"
-        )
+        """The shared status lines (engine/presentation.py), one per fact."""
+        for line in thread_status(await self.engine.status(self.key)):
+            self.screen.line(f"{line.label}: {line.value}")
 
     async def cmd_stop(self, arg: str = "") -> None:
         if self.turn is None:
@@ -666,7 +361,7 @@ class Console:
             self._stop_turn()
 
     async def cmd_help(self, arg: str = "") -> None:
-        self.screen.line(HELP)
+        self.screen.line(help_text())
 
     async def cmd_quit(self, arg: str = "") -> None:
         self.quit()
@@ -705,7 +400,7 @@ async def chat(settings: Settings, session: str = "default", files: list[str] | 
     except asyncio.CancelledError:
         _remove_signal_handlers(loop)
         return 130
-    console = Console(runtime, session, screen, reader)
+    console = Console(runtime, session, screen, reader, _editor(settings, reader.fd))
     try:
         console.banner()
         await runtime.start()
@@ -724,6 +419,21 @@ async def chat(settings: Settings, session: str = "default", files: list[str] | 
         _remove_signal_handlers(loop)
         await runtime.stop()
     return 0
+
+
+def _editor(settings: Settings, fd: int) -> LineEditor | None:
+    """Line editing on a terminal; plain lines (pipes, files, no prompt_toolkit) otherwise."""
+    if not usable_terminal(fd):
+        return None
+    try:
+        return LineEditor(history_file(settings))
+    except (ImportError, OSError) as exc:
+        logging.getLogger(__name__).warning("chat.no_line_editing error=%s", exc)
+        return None
+
+
+def history_file(settings: Settings) -> Path:
+    return settings.data_dir / "chat_history"
 
 
 def _remove_signal_handlers(loop: asyncio.AbstractEventLoop) -> None:

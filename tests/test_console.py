@@ -410,3 +410,72 @@ def test_printed_paths_stay_valid_and_each_figure_is_reported_once(open_chat) ->
     assert produced.parent == figure.parent
     assert figure.is_file()
     assert str(figure) not in before  # the figure was not reported again as a file
+
+
+# --- line editing, terminal wording, links in the session directory -------------------------
+
+UP = "\x1b[A"  # what the up-arrow key sends
+
+
+def test_up_arrow_recalls_earlier_lines_across_sessions(open_chat, tmp_path: Path) -> None:
+    chat = open_chat()
+    chat.send("```print(40 + 2)```")
+    chat.expect(r"\r\n42\r\n")
+    chat.expect(OK)
+    chat.child.expect_exact(">>> ")
+    chat.child.send("```print('abc')```" + "\x1b[D" * 6 + "x\r")  # left arrow, then type
+    chat.expect(r"\r\nabxc\r\n")  # the x landed where the cursor was moved to
+    chat.expect(OK)
+    chat.child.expect_exact(">>> ")
+    chat.child.send(UP + UP + "\r")  # two lines back: the first cell again
+    chat.expect(r"\r\n42\r\n")
+    chat.expect(OK)
+    chat.send(":quit")
+    assert chat.wait_exit() == 0
+    history = tmp_path / "data" / "chat_history"
+    assert "print(40 + 2)" in history.read_text()
+    assert history.stat().st_mode & 0o077 == 0  # what was typed is the owner's only
+
+    again = open_chat()  # a new process remembers the earlier session's lines
+    again.child.send(UP + "\r")
+    assert again.expect(r":quit|\^\[\[A").group(0) == ":quit"  # recalled, not sent as ^[[A
+    assert again.wait_exit() == 0
+
+
+def test_notices_are_worded_for_a_terminal(open_chat) -> None:
+    chat = open_chat({"SLACKINTERP_WORKSPACE_QUOTA_MB": "1"})
+    chat.code("open('big.bin', 'wb').write(b'x' * 2_000_000)")
+    chat.expect(OK)
+    chat.send("```print('more')```")
+    match = chat.expect(r"! (This \w+'s files use .*?)\r\n")
+    notice = match.group(1)
+    assert "This session's files use" in notice and "`:reset wipe`" in notice
+    assert "thread" not in notice
+
+
+def test_figures_never_follow_a_link_planted_by_the_code(open_chat, tmp_path: Path) -> None:
+    """The code can see the first figure's name and plant a link under the next one's: chat
+    (outside the sandbox) must replace the link, not write through it."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("keep me")
+    chat = open_chat()
+    chat.code(
+        "import glob, os, time, matplotlib.pyplot as plt\n"
+        "plt.plot([1, 2]); plt.show()\n"
+        "for _ in range(100):\n"
+        "    found = glob.glob('figure-*-1.png')\n"
+        "    if found: break\n"
+        "    time.sleep(0.1)\n"
+        f"os.symlink({str(outside)!r}, found[0].replace('-1.png', '-2.png'))\n"
+        "open('victim.txt', 'w').write('keep me too')\n"  # the sandbox hides `outside`
+        "os.link('victim.txt', found[0].replace('-1.png', '-3.png'))\n"
+        "plt.plot([2, 1]); plt.show()\n"
+        "plt.plot([3, 1]); plt.show()"
+    )
+    second = Path(chat.expect(r"figure: (\S+-2\.png)\r\n").group(1))
+    third = Path(chat.expect(r"figure: (\S+-3\.png)\r\n").group(1))
+    chat.expect(OK)
+    assert outside.read_text() == "keep me"
+    assert (third.parent / "victim.txt").read_text() == "keep me too"
+    for figure in (second, third):
+        assert not figure.is_symlink() and figure.read_bytes().startswith(PNG_SIGNATURE)

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from slackinterp.engine import mime
+from slackinterp.engine.presentation import RESTARTED, CellState, cell_status
 from slackinterp.kernels.execution import (
     MAX_DISPLAYS_PER_CELL,
     CellResult,
@@ -22,7 +23,6 @@ from slackinterp.kernels.execution import (
     Error,
     Result,
     Shown,
-    Status,
     Stream,
 )
 from slackinterp.slack import text as t
@@ -43,22 +43,21 @@ TABLE_CELL_CHARS = 100
 TABLE_CHARS = 20_000  # a table's text at most (a payload Slack takes and a person can read)
 
 
+_SYMBOLS = {
+    CellState.RUNNING: ":hourglass_flowing_sand:",
+    CellState.OK: ":white_check_mark:",
+    CellState.ERROR: ":x:",
+    CellState.TIMEOUT: ":alarm_clock:",
+    CellState.STOPPED: ":black_square_for_stop:",
+    CellState.DIED: ":skull:",
+}
+
+
 def status_line(result: CellResult | None, started: float, timeout: float) -> str:
-    if result is None:
-        return f":hourglass_flowing_sand: running… {time.monotonic() - started:.0f} s"
-    seconds = f"{result.duration:.1f} s"
-    if result.status is Status.OK:
-        return f":white_check_mark: {seconds}"
-    if result.status is Status.ERROR:
-        name = result.error.ename if result.error else "error"
-        return f":x: {t.escape(name)} ({seconds})"
-    if result.status is Status.TIMEOUT:
-        extra = "; the kernel was restarted" if result.restarted else ""
-        return f":alarm_clock: timed out after {timeout:g} s{extra}"
-    if result.status is Status.STOPPED:
-        extra = "; the kernel was restarted" if result.restarted else ""
-        return f":black_square_for_stop: stopped after {seconds}{extra}"
-    return f":skull: the kernel died after {seconds}"
+    """The cell's status in Slack: the shared words (engine/presentation.py), an emoji."""
+    status = cell_status(result, started=started, timeout=timeout)
+    extra = f"; {RESTARTED}" if status.restarted else ""
+    return f"{_SYMBOLS[status.state]} {t.escape(status.words)}{extra}"
 
 
 def buttons(key_id: str, *, running: bool) -> dict[str, Any]:
@@ -229,6 +228,7 @@ def render_outputs(
             text = item.traceback or f"{item.ename}: {item.evalue}"
             block = _section(t.code_block(text, min(ERROR_BUDGET, max(budget, 600))))
         else:
+            assert not isinstance(item, Stream)  # merged into text above
             view = mime.pick(item.data, item.metadata)
             if view.kind in ("image", "svg"):
                 continue  # uploaded into the thread beside the message
@@ -318,7 +318,7 @@ class DisplayMemory:
             self._threads.popitem(last=False)
 
     def holding(self, thread: str, display_id: str, but: str) -> list[CellView]:
-        views = self._threads.get(thread) or {}
+        views: dict[str, CellView] = self._threads.get(thread) or {}
         return [v for v in views.values() if v.cell_id != but and display_id in v.display_ids()]
 
     def forget(self, thread: str) -> None:

@@ -8,26 +8,35 @@ import re
 from dataclasses import dataclass
 from urllib.parse import parse_qs, urlparse
 
+from slackinterp.engine.presentation import CONTROLS, WORDS, StatusFacts, thread_status
 from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey, human_size
 from slackinterp.slack import text as t
 
-WORDS = ("reset", "stop", "status", "files", "export", "help")
+# Re-exported: listeners and tests knew the words here first.
+__all__ = [
+    "WORDS",
+    "ThreadLink",
+    "files_text",
+    "help_text",
+    "parse_control",
+    "parse_permalink",
+    "run_control",
+    "status_text",
+]
 
 
 def help_text(command: str = "/interp", mention: str = "@interp") -> str:
+    """The help in Slack: the shared controls (engine/presentation.py) typed as mentions."""
+    controls = [f"• `{mention} {c.words}` {c.does}" for c in CONTROLS]
     return "\n".join(
         [
             "*slackinterp* runs Python for this thread in its own Jupyter kernel.",
             f"• Mention me ({mention}) with a question, or send a ```python block to run it as is.",
             "• Attach files in the thread: they land in the working directory.",
             "• Follow-ups in the thread need no mention; variables stay between messages.",
-            f"• `{mention} reset` fresh kernel (files stay) · `{mention} reset wipe` also deletes "
-            "files",
-            f"• `{mention} stop` stop what runs · `{mention} status` kernel state · "
-            f"`{mention} files` list files · `{mention} help`",
-            f"• `{mention} export` this thread as a Jupyter notebook (.ipynb) · attach a notebook "
-            "with `run it` to run its cells here",
+            *controls,
+            "• Attach a notebook with `run it` to run its cells here.",
             f"• `{command} reset|stop|status|files|export [thread link]` does the same from "
             "anywhere in the channel; without a link it lists the channel's kernels.",
         ]
@@ -91,20 +100,16 @@ async def run_control(
     return help_text(command, mention)
 
 
-def status_text(status) -> str:
-    if status.alive:
-        state = "busy" if status.busy else f"idle for {_duration(status.idle_seconds or 0)}"
-        kernel = f"Kernel: running, {state}"
-        if status.memory_bytes:
-            kernel += f", {status.memory_bytes / 1024 / 1024:.0f} MiB"
-    elif status.replayable:
-        kernel = f"Kernel: stopped; {status.replayable} cells will be replayed on the next message"
-    else:
-        kernel = "Kernel: not started"
-    lines = [kernel, f"Cells run: {status.cells} · files: {status.files}"]
-    if status.queued:
-        lines.append(f"Queued requests: {status.queued}")
-    return "\n".join(lines)
+def status_text(status: StatusFacts) -> str:
+    """The shared status lines, labels capitalised; the counts share a line."""
+    lines = {line.label: line.value for line in thread_status(status)}
+    text = [
+        f"Kernel: {lines['kernel']}",
+        f"Cells run: {lines['cells run']} · files: {lines['files']}",
+    ]
+    if "queued requests" in lines:
+        text.append(f"Queued requests: {lines['queued requests']}")
+    return "\n".join(text)
 
 
 def files_text(files: list[tuple[str, int]]) -> str:
@@ -115,11 +120,3 @@ def files_text(files: list[tuple[str, int]]) -> str:
     if len(files) > len(shown):
         lines.append(f"… and {len(files) - len(shown)} more")
     return "Files in this thread:\n" + "\n".join(lines)
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 90:
-        return f"{seconds:.0f} s"
-    if seconds < 5400:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"

@@ -6,6 +6,7 @@ page with status 200, so the content type is checked before a byte is written.
 
 from __future__ import annotations
 
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -53,7 +54,7 @@ class SlackFileFetcher:
             )
         return result
 
-    def _fetcher(self, url: str):
+    def _fetcher(self, url: str) -> Callable[[Path], Awaitable[None]]:
         async def fetch(target: Path) -> None:
             headers = {"Authorization": f"Bearer {self.token}"}
             try:
@@ -82,7 +83,7 @@ class SlackFileFetcher:
         return fetch
 
 
-def _unavailable(info: dict[str, Any]):
+def _unavailable(info: dict[str, Any]) -> Callable[[Path], Awaitable[None]]:
     mode = info.get("mode", "")
 
     async def fetch(_target: Path) -> None:

@@ -13,14 +13,9 @@ import contextlib
 import logging
 import time
 from dataclasses import replace
-from pathlib import Path
-from typing import Any
 
-import aiohttp
-from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp import metrics
 from slackinterp.engine import mime
 from slackinterp.engine.events import (
     AssistantDelta,
@@ -60,6 +55,7 @@ from slackinterp.slack.cells import (
     status_line,
     table_block,
 )
+from slackinterp.slack.poster import ThreadPoster
 
 # Also for listeners.py, controls and tests, which knew them here first.
 __all__ = [
@@ -77,12 +73,9 @@ log = logging.getLogger(__name__)
 
 UPDATE_INTERVAL = 1.0  # chat.update at most about once a second per message
 IMAGE_INTERVAL = 2.0  # a changing image is replaced at most this often while a cell runs
-STATUS_TEXT = "is running code…"
-# Errors that mean setStatus will never work with this token (not worth one call per turn).
-_STATUS_NEVER = {"missing_scope", "not_allowed_token_type", "unknown_method", "method_deprecated"}
 
 
-class TurnRenderer:
+class TurnRenderer(ThreadPoster):
     """Renders one turn's events into a Slack thread."""
 
     def __init__(
@@ -99,34 +92,27 @@ class TurnRenderer:
         displays: DisplayMemory | None = None,
         grace: float = 0.5,
     ):
-        # Shared by a bot's renderers: whether the loading status is unavailable for good.
-        self.status_memo = status_memo if status_memo is not None else {}
-        self.max_upload_bytes = max_upload_bytes
-        self.client = client
-        self.channel = channel
-        self.thread_ts = thread_ts
+        # What a user waits for is mostly Slack calls in sequence: a cell that finishes within
+        # `grace` seconds is posted once, finished; slower ones get the running message.
+        super().__init__(
+            client,
+            channel=channel,
+            thread_ts=thread_ts,
+            user_message_ts=user_message_ts,
+            max_upload_bytes=max_upload_bytes,
+            status_memo=status_memo,
+            grace=grace,
+        )
         self.key_id = key_id
-        self.user_message_ts = user_message_ts
         self.exec_timeout = exec_timeout
         self.cells: dict[str, CellView] = {}
         self.answer_ts: str | None = None
         self.answer_text = ""
         self.answer_last_edit = 0.0
-        self.status_kind: str | None = None  # "status" | "reaction" | None
-        self.queued_ts: str | None = None
-        self.failures: list[str] = []
         # Shared by a bot's renderers: display ids of earlier cells (updates edit them).
         self.displays = displays if displays is not None else DisplayMemory()
         self.touched: dict[str, CellView] = {}  # earlier cells this turn's updates changed
         self.skipped: list[tuple[str, str]] = []  # files not uploaded, reported together
-        # What a user waits for is mostly Slack calls in sequence: a cell that finishes within
-        # `grace` seconds is posted once, finished, and a request done within it sets no
-        # loading status. Slower ones get the running message and the status when it ends.
-        self.grace = grace
-        self.status_task: asyncio.Task[None] | None = None
-        self.status_started = False
-        self.queued_task: asyncio.Task[None] | None = None
-        self.queued_started = False
 
     # --- dispatch ------------------------------------------------------------------------
     async def handle(self, event: Event) -> None:
@@ -174,163 +160,6 @@ class TurnRenderer:
                     await self._report_skipped()
                 await self._end_status()
                 await self._clear_status()
-
-    # --- Slack calls ---------------------------------------------------------------------
-    async def post(self, text: str, blocks: list[dict[str, Any]] | None = None) -> str | None:
-        try:
-            response = await self.client.chat_postMessage(
-                channel=self.channel,
-                thread_ts=self.thread_ts,
-                text=text[:3900],
-                blocks=blocks,
-                unfurl_links=False,
-                unfurl_media=False,
-            )
-            return str(response["ts"])
-        except SlackApiError as exc:
-            self._failed("chat.postMessage", exc)
-            return None
-
-    async def edit(self, ts: str, text: str, blocks: list[dict[str, Any]] | None = None) -> bool:
-        try:
-            await self.client.chat_update(
-                channel=self.channel, ts=ts, text=text[:3900], blocks=blocks
-            )
-            return True
-        except SlackApiError as exc:
-            self._failed("chat.update", exc)
-            return False
-
-    async def upload(
-        self,
-        path: Path | None,
-        name: str,
-        *,
-        content: bytes | None = None,
-        comment: str | None = None,
-        alt: str | None = None,
-    ) -> str | None:
-        """Upload into the thread; the file's id, or None (the thread is told why)."""
-        try:
-            data = content if content is not None else await asyncio.to_thread(path.read_bytes)
-            response = await self.client.files_upload_v2(
-                channel=self.channel,
-                thread_ts=self.thread_ts,
-                content=data,
-                filename=t.visible(name).replace("/", "_"),
-                title=t.visible(name),
-                initial_comment=comment,
-                alt_txt=alt,
-            )
-            files = response.get("files") or [response.get("file") or {}]
-            return str(files[0].get("id") or "") if files else ""
-        except (SlackClientError, OSError, aiohttp.ClientError) as exc:
-            self._failed("files.upload", exc)
-            await self.post(f":warning: Could not upload {t.inline_code(name)}: {_reason(exc)}")
-            return None
-
-    async def delete_file(self, file_id: str) -> None:
-        """Take a replaced image out of the thread (its message goes with it)."""
-        if not file_id:
-            return
-        try:
-            await self.client.files_delete(file=file_id)
-        except SlackApiError as exc:
-            self._failed("files.delete", exc)
-
-    def _failed(self, method: str, exc: Exception) -> None:
-        reason = _reason(exc)
-        self.failures.append(f"{method}: {reason}")
-        metrics.SLACK_ERRORS.labels(method).inc()
-        log.warning("slack.call_failed method=%s error=%s", method, reason)
-
-    # --- status indicator ----------------------------------------------------------------
-    async def _status_after_grace(self) -> None:
-        """Alongside the request, never before its output: only a request still running when
-        the grace ends shows the loading status."""
-        await asyncio.sleep(self.grace)
-        self.status_started = True
-        await self._set_status()
-
-    async def _end_status(self) -> None:
-        """Before clearing: a status still waiting is dropped; one being set is let finish
-        (cut mid-call, Slack could show it after the request is done)."""
-        task, self.status_task = self.status_task, None
-        if task is None:
-            return
-        if not self.status_started:
-            task.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await task
-
-    async def _set_status(self) -> None:
-        if self.status_memo.get("unavailable"):
-            await self._set_reaction()
-            return
-        try:
-            await self.client.api_call(
-                "assistant.threads.setStatus",
-                json={
-                    "channel_id": self.channel,
-                    "thread_ts": self.thread_ts,
-                    "status": STATUS_TEXT,
-                },
-            )
-            self.status_kind = "status"
-            return
-        except SlackApiError as exc:
-            reason = _reason(exc)
-            log.debug("slack.set_status_unavailable error=%s", reason)
-            if reason in _STATUS_NEVER:  # the workspace will not allow it: stop asking
-                self.status_memo["unavailable"] = True
-        await self._set_reaction()
-
-    async def _set_reaction(self) -> None:
-        if self.user_message_ts:
-            with contextlib.suppress(SlackApiError):
-                await self.client.reactions_add(
-                    channel=self.channel,
-                    timestamp=self.user_message_ts,
-                    name="hourglass_flowing_sand",
-                )
-                self.status_kind = "reaction"
-
-    async def _clear_status(self) -> None:
-        if self.status_kind == "status":
-            with contextlib.suppress(SlackApiError):
-                await self.client.api_call(
-                    "assistant.threads.setStatus",
-                    json={"channel_id": self.channel, "thread_ts": self.thread_ts, "status": ""},
-                )
-        elif self.status_kind == "reaction" and self.user_message_ts:
-            with contextlib.suppress(SlackApiError):
-                await self.client.reactions_remove(
-                    channel=self.channel,
-                    timestamp=self.user_message_ts,
-                    name="hourglass_flowing_sand",
-                )
-        self.status_kind = None
-        await self._delete_queued()
-
-    async def _queued_after_grace(self, position: int) -> None:
-        await asyncio.sleep(self.grace)
-        self.queued_started = True
-        self.queued_ts = await self.post(
-            f":hourglass: Queued (#{position}): another request in this thread is "
-            "still running; this one starts right after."
-        )
-
-    async def _delete_queued(self) -> None:
-        task, self.queued_task = self.queued_task, None
-        if task is not None and not self.queued_started:
-            task.cancel()  # still waiting out the grace: never posted
-        if task is not None:  # a post under way is let finish, then deleted
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await task
-        if self.queued_ts:
-            with contextlib.suppress(SlackApiError):
-                await self.client.chat_delete(channel=self.channel, ts=self.queued_ts)
-            self.queued_ts = None
 
     # --- cells ---------------------------------------------------------------------------
     async def _cell_started(self, event: CellStarted) -> None:
@@ -582,9 +411,3 @@ def _received_line(event: FileReceived) -> str:
     if event.renamed_from:
         line += f" — saved under this name (sent as {t.inline_code(event.renamed_from)})"
     return line + "."
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, SlackApiError):
-        return str(exc.response.get("error", exc)) if exc.response is not None else str(exc)
-    return str(exc)

@@ -6,6 +6,7 @@ sees it, so printed `<!channel>` or `<@U…>` pings nobody.
 
 from __future__ import annotations
 
+import functools
 import re
 
 # Slack's practical limits (see NOTES): section text ≤ 3,000; message text ≈ 4,000.
@@ -170,9 +171,13 @@ def _inline(text: str) -> str:
         piece = _ITALIC_UNDERSCORE.sub(lambda m: f"_{m.group(1)}_", piece)
         piece = _STRIKE.sub(lambda m: f"~{m.group(1)}~", piece)
         piece = _BULLET.sub(lambda m: f"{m.group(1)}• ", piece)
-        piece = re.sub(r"\x00(\d+)\x00", lambda m, found=links: found[int(m.group(1))], piece)
+        piece = re.sub(r"\x00(\d+)\x00", functools.partial(_link_at, links), piece)
         converted.append(piece)
     return "".join(converted)
+
+
+def _link_at(found: list[str], match: re.Match[str]) -> str:
+    return found[int(match.group(1))]
 
 
 def _keep_link(match: re.Match[str], found: list[str]) -> str:

@@ -1,0 +1,103 @@
+"""The slash command (`/interp reset|stop|status|files|export|help [thread link]`).
+
+Slack sends a command no thread, so without a link it answers with the channel's kernels and a
+button for each; with a link it acts on that thread, if the thread is in this channel."""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from slackinterp.slack import controls
+from slackinterp.slack import text as t
+from slackinterp.slack.listener_base import ListenerBase
+from slackinterp.slack.render import buttons
+
+log = logging.getLogger(__name__)
+
+
+class CommandListeners(ListenerBase):
+    """The slash command's listener."""
+
+    async def on_command(
+        self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
+    ) -> None:
+        words = (body.get("text") or "").split()
+        word = words[0].lower() if words else "help"
+        channel = body.get("channel_id", "")
+        command = self.settings.command
+        if word not in controls.WORDS:
+            await ack(
+                response_type="ephemeral",
+                text=f"Unknown command `{t.escape(word)}`.\n"
+                + controls.help_text(command, self._mention()),
+            )
+            return
+        if word == "help":
+            await ack(response_type="ephemeral", text=controls.help_text(command, self._mention()))
+            return
+        await ack()
+        link_text = next((w for w in words[1:] if "/archives/" in w), None)
+        arg = "wipe" if "wipe" in [w.lower() for w in words[1:]] else ""
+        if link_text is None:
+            await respond(**self._kernel_list(channel))
+            return
+        link = controls.parse_permalink(link_text)
+        if link is None:
+            await respond(
+                response_type="ephemeral",
+                text="That does not look like a link to a Slack message. Use "
+                "“Copy link” on a message of the thread.",
+            )
+            return
+        # Only threads of the channel the command runs in (the allow-list passed it): Slack
+        # tells us nothing about the user's membership of another channel.
+        if link.channel != channel:
+            await respond(
+                response_type="ephemeral",
+                text="That thread is in another channel; run the command there.",
+            )
+            return
+        key = await self._thread_key(body, link.channel, link.thread_ts)
+        if not await self.engine.has_thread(key):
+            await respond(response_type="ephemeral", text="I have no session in that thread.")
+            return
+        if word == "export":
+            answer = await self._export(client, key)
+        else:
+            answer = await controls.run_control(
+                self.engine, key, word, arg, command=command, mention=self._mention()
+            )
+        await respond(response_type="ephemeral", text=answer)
+
+    def _kernel_list(self, channel: str) -> dict[str, Any]:
+        live = [
+            s
+            for s in self.engine.sessions.values()
+            if s.key.channel == channel
+            and (self.engine.registry.slot(s.key.id) is not None or s.busy)
+        ]
+        if not live:
+            return {
+                "response_type": "ephemeral",
+                "text": "No kernels are running in this channel. Slash commands cannot see "
+                "threads; add a thread link (“Copy link”) to act on a stopped one.",
+            }
+        blocks: list[dict[str, Any]] = [
+            {
+                "type": "section",
+                "text": {"type": "mrkdwn", "text": f"*{len(live)} kernel(s) in this channel*"},
+            }
+        ]
+        for session in live[:20]:
+            state = "busy" if session.busy else "idle"
+            blocks.append(
+                {
+                    "type": "section",
+                    "text": {"type": "mrkdwn", "text": f"Thread {session.key.thread_ts} — {state}"},
+                }
+            )
+            blocks.append(buttons(session.key.id, running=True) | {"block_id": f"k{len(blocks)}"})
+        return {"response_type": "ephemeral", "text": f"{len(live)} kernel(s)", "blocks": blocks}
