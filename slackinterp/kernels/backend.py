@@ -21,7 +21,7 @@ import psutil
 from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.errors import FailureKind, SlackinterpError
-from slackinterp.kernels import cgroups, privileges, sandbox
+from slackinterp.kernels import cgroups, privileges, sandbox, workdir
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.localfiles import LocalFiles
@@ -243,7 +243,7 @@ class LocalKernel:
         """
         old = self.cwd
         if self.sandboxed:
-            await asyncio.to_thread(_adopt, old, cwd, self.user)
+            await asyncio.to_thread(workdir.adopt_pooled, old, cwd, self.user)
             self.km.bwrap_spec.workdir = cwd  # type: ignore[attr-defined]
             # Restarts launch from the new place (set by the start, before any move).
             self.km._launch_args["cwd"] = str(cwd)  # type: ignore[index,assignment]
@@ -480,21 +480,3 @@ class LocalBackend:
                 Path(connection_file).parent.rmdir()
             await self.recorder.forget_kernel(pid)
         return killed
-
-
-def _adopt(pooled: Path, target: Path, user: privileges.KernelUser | None = None) -> None:
-    """Move `target`'s entries into the pooled kernel's directory, then rename it to `target`.
-
-    Renames never follow links; a link in the way is removed, not followed."""
-    if target.exists():
-        for entry in list(target.iterdir()):
-            dest = pooled / entry.name
-            if dest.is_symlink() or dest.exists():  # the seeded .cache: the thread's own wins
-                if dest.is_dir() and not dest.is_symlink():
-                    shutil.rmtree(dest)
-                else:
-                    dest.unlink()
-            entry.rename(dest)
-        target.rmdir()
-    pooled.rename(target)
-    privileges.hand_over(target, user)  # the thread's files, uploads included, go to the kernel
