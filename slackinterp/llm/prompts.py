@@ -156,8 +156,8 @@ def __si_vars():
         elif hasattr(value, "__len__") and not isinstance(value, (str, bytes)):
             try:
                 desc += f" len={len(value)}"
-            except Exception:
-                pass
+            except Exception:  # in the kernel: a broken __len__ only loses the length
+                desc += " len=?"
         elif isinstance(value, (int, float, bool, str)):
             desc += " = " + repr(value)[:60]
         out.append(f"{name}: {desc}"[:300])
