@@ -17,8 +17,12 @@ from slackinterp.engine.events import Notice
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
-from slackinterp.slack import controls
+from slackinterp.slack import (
+    controls,
+    stream,  # issue 14
+)
 from slackinterp.slack import text as t
+from slackinterp.slack.assistant import AssistantView  # issue 14
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.render import (
     RESET_ACTION,
@@ -89,6 +93,7 @@ class SlackListeners:
         self.reader = ThreadReader(store, settings, fetcher)
         self.status_memo: dict[str, bool] = {}
         self.displays = DisplayMemory()  # display ids of earlier cells, per thread
+        self.stream_memo = stream.StreamMemo()  # issue 14: workspaces that cannot stream
         engine.notice_listeners.append(self.on_notice)
 
     def register(self) -> None:
@@ -99,6 +104,7 @@ class SlackListeners:
         app.shortcut(SHORTCUT_ID)(self.on_shortcut)
         app.action(STOP_ACTION)(self.on_button)
         app.action(RESET_ACTION)(self.on_button)
+        AssistantView(app).register()  # issue 14: assistant view events, feedback buttons
 
     # --- helpers -------------------------------------------------------------------------
     def allowed(self, channel: str | None, user: str | None) -> bool:
@@ -271,10 +277,16 @@ class SlackListeners:
             own=Own(self.bot_user_id, self.bot_id),
         )
         request = TurnRequest(key, text, user, self.fetcher.incoming(files), context=loader)
-        self.spawn(self._run(client, key, request, event["ts"]), f"turn-{key.id}")
+        recipient = stream.recipient_of(event, key.team)  # issue 14: who a stream is for
+        self.spawn(self._run(client, key, request, event["ts"], recipient), f"turn-{key.id}")
 
     async def _run(
-        self, client: AsyncWebClient, key: ThreadKey, request: TurnRequest, user_ts: str
+        self,
+        client: AsyncWebClient,
+        key: ThreadKey,
+        request: TurnRequest,
+        user_ts: str,
+        recipient: stream.Recipient | None = None,
     ) -> None:
         renderer = TurnRenderer(
             client,
@@ -287,6 +299,15 @@ class SlackListeners:
             status_memo=self.status_memo,
             displays=self.displays,
             grace=self.settings.post_grace,
+            stream=stream.for_turn(  # issue 14: model turns stream natively
+                client,
+                self.settings,
+                channel=key.channel,
+                thread_ts=key.thread_ts,
+                team=key.team,
+                recipient=recipient or stream.Recipient(request.user or None, key.team),
+                memo=self.stream_memo,
+            ),
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)

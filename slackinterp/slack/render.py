@@ -60,6 +60,7 @@ from slackinterp.slack.cells import (
     status_line,
     table_block,
 )
+from slackinterp.slack.stream import StreamedTurn  # issue 14
 
 # Also for listeners.py, controls and tests, which knew them here first.
 __all__ = [
@@ -98,6 +99,7 @@ class TurnRenderer:
         status_memo: dict[str, bool] | None = None,
         displays: DisplayMemory | None = None,
         grace: float = 0.5,
+        stream: StreamedTurn | None = None,
     ):
         # Shared by a bot's renderers: whether the loading status is unavailable for good.
         self.status_memo = status_memo if status_memo is not None else {}
@@ -127,6 +129,7 @@ class TurnRenderer:
         self.status_started = False
         self.queued_task: asyncio.Task[None] | None = None
         self.queued_started = False
+        self.stream = stream  # issue 14: a model turn's native stream (slack/stream.py)
 
     # --- dispatch ------------------------------------------------------------------------
     async def handle(self, event: Event) -> None:
@@ -136,6 +139,11 @@ class TurnRenderer:
             log.exception("render.failed event=%s error=%s", type(event).__name__, exc)
 
     async def _dispatch(self, event: Event) -> None:
+        if self.stream is not None:  # issue 14: the stream takes what it shows (slack/stream.py)
+            shown = await self.stream.handle(event)
+            if shown is None:
+                return
+            event = shown
         if self.skipped and not isinstance(event, FileSkipped | FileProduced):
             await self._report_skipped()
         match event:
