@@ -92,7 +92,8 @@ def task_title(code: str) -> str:
             text = stripped.lstrip("#").strip()
             if text:
                 return _clip(text, TITLE_MAX)
-    first = next((line.strip() for line in code.splitlines() if line.strip()), "")
+    lines = (line.strip() for line in code.splitlines())
+    first = next((line for line in lines if line and not line.startswith("#")), "")
     return _clip(f"Run {first}" if first else "Run code", TITLE_MAX)
 
 
