@@ -26,6 +26,7 @@ from tests.slack_harness import (
     running_bot,
     wait_cells,
     wait_final,
+    wait_text,
 )
 
 ANSWER = "**Answer:** the total is 42."
@@ -330,3 +331,30 @@ async def test_assistant_thread_gets_prompts_and_its_messages_run(tmp_path: Path
         await slack.user_message("D1", "```print(3 * 3)```", thread_ts=thread_ts)
         [cell] = await wait_cells(slack, thread_ts, 1, channel="D1")
         assert "9" in all_text(cell)
+
+
+async def test_slacks_own_stop_stops_the_turn(tmp_path: Path) -> None:
+    async with model_bot(tmp_path) as (slack, model):
+        model.script(
+            py("# Count slowly\nimport time\nfor i in range(60):\n    time.sleep(0.5)"),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> count slowly")
+        [stream] = await slack.wait_for(lambda: list(slack.streams.values()))
+        await slack.wait_for(lambda: stream.tasks())
+        stream.stopped = True  # Slack stops the session's streams itself
+        await slack.send_event(
+            {
+                "type": "agent_session_stopped",
+                "channel": CHANNEL,
+                "thread_ts": ts,
+                "user": "U1",
+                "streaming_message_ts": [stream.ts],
+            }
+        )
+        await wait_text(slack, ts, "pressed Stop")
+        [cell] = await wait_cells(slack, ts, 1)
+        assert "stopped" in all_text(cell)
+        # Slack closed the stream: the stopped task's append is refused and the turn goes
+        # on without a stream (no new one is opened for it).
+        await slack.wait_for_call("chat.appendStream")
+        assert list(slack.streams) == [stream.ts]

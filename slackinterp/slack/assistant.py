@@ -9,6 +9,7 @@ sends.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -17,6 +18,8 @@ from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp import metrics
+from slackinterp.engine.turn import Engine
+from slackinterp.engine.workspace import ThreadKey
 from slackinterp.slack.stream import FEEDBACK_ACTION
 
 log = logging.getLogger(__name__)
@@ -48,13 +51,46 @@ def prompt_payload() -> list[dict[str, str]]:
 class AssistantView:
     """Listeners for what the assistant view and the answers' feedback buttons send."""
 
-    def __init__(self, app: AsyncApp):
+    def __init__(
+        self,
+        app: AsyncApp,
+        engine: Engine,
+        *,
+        team_of: Callable[[dict[str, Any]], str],
+        allowed: Callable[[str | None, str | None], bool],
+    ):
         self.app = app
+        self.engine = engine
+        self.team_of = team_of  # the installation's team, as listeners.py keys threads
+        self.allowed = allowed
 
     def register(self) -> None:
         self.app.event("assistant_thread_started")(self.on_thread_started)
         self.app.event("assistant_thread_context_changed")(self.on_context_changed)
+        self.app.event("agent_session_stopped")(self.on_session_stopped)
         self.app.action(FEEDBACK_ACTION)(self.on_feedback)
+
+    async def on_session_stopped(
+        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        """Slack's own Stop button on an agent session: the same as ours."""
+        channel, thread_ts, user = event.get("channel"), event.get("thread_ts"), event.get("user")
+        if not channel or not thread_ts or not self.allowed(channel, user):
+            return
+        key = ThreadKey(self.team_of(body), str(channel), str(thread_ts))
+        stopped = self.engine.stop(key)
+        log.info("assistant.session_stopped thread=%s user=%s running=%s", key.id, user, stopped)
+        if not stopped:
+            return
+        try:
+            await client.chat_postMessage(
+                channel=key.channel,
+                thread_ts=key.thread_ts,
+                text=f":black_square_for_stop: <@{user}> pressed Stop.",
+            )
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else exc
+            log.warning("assistant.stop_reply_failed thread=%s error=%s", key.id, error)
 
     async def on_thread_started(self, event: dict[str, Any], client: AsyncWebClient) -> None:
         """A user opened a new assistant thread: offer the suggested prompts."""

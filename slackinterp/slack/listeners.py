@@ -104,7 +104,9 @@ class SlackListeners:
         app.shortcut(SHORTCUT_ID)(self.on_shortcut)
         app.action(STOP_ACTION)(self.on_button)
         app.action(RESET_ACTION)(self.on_button)
-        AssistantView(app).register()  # issue 14: assistant view events, feedback buttons
+        AssistantView(  # issue 14: assistant view events, feedback buttons, Slack's Stop
+            app, self.engine, team_of=installation_team, allowed=self.allowed
+        ).register()
 
     # --- helpers -------------------------------------------------------------------------
     def allowed(self, channel: str | None, user: str | None) -> bool:
