@@ -139,11 +139,13 @@ class TurnRenderer:
             log.exception("render.failed event=%s error=%s", type(event).__name__, exc)
 
     async def _dispatch(self, event: Event) -> None:
-        if self.stream is not None:  # issue 14: the stream takes what it shows (slack/stream.py)
-            shown = await self.stream.handle(event)
-            if shown is None:
-                return
-            event = shown
+        if self.stream is None:
+            await self._show(event)
+            return
+        for shown in await self.stream.handle(event):  # issue 14: model turns stream natively
+            await self._show(shown)  # what the stream does not show (slack/stream.py)
+
+    async def _show(self, event: Event) -> None:
         if self.skipped and not isinstance(event, FileSkipped | FileProduced):
             await self._report_skipped()
         match event:

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 FEEDBACK_ACTION = "interp_feedback"
 TASK_TEXT_MAX = 256  # Slack's limit on a task_update's details and output
 TITLE_MAX = 80
+TEXT_INTERVAL = 0.5  # seconds between text appends while the model writes
 # A workspace that answers these will never stream: remembered, no call per turn.
 _NEVER = {"unknown_method", "method_deprecated", "not_allowed_token_type", "feature_not_enabled"}
 
@@ -176,6 +177,9 @@ class StreamedTurn:
         self.chars = 0  # characters in the open message
         self.tasks: dict[str, _Task] = {}
         self.round_streamed = ""  # answer text streamed since the last AssistantText
+        self.pending = ""  # answer text not yet appended (gathered between appends)
+        self.last_text = 0.0
+        self.paragraph = False  # a new round's text begins a new paragraph
         self.answered = False
         self.fallback: str | None = memo.unavailable.get(team)
         self.lock = asyncio.Lock()
@@ -186,9 +190,9 @@ class StreamedTurn:
         return self.fallback is None
 
     # --- events --------------------------------------------------------------------------
-    async def handle(self, event: Event) -> Event | None:
+    async def handle(self, event: Event) -> list[Event]:
         """Stream what belongs in the stream; return what the renderer should still show
-        the usual way (None: nothing more to do)."""
+        the usual way (all of it once the stream is gone)."""
         if not self.live:
             return self._after_break(event)
         async with self.lock:
@@ -198,42 +202,56 @@ class StreamedTurn:
                 await self._fall_back(exc)
                 return self._after_break(event)
 
-    async def _handle(self, event: Event) -> Event | None:
+    async def _handle(self, event: Event) -> list[Event]:
+        if not isinstance(event, AssistantDelta | AssistantText) and self.pending:
+            await self._flush_text()
         match event:
             case CellStarted(cell_id=cell_id, code=code, source="model"):
                 await self._task_started(cell_id, code)
-                return event
             case CellFinished(cell_id=cell_id, result=result) if cell_id in self.tasks:
                 await self._task_finished(cell_id, result)
-                return event
             case AssistantDelta(text=delta):
-                await self._markdown(delta)
-                self.round_streamed += delta
-                return None
+                # Deltas come a few characters at a time: at most one append per
+                # TEXT_INTERVAL, the rest gathered for the next (Slack calls are in sequence).
+                self.pending += delta
+                if self.ts is None or time.monotonic() - self.last_text >= TEXT_INTERVAL:
+                    await self._flush_text()
+                return []
             case AssistantText(text=text):
                 rest = self._unstreamed(text)
+                self.pending = rest if rest.strip() else ""
+                if self.pending:
+                    await self._flush_text()
                 self.round_streamed = ""
-                if rest.strip():
-                    await self._markdown(rest)
-                if self.ts is not None:
-                    await self._markdown("\n\n")
+                self.paragraph = self.ts is not None  # the next round's text starts anew
                 self.answered = self.answered or bool(text.strip())
-                return None
+                return []
             case TurnFailed():
                 await self.close(feedback=False)
-                return event
             case TurnFinished():
                 await self.close(feedback=self.answered)
-                return event
-        return event
+        return [event]
 
-    def _after_break(self, event: Event) -> Event | None:
-        """An event for the edited-message path once the stream is gone: a round's text
-        loses the part the stream already showed."""
+    async def _flush_text(self) -> None:
+        text = self.pending
+        if self.paragraph and text.strip():
+            text, self.paragraph = "\n\n" + text.lstrip("\n"), False
+        await self._markdown(text)
+        self.round_streamed += self.pending
+        self.pending = ""
+        self.last_text = time.monotonic()
+
+    def _after_break(self, event: Event) -> list[Event]:
+        """Events for the edited-message path once the stream is gone: text the stream
+        did not show goes there, a round's text without the part the stream showed."""
+        pending, self.pending = self.pending, ""
         if isinstance(event, AssistantText):
             rest, self.round_streamed = self._unstreamed(event.text), ""
-            return AssistantText(rest) if rest.strip() else None
-        return event
+            return [AssistantText(rest)] if rest.strip() else []
+        if isinstance(event, AssistantDelta):
+            return [AssistantDelta(pending)] if pending else [event]
+        shown: list[Event] = [AssistantDelta(pending)] if pending else []
+        return [*shown, event]
 
     def _unstreamed(self, text: str) -> str:
         """The part of a round's text not already streamed as deltas."""
