@@ -77,7 +77,7 @@ async def stopped_streams(slack: FakeSlack, n: int = 1, timeout: float = 30) -> 
 
 
 async def turn_finished(slack: FakeSlack, ts: str) -> None:
-    """A turn is over when its loading status is cleared or it never needed one."""
+    """No stream of the turn is open (its last one stopped, none about to start)."""
     await slack.wait_for(lambda: not any(s.stopped is False for s in slack.streams.values()))
 
 
@@ -175,17 +175,16 @@ async def test_rollover_by_time_closes_running_tasks_first(tmp_path: Path) -> No
             Reply(text="It is ready."),
         )
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> wait for it")
-        streams = await stopped_streams(slack, 2)
+        await wait_final(slack, ts, "It is ready.")
         await turn_finished(slack, ts)
         streams = sorted(slack.streams.values(), key=lambda s: s.ts)
         assert len(streams) >= 2
         # No stopped message leaves a task in progress (Slack would show it as failed).
         for stream in streams:
             assert all(t["status"] != "in_progress" for t in stream.tasks().values())
-        first = streams[0].tasks()["cell-1"] if "cell-1" in streams[0].tasks() else None
-        first = first or next(iter(streams[0].tasks().values()))
+        [first] = streams[0].tasks().values()
         assert first["status"] == "complete" and "continued" in first["output"]
-        last_task = next(iter(streams[-1].tasks().values()))
+        *_, last_task = [t for s in streams for t in s.tasks().values()]
         assert last_task["status"] == "complete" and last_task["output"] == "ready"
         assert "It is ready." in streams[-1].text
         assert all(s.recipient_user_id == "U1" for s in streams)
@@ -358,3 +357,29 @@ async def test_slacks_own_stop_stops_the_turn(tmp_path: Path) -> None:
         # on without a stream (no new one is opened for it).
         await slack.wait_for_call("chat.appendStream")
         assert list(slack.streams) == [stream.ts]
+
+
+async def test_rollover_mid_plan_reopens_the_running_task(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, stream_rollover_seconds=1.5) as (slack, model):
+        model.script(
+            py("# Load\nx = 2"),
+            py("# Crunch\nimport time\ntime.sleep(2.5)\nprint(x * 21)"),
+            Reply(text="Crunched: 42."),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> load then crunch")
+        await wait_final(slack, ts, "Crunched: 42.")
+        await turn_finished(slack, ts)
+        streams = sorted(slack.streams.values(), key=lambda s: s.ts)
+        assert len(streams) >= 2
+        load, crunch = streams[0].tasks().values()
+        assert load["title"] == "Load" and load["status"] == "complete"
+        assert crunch["title"] == "Crunch" and crunch["status"] == "complete"
+        assert "continued" in crunch["output"] and "continued" not in str(load)
+        # The new message shows the plan again and the task that was still running.
+        assert any(c.get("type") == "plan_update" for c in streams[-1].chunks)
+        [again] = streams[-1].tasks().values()
+        assert again["id"] == crunch["id"] and again["output"] == "42"
+        assert [c["status"] for c in streams[-1].chunks if c.get("id") == crunch["id"]] == [
+            "in_progress",
+            "complete",
+        ]

@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 FEEDBACK_ACTION = "interp_feedback"
 TASK_TEXT_MAX = 256  # Slack's limit on a task_update's details and output
 TITLE_MAX = 80
+PLAN = {"type": "plan_update", "title": "Working in several steps"}
 TEXT_INTERVAL = 0.5  # seconds between text appends while the model writes
 # A workspace that answers these will never stream: remembered, no call per turn.
 _NEVER = {"unknown_method", "method_deprecated", "not_allowed_token_type", "feature_not_enabled"}
@@ -264,12 +265,13 @@ class StreamedTurn:
     # --- tasks ---------------------------------------------------------------------------
     async def _task_started(self, cell_id: str, code: str) -> None:
         task = _Task(cell_id, task_title(code))
-        self.tasks[cell_id] = task
         chunks: list[dict[str, Any]] = []
-        if len(self.tasks) == 2:  # several cells: group them as a plan
-            chunks.append({"type": "plan_update", "title": "Working in several steps"})
+        if len(self.tasks) == 1:  # a second cell: group the turn's tasks as a plan
+            chunks.append(dict(PLAN))
         chunks.append(self._task_chunk(task, "in_progress"))
         await self._append(chunks)
+        # Known once shown: a rollover on the way must not close it in the old message.
+        self.tasks[cell_id] = task
 
     async def _task_finished(self, cell_id: str, result: CellResult) -> None:
         task = self.tasks[cell_id]
@@ -298,7 +300,7 @@ class StreamedTurn:
             await self._append([{"type": "markdown_text", "text": piece}])
 
     async def _append(self, chunks: list[dict[str, Any]]) -> None:
-        size = sum(len(str(c.get("text", ""))) + len(str(c.get("output", ""))) for c in chunks)
+        size = sum(len(str(c.get(k) or "")) for c in chunks for k in ("text", "title", "output"))
         if self.ts is not None and (
             self.chars + size > self.limits.chars
             or time.monotonic() - self.started_at >= self.limits.seconds
@@ -314,8 +316,8 @@ class StreamedTurn:
         # Tasks still running when a message rolled over continue in the new one.
         reopened = [self._task_chunk(t, "in_progress") for t in self.tasks.values() if t.open]
         reopened = [c for c in reopened if c not in chunks]
-        if len(self.tasks) > 1:
-            reopened.insert(0, {"type": "plan_update", "title": "Working in several steps"})
+        if len(self.tasks) > 1 and PLAN not in chunks:
+            reopened.insert(0, dict(PLAN))
         response = await self._call(
             "chat.startStream",
             thread_ts=self.thread_ts,
@@ -340,6 +342,8 @@ class StreamedTurn:
                 return
             try:
                 await self._roll_over()
+                if any(t.open for t in self.tasks.values()):
+                    await self._start([])  # the running cell shows as running again
             except _Broken as exc:
                 await self._fall_back(exc)
 
