@@ -25,6 +25,11 @@ class SandboxMode(StrEnum):
     NONE = "none"
 
 
+class StreamingMode(StrEnum):
+    AUTO = "auto"
+    OFF = "off"
+
+
 class LogFormat(StrEnum):
     TEXT = "text"
     JSON = "json"
@@ -230,6 +235,25 @@ class Settings(BaseSettings):
         "Seconds a cell may take and still be posted once, finished; slower cells show a "
         "running message (and the loading status) when it ends. 0 = post at once.",
         ge=0,
+    )
+    streaming: StreamingMode = Field(
+        StreamingMode.AUTO,
+        description="auto: model turns stream natively (chat.startStream; text, one task per "
+        "cell, feedback buttons), falling back to edited messages where Slack refuses; off: "
+        "edited messages only.",
+    )
+    stream_rollover_seconds: float = _seconds(
+        240,
+        "Seconds one streamed message stays open before the turn continues in a new one "
+        "(Slack closes streams after about 5 minutes).",
+        ge=1,
+    )
+    stream_rollover_chars: int = Field(
+        10000,
+        ge=500,
+        le=12000,
+        description="Characters one streamed message holds before the turn continues in a new "
+        "one (Slack refuses past about 12,000).",
     )
     connect_timeout: float = _seconds(
         300,

@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from slackinterp.slack.assistant import SUGGESTED_PROMPTS
 from slackinterp.slack.listeners import SHORTCUT_ID
 
 BOT_SCOPES = [
@@ -25,8 +26,17 @@ BOT_SCOPES = [
     "files:write",  # upload plots, outputs and produced files
     "reactions:write",  # the "working" reaction when the loading status is unavailable
     "im:write",  # answer in DMs
+    "assistant:write",  # the assistant view: its thread events and suggested prompts
 ]
-BOT_EVENTS = ["app_mention", "message.channels", "message.groups", "message.im", "message.mpim"]
+BOT_EVENTS = [
+    "app_mention",
+    "message.channels",
+    "message.groups",
+    "message.im",
+    "message.mpim",
+    "assistant_thread_started",  # the assistant view opened: offer suggested prompts
+    "assistant_thread_context_changed",
+]
 
 
 def manifest(name: str = "interp", command: str = "/interp") -> dict[str, Any]:
@@ -45,6 +55,13 @@ def manifest(name: str = "interp", command: str = "/interp") -> dict[str, Any]:
                 "messages_tab_read_only_enabled": False,
             },
             "bot_user": {"display_name": name, "always_online": True},
+            "assistant_view": {
+                "assistant_description": "Python in your threads: ask about a file, get the "
+                "code, its output and plots.",
+                "suggested_prompts": [
+                    {"title": p.title, "message": p.message} for p in SUGGESTED_PROMPTS
+                ],
+            },
             "slash_commands": [
                 {
                     "command": command,

@@ -24,6 +24,12 @@ MODEL_ERRORS = Counter("slackinterp_model_errors_total", "Failed model calls", [
 REAPS = Counter("slackinterp_reaps_total", "Kernels stopped by the reaper or evicted", ["why"])
 RESTORES = Counter("slackinterp_restores_total", "Thread states restored by replay")
 SLACK_ERRORS = Counter("slackinterp_slack_api_errors_total", "Failed Slack calls", ["method"])
+STREAM_FALLBACKS = Counter(
+    "slackinterp_stream_fallbacks_total",
+    "Model turns that left native streaming for edited messages, by Slack's error",
+    ["error"],
+)
+FEEDBACK = Counter("slackinterp_feedback_total", "Feedback button clicks on answers", ["value"])
 
 
 def track_kernels(live: Callable[[], float], pool: Callable[[], float]) -> None:

@@ -80,13 +80,16 @@ def code(src: str) -> str:
 async def wait_final(
     fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
 ) -> dict[str, Any]:
-    """A bot message containing `needle` that is no longer streaming (no trailing “ …”)."""
+    """A bot message containing `needle` that is no longer streaming (no trailing “ …”, and
+    not a native stream still open)."""
     return await fake.wait_for(
         lambda: next(
             (
                 m
                 for m in bot_messages(fake, thread_ts, channel)
-                if needle in all_text(m) and not m.get("text", "").endswith(" …")
+                if needle in all_text(m)
+                and not m.get("text", "").endswith(" …")
+                and not (m["ts"] in fake.streams and not fake.streams[m["ts"]].stopped)
             ),
             None,
         ),

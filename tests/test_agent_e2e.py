@@ -145,7 +145,9 @@ async def test_stop_cancels_the_model_call(tmp_path: Path) -> None:
 
 
 async def test_streamed_answer_is_edited_in_place(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model, _bot):
+    # The edited-message path (SLACKINTERP_STREAMING=off, and the fallback when Slack will
+    # not stream); native streams are tested in test_streaming_e2e.py.
+    async with model_bot(tmp_path, streaming="off") as (slack, model, _bot):
         words = " ".join(f"word{i}" for i in range(40))
         model.script(Reply(text=f"## Result\n{words}", chunk_delay=0.06))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> talk")

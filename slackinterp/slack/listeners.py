@@ -18,9 +18,13 @@ from slackinterp.engine.events import Notice
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
-from slackinterp.slack import controls
+from slackinterp.slack import (
+    controls,
+    stream,  # issue 14
+)
 from slackinterp.slack import text as t
 from slackinterp.slack.access import AllowList
+from slackinterp.slack.assistant import AssistantView  # issue 14
 from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
 from slackinterp.slack.files import SlackFileFetcher
@@ -60,6 +64,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
     ):
         super().__init__(app, engine, store, settings, fetcher)
         self.access = AllowList(tuple(settings.allowed_channels), tuple(settings.allowed_users))
+        self.stream_memo = stream.StreamMemo()  # issue 14: workspaces that cannot stream
         engine.notice_listeners.append(self.on_notice)
 
     def register(self) -> None:
@@ -71,6 +76,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
         app.shortcut(SHORTCUT_ID)(self.on_shortcut)
         app.action(STOP_ACTION)(self.on_button)
         app.action(RESET_ACTION)(self.on_button)
+        AssistantView(  # issue 14: assistant view events, feedback buttons, Slack's Stop
+            app, self.engine, team_of=installation_team, allowed=self.allowed
+        ).register()
 
     def allowed(self, channel: str | None, user: str | None) -> bool:
         return self.access.allows(channel, user)
@@ -223,10 +231,16 @@ class SlackListeners(CommandListeners, ButtonListeners):
             own=Own(self.bot_user_id, self.bot_id),
         )
         request = TurnRequest(key, text, user, self.fetcher.incoming(files), context=loader)
-        self.spawn(self._run(client, key, request, event["ts"]), f"turn-{key.id}")
+        recipient = stream.recipient_of(event, key.team)  # issue 14: who a stream is for
+        self.spawn(self._run(client, key, request, event["ts"], recipient), f"turn-{key.id}")
 
     async def _run(
-        self, client: AsyncWebClient, key: ThreadKey, request: TurnRequest, user_ts: str
+        self,
+        client: AsyncWebClient,
+        key: ThreadKey,
+        request: TurnRequest,
+        user_ts: str,
+        recipient: stream.Recipient | None = None,
     ) -> None:
         renderer = TurnRenderer(
             client,
@@ -239,6 +253,15 @@ class SlackListeners(CommandListeners, ButtonListeners):
             status_memo=self.status_memo,
             displays=self.displays,
             grace=self.settings.post_grace,
+            stream=stream.for_turn(  # issue 14: model turns stream natively
+                client,
+                self.settings,
+                channel=key.channel,
+                thread_ts=key.thread_ts,
+                team=key.team,
+                recipient=recipient or stream.Recipient(request.user or None, key.team),
+                memo=self.stream_memo,
+            ),
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)

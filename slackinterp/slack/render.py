@@ -56,6 +56,7 @@ from slackinterp.slack.cells import (
     table_block,
 )
 from slackinterp.slack.poster import ThreadPoster
+from slackinterp.slack.stream import StreamedTurn  # issue 14
 
 # Also for listeners.py, controls and tests, which knew them here first.
 __all__ = [
@@ -91,6 +92,7 @@ class TurnRenderer(ThreadPoster):
         status_memo: dict[str, bool] | None = None,
         displays: DisplayMemory | None = None,
         grace: float = 0.5,
+        stream: StreamedTurn | None = None,
     ):
         # What a user waits for is mostly Slack calls in sequence: a cell that finishes within
         # `grace` seconds is posted once, finished; slower ones get the running message.
@@ -113,6 +115,7 @@ class TurnRenderer(ThreadPoster):
         self.displays = displays if displays is not None else DisplayMemory()
         self.touched: dict[str, CellView] = {}  # earlier cells this turn's updates changed
         self.skipped: list[tuple[str, str]] = []  # files not uploaded, reported together
+        self.stream = stream  # issue 14: a model turn's native stream (slack/stream.py)
 
     # --- dispatch ------------------------------------------------------------------------
     async def handle(self, event: Event) -> None:
@@ -122,6 +125,13 @@ class TurnRenderer(ThreadPoster):
             log.exception("render.failed event=%s error=%s", type(event).__name__, exc)
 
     async def _dispatch(self, event: Event) -> None:
+        if self.stream is None:
+            await self._show(event)
+            return
+        for shown in await self.stream.handle(event):  # issue 14: model turns stream natively
+            await self._show(shown)  # what the stream does not show (slack/stream.py)
+
+    async def _show(self, event: Event) -> None:
         if self.skipped and not isinstance(event, FileSkipped | FileProduced):
             await self._report_skipped()
         match event:

@@ -67,6 +67,9 @@ MAX_SECTION_FIELD_TEXT = 2000
 MAX_HEADER_TEXT = 150
 MAX_MARKDOWN_BLOCK_TEXT = 12000
 MAX_STREAM_MARKDOWN = 12000
+MAX_TASK_TEXT = 256  # task_update details / output
+TASK_STATUSES = frozenset({"pending", "in_progress", "complete", "error"})
+STREAM_METHODS = frozenset({"chat.startStream", "chat.appendStream", "chat.stopStream"})
 # The table block: one per message (only_one_table_allowed), ≤ 100 rows, ≤ 20 cells per row.
 MAX_TABLE_ROWS = 100
 MAX_TABLE_CELLS = 20
@@ -159,6 +162,20 @@ class Stream:
     chunks: list[dict[str, Any]] = field(default_factory=list)
     appends: int = 0
     stopped: bool = False
+    recipient_user_id: str | None = None
+    recipient_team_id: str | None = None
+    task_display_mode: str = "timeline"
+    started: float = 0.0  # time.monotonic() at chat.startStream (expiry)
+    size: int = 0  # characters held: markdown plus task text (Slack's ~12,000 total)
+    stop_blocks: list[dict[str, Any]] = field(default_factory=list)
+
+    def tasks(self) -> dict[str, dict[str, Any]]:
+        """Each task's latest state (task_update chunks merged by id), in first-seen order."""
+        out: dict[str, dict[str, Any]] = {}
+        for chunk in self.chunks:
+            if chunk.get("type") == "task_update":
+                out.setdefault(str(chunk.get("id")), {}).update(chunk)
+        return out
 
 
 @dataclass
@@ -607,6 +624,9 @@ class _State:
     max_text_length: int
     echo_bot_messages: bool
     latency: float
+    stream_expiry: float | None
+    streaming_unavailable: bool
+    suggested_prompts: list[dict[str, Any]]
     calls: list[Call]
     workspace: Workspace
     ephemerals: list[dict[str, Any]]
@@ -813,6 +833,8 @@ class _WebApi(_State):
         headers = {"x-oauth-scopes": ",".join(self.scopes)} if token == self.bot_token else {}
         try:
             handler = self._api.get(method)
+            if self.streaming_unavailable and method in STREAM_METHODS:
+                handler = None
             if handler is None:
                 raise SlackError("unknown_method", req_method=method)
             token_kind = self._authenticate(method, token)
@@ -956,22 +978,45 @@ class _WebApi(_State):
     def _chat_start_stream(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         self._require_scope("chat:write")
         channel = self._channel_param(params)
+        self.channel_info(channel)
         thread_ts = params.get("thread_ts")
         if not thread_ts:
             raise SlackError("invalid_arguments")
+        user, team = params.get("recipient_user_id"), params.get("recipient_team_id")
+        if not channel.startswith("D"):  # Slack requires recipients outside DMs
+            if not user:
+                raise SlackError("missing_recipient_user_id")
+            if not team:
+                raise SlackError("missing_recipient_team_id")
+        mode = str(params.get("task_display_mode") or "timeline")
+        if mode not in ("timeline", "plan"):
+            raise SlackError("invalid_arguments")
         text, chunks = self._stream_input(params)
+        size = len(text) + _task_text_size(chunks)
+        if size > MAX_STREAM_MARKDOWN:
+            raise SlackError("msg_too_long")
         message = self.workspace.post(
             channel, author=self._bot_author(), text=text, thread_ts=str(thread_ts)
         )
-        stream = Stream(channel, str(thread_ts), message["ts"], text=text, chunks=chunks)
+        stream = Stream(
+            channel,
+            str(thread_ts),
+            message["ts"],
+            text=text,
+            chunks=chunks,
+            recipient_user_id=str(user) if user else None,
+            recipient_team_id=str(team) if team else None,
+            task_display_mode=mode,
+            started=time.monotonic(),
+            size=size,
+        )
         self.streams[message["ts"]] = stream
         return {"ok": True, "channel": channel, "ts": message["ts"]}
 
     def _chat_append_stream(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         stream, message = self._live_stream(params)
         text, chunks = self._stream_input(params)
-        stream.text += text
-        stream.chunks += chunks
+        self._grow(stream, text, chunks)
         stream.appends += 1
         message["text"] = stream.text
         return {"ok": True, "channel": stream.channel, "ts": stream.ts}
@@ -983,11 +1028,21 @@ class _WebApi(_State):
         if blocks:
             self._check_message({"blocks": blocks}, require_content=False)
             message["blocks"] = blocks
-        stream.text += text
-        stream.chunks += chunks
+            stream.stop_blocks = list(blocks)
+        self._grow(stream, text, chunks)
         stream.stopped = True
         message["text"] = stream.text
         return {"ok": True, "channel": stream.channel, "ts": stream.ts, "message": message}
+
+    @staticmethod
+    def _grow(stream: Stream, text: str, chunks: list[dict[str, Any]]) -> None:
+        """One streamed message holds ~12,000 characters in all; past it, msg_too_long."""
+        size = stream.size + len(text) + _task_text_size(chunks)
+        if size > MAX_STREAM_MARKDOWN:
+            raise SlackError("msg_too_long")
+        stream.size = size
+        stream.text += text
+        stream.chunks += chunks
 
     def _live_stream(self, params: dict[str, Any]) -> tuple[Stream, dict[str, Any]]:
         self._require_scope("chat:write")
@@ -997,6 +1052,9 @@ class _WebApi(_State):
         message = self.workspace.find(channel, ts)
         if stream is None or message is None:
             raise SlackError("message_not_found")
+        expiry = self.stream_expiry
+        if expiry is not None and time.monotonic() - stream.started > expiry:
+            stream.stopped = True  # Slack closes a stream on its own (~5 minutes)
         if stream.stopped:
             raise SlackError("message_not_in_streaming_state")
         return stream, message
@@ -1009,8 +1067,22 @@ class _WebApi(_State):
         if not isinstance(chunks, list):
             raise SlackError("invalid_chunks")
         for chunk in chunks:
-            if isinstance(chunk, dict) and chunk.get("type") == "markdown_text":
+            if not isinstance(chunk, dict):
+                raise SlackError("invalid_chunks")
+            if chunk.get("type") == "markdown_text":
                 text += str(chunk.get("text", ""))
+            elif chunk.get("type") == "task_update":
+                if not chunk.get("id") or not chunk.get("title"):
+                    raise SlackError("invalid_chunks")
+                if chunk.get("status") not in TASK_STATUSES:
+                    raise SlackError("invalid_chunks")
+                for name in ("details", "output"):
+                    if len(str(chunk.get(name) or "")) > MAX_TASK_TEXT:
+                        raise SlackError("invalid_chunks", field=name)
+            elif chunk.get("type") == "blocks":
+                blocks = chunk.get("blocks") or []
+                if len(blocks) > MAX_BLOCKS or block_errors(blocks):
+                    raise SlackError("invalid_blocks")
         if len(text) > MAX_STREAM_MARKDOWN:
             raise SlackError("msg_too_long")
         return text, chunks
@@ -1113,6 +1185,34 @@ class _WebApi(_State):
             }
         )
         return {"ok": True}
+
+    def _assistant_set_prompts(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
+        channel = self._channel_param(params, "channel_id")
+        thread_ts = params.get("thread_ts")
+        prompts = params.get("prompts")
+        if not thread_ts or not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
+            raise SlackError("invalid_arguments")
+        for prompt in prompts:
+            if not isinstance(prompt, dict) or not prompt.get("title") or not prompt.get("message"):
+                raise SlackError("invalid_arguments")
+        self.suggested_prompts.append(
+            {
+                "channel_id": channel,
+                "thread_ts": str(thread_ts),
+                "prompts": prompts,
+                "title": params.get("title"),
+            }
+        )
+        return {"ok": True}
+
+
+def _task_text_size(chunks: list[dict[str, Any]]) -> int:
+    """Characters a stream's task and plan chunks add to what the message holds."""
+    size = 0
+    for chunk in chunks:
+        if chunk.get("type") in ("task_update", "plan_update"):
+            size += sum(len(str(chunk.get(k) or "")) for k in ("title", "details", "output"))
+    return size
 
 
 class _Files(_State):
@@ -1981,6 +2081,12 @@ class FakeSlack(_WebApi, _Files, _Senders):
         self.max_text_length = 4000
         self.echo_bot_messages = False  # Slack does echo them; off keeps envelopes tidy
         self.latency = latency  # seconds added to every Web API call (benchmarks)
+        # Streaming: None = streams never expire on their own; seconds = Slack's closing of
+        # a stream (~5 min; short in tests). streaming_unavailable: the three methods answer
+        # unknown_method (a workspace or Slack without streaming).
+        self.stream_expiry: float | None = None
+        self.streaming_unavailable = False
+        self.suggested_prompts: list[dict[str, Any]] = []
         self.replies_max_limit = 1000  # conversations.replies page size cap
 
         self.calls: list[Call] = []
@@ -2037,6 +2143,7 @@ class FakeSlack(_WebApi, _Files, _Senders):
             "reactions.add": self._reactions_add,
             "reactions.remove": self._reactions_remove,
             "assistant.threads.setStatus": self._assistant_set_status,
+            "assistant.threads.setSuggestedPrompts": self._assistant_set_prompts,
             "files.info": self._files_info,
             "files.getUploadURLExternal": self._files_get_upload_url,
             "files.completeUploadExternal": self._files_complete_upload,

@@ -1,0 +1,135 @@
+"""Slack's assistant (agent) view: suggested prompts when a user opens a thread with the bot,
+and the feedback buttons under streamed answers.
+
+Messages typed in the assistant view arrive as ordinary `message.im` events in a thread, so
+listeners.py turns them into turns like any DM; this module only adds what the view itself
+sends.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from slack_bolt.async_app import AsyncApp
+from slack_sdk.errors import SlackApiError
+from slack_sdk.web.async_client import AsyncWebClient
+
+from slackinterp import metrics
+from slackinterp.engine.turn import Engine
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.slack.stream import FEEDBACK_ACTION
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """A suggested prompt: the button's title and the message it sends."""
+
+    title: str
+    message: str
+
+
+# Slack shows at most four. The manifest lists the same ones (manifest.py).
+SUGGESTED_PROMPTS = (
+    Prompt("Analyze a CSV", "Summarise the CSV I attached: its columns, types and gaps."),
+    Prompt("Plot a column", "Plot the distribution of a column of the file I attached."),
+    Prompt("Run some Python", "```python\nimport sys; print(sys.version)\n```"),
+    Prompt("What can you do?", "What can you do with files and Python in this thread?"),
+)
+PROMPTS_TITLE = "Try one of these, or attach a file and ask:"
+FEEDBACK_VALUES = frozenset({"good", "bad"})
+
+
+def prompt_payload() -> list[dict[str, str]]:
+    return [{"title": p.title, "message": p.message} for p in SUGGESTED_PROMPTS]
+
+
+class AssistantView:
+    """Listeners for what the assistant view and the answers' feedback buttons send."""
+
+    def __init__(
+        self,
+        app: AsyncApp,
+        engine: Engine,
+        *,
+        team_of: Callable[[dict[str, Any]], str],
+        allowed: Callable[[str | None, str | None], bool],
+    ):
+        self.app = app
+        self.engine = engine
+        self.team_of = team_of  # the installation's team, as listeners.py keys threads
+        self.allowed = allowed
+
+    def register(self) -> None:
+        self.app.event("assistant_thread_started")(self.on_thread_started)
+        self.app.event("assistant_thread_context_changed")(self.on_context_changed)
+        self.app.event("agent_session_stopped")(self.on_session_stopped)
+        self.app.action(FEEDBACK_ACTION)(self.on_feedback)
+
+    async def on_session_stopped(
+        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient
+    ) -> None:
+        """Slack's own Stop button on an agent session: the same as ours."""
+        channel, thread_ts, user = event.get("channel"), event.get("thread_ts"), event.get("user")
+        if not channel or not thread_ts or not self.allowed(channel, user):
+            return
+        key = ThreadKey(self.team_of(body), str(channel), str(thread_ts))
+        stopped = self.engine.stop(key)
+        log.info("assistant.session_stopped thread=%s user=%s running=%s", key.id, user, stopped)
+        if not stopped:
+            return
+        try:
+            await client.chat_postMessage(
+                channel=key.channel,
+                thread_ts=key.thread_ts,
+                text=f":black_square_for_stop: <@{user}> pressed Stop.",
+            )
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else exc
+            log.warning("assistant.stop_reply_failed thread=%s error=%s", key.id, error)
+
+    async def on_thread_started(self, event: dict[str, Any], client: AsyncWebClient) -> None:
+        """A user opened a new assistant thread: offer the suggested prompts."""
+        thread = event.get("assistant_thread") or {}
+        channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
+        if not channel or not thread_ts:
+            log.warning("assistant.thread_started_incomplete")
+            return
+        try:
+            await client.assistant_threads_setSuggestedPrompts(
+                channel_id=channel,
+                thread_ts=thread_ts,
+                title=PROMPTS_TITLE,
+                prompts=prompt_payload(),
+            )
+            log.info("assistant.prompts_offered channel=%s thread=%s", channel, thread_ts)
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else exc
+            metrics.SLACK_ERRORS.labels("assistant.threads.setSuggestedPrompts").inc()
+            log.warning("assistant.prompts_failed channel=%s error=%s", channel, error)
+
+    async def on_context_changed(self, event: dict[str, Any]) -> None:
+        """The user moved to another channel with the view open; turns need nothing from it."""
+        thread = event.get("assistant_thread") or {}
+        log.debug("assistant.context_changed thread=%s", thread.get("thread_ts"))
+
+    async def on_feedback(self, ack: Any, body: dict[str, Any], action: dict[str, Any]) -> None:
+        """One log line and one count per click; nothing else changes."""
+        await ack()
+        raw = str(action.get("value") or "")
+        value = raw if raw in FEEDBACK_VALUES else "other"
+        container = body.get("container") or {}
+        user = (body.get("user") or {}).get("id", "")
+        metrics.FEEDBACK.labels(value).inc()
+        log.info(
+            "feedback.received value=%s channel=%s thread=%s message=%s user=%s",
+            value,
+            container.get("channel_id") or (body.get("channel") or {}).get("id", ""),
+            container.get("thread_ts", ""),
+            container.get("message_ts", ""),
+            user,
+        )
