@@ -259,6 +259,7 @@ class TurnRenderer(ThreadPoster):
             await view.working
         view.dirty = False
         view.last_edit = time.monotonic()
+        self._note_oversized(view)
         if view.ts is None or not await self._edit_view(view):
             text, blocks = view.blocks(self.key_id, self.exec_timeout)
             view.ts = await self.post(text, blocks)
@@ -269,6 +270,17 @@ class TurnRenderer(ThreadPoster):
         await self._sync_images(view, final=True)
         if len(view.notes) > notes and view.ts is not None:
             await self._edit_view(view)  # e.g. "an image … was too large to upload"
+
+    def _note_oversized(self, view: CellView) -> None:
+        """Images too large to upload are known before the final post: the message says so
+        when it first shows the cell finished, not in a later edit."""
+        for key, (digest, output, _number) in _images_of(view).items():
+            if key in view.uploads:
+                continue
+            shown = mime.pick(output.data, output.metadata)
+            if shown.kind == "image" and len(shown.raw) > self.max_upload_bytes:
+                view.notes.append(_too_large(len(shown.raw)))
+                view.uploads[key] = ImageUpload(digest, [])
 
     async def _edit_view(self, view: CellView) -> bool:
         """Edit the cell's message; a table Slack refuses falls back to its text form."""
@@ -308,17 +320,7 @@ class TurnRenderer(ThreadPoster):
         are deleted, new ones uploaded. While the cell runs, at most MAX_DISPLAYS_PER_CELL
         uploads (replacements count); the final state is always put right."""
         view.last_images = time.monotonic()
-        wanted: dict[str, tuple[str, Display | Result, int]] = {}
-        number = 0
-        for output in view.shown:
-            if not isinstance(output, Display | Result):
-                continue
-            kind = next((m for m in (*mime.IMAGE_TYPES, "image/svg+xml") if m in output.data), None)
-            if kind is None:
-                continue
-            number += 1
-            key = output.display_id or f"#{number}"
-            wanted[key] = (content_digest(str(output.data[kind])), output, number)
+        wanted = _images_of(view)
         for key, done in list(view.uploads.items()):
             if key not in wanted or wanted[key][0] != done.digest:
                 for file_id in done.file_ids:
@@ -342,9 +344,7 @@ class TurnRenderer(ThreadPoster):
         ids: list[str | None] = []
         if shown.kind == "image":
             if len(shown.raw) > self.max_upload_bytes:
-                view.notes.append(
-                    f"an image of {human_size(len(shown.raw))} was too large to upload"
-                )
+                view.notes.append(_too_large(len(shown.raw)))
                 return []
             ext = mime.IMAGE_TYPES[shown.mime]
             ids.append(await self.upload(None, f"{base}.{ext}", content=shown.raw, alt=alt))
@@ -421,3 +421,23 @@ def _received_line(event: FileReceived) -> str:
     if event.renamed_from:
         line += f" — saved under this name (sent as {t.inline_code(event.renamed_from)})"
     return line + "."
+
+
+def _images_of(view: CellView) -> dict[str, tuple[str, Display | Result, int]]:
+    """The cell's current images by display id (or position): (digest, output, number)."""
+    wanted: dict[str, tuple[str, Display | Result, int]] = {}
+    number = 0
+    for output in view.shown:
+        if not isinstance(output, Display | Result):
+            continue
+        kind = next((m for m in (*mime.IMAGE_TYPES, "image/svg+xml") if m in output.data), None)
+        if kind is None:
+            continue
+        number += 1
+        key = output.display_id or f"#{number}"
+        wanted[key] = (content_digest(str(output.data[kind])), output, number)
+    return wanted
+
+
+def _too_large(size: int) -> str:
+    return f"an image of {human_size(size)} was too large to upload"

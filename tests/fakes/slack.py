@@ -205,6 +205,7 @@ class _Fault:
     error: str | None
     retry_after: int
     remaining: int | None  # None: until cleared
+    skip: int = 0  # requests that pass before this fault applies
 
 
 class SlackError(Exception):
@@ -533,10 +534,13 @@ class FaultInjector:
         times: int | None = 1,
         retry_after: int = 1,
         error: str | None = None,
+        after: int = 0,
     ) -> None:
         if status is None:
             status = 200 if error else 429
-        fault = _Fault(status=status, error=error, retry_after=retry_after, remaining=times)
+        fault = _Fault(
+            status=status, error=error, retry_after=retry_after, remaining=times, skip=after
+        )
         self._planned.setdefault(name, deque()).append(fault)
 
     def fail_rate(
@@ -573,6 +577,9 @@ class FaultInjector:
         queue = self._planned.get(name)
         if queue:
             fault = queue[0]
+            if fault.skip > 0:
+                fault.skip -= 1
+                return None
             if fault.remaining is not None:
                 fault.remaining -= 1
                 if fault.remaining <= 0:
@@ -2193,15 +2200,19 @@ class FakeSlack(_WebApi, _Files, _Senders):
         times: int | None = 1,
         retry_after: int = 1,
         error: str | None = None,
+        after: int = 0,
     ) -> None:
-        """Fail the next ``times`` requests to ``method`` (None: until clear_faults).
+        """Fail the next ``times`` requests to ``method`` (None: until clear_faults), once
+        ``after`` requests to it have passed.
 
         ``method`` is a Web API method, "upload" (the upload-URL POST),
         "download" (private file GET) or "response_url".  Without ``status``:
         429 + Retry-After, or HTTP 200 ``{"ok": false, "error": error}`` if
         ``error`` is given.
         """
-        self.faults.fail(method, status, times=times, retry_after=retry_after, error=error)
+        self.faults.fail(
+            method, status, times=times, retry_after=retry_after, error=error, after=after
+        )
 
     def fail_rate(
         self,
