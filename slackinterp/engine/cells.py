@@ -190,15 +190,18 @@ class CellRunner:
         metrics.CELLS.labels(result.status.value).inc()
         metrics.CELL_SECONDS.observe(result.duration)
         # The front-end learns first; the record for replay follows (before the next cell).
-        emit(CellFinished(cell_id, code, result))
-        await self.store.add_cell(
-            key,
-            code,
-            ok=result.ok,
-            error_name=result.error.ename if result.error else None,
-            duration=result.duration,
-        )
-        await self._record_for_export(key, code, result)
+        # `recording` is held across both, so an export asked for on seeing the finished cell
+        # waits for its record instead of missing it.
+        async with session.recording:
+            emit(CellFinished(cell_id, code, result))
+            await self.store.add_cell(
+                key,
+                code,
+                ok=result.ok,
+                error_name=result.error.ename if result.error else None,
+                duration=result.duration,
+            )
+            await self._record_for_export(key, code, result)
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
             key,

@@ -15,6 +15,8 @@ class ThreadSession:
     key: ThreadKey
     workdir: Path
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    # Held while a finished cell is being recorded (engine/cells.py): export waits for it.
+    recording: asyncio.Lock = field(default_factory=asyncio.Lock)
     waiting: int = 0
     # Set while a turn runs: Stop interrupts the running cell and cancels the model call.
     control: CellControl | None = None

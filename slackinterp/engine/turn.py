@@ -280,7 +280,12 @@ class Engine:
         return await asyncio.to_thread(workspace.snapshot, session.workdir)
 
     async def export(self, key: ThreadKey, label: str) -> tuple[str, bytes, int]:
-        """The thread since its last reset as an .ipynb: (file name, bytes, code cells)."""
+        """The thread since its last reset as an .ipynb: (file name, bytes, code cells).
+        Every cell already shown as finished is in it (see ThreadSession.recording)."""
+        session = self.sessions.get(key.id)
+        if session is not None:
+            async with session.recording:
+                pass
         rows = await self.store.transcript(key.id)
         entries = [notebook.Entry(kind, source, outputs, n) for kind, source, outputs, n in rows]
         # Validating and writing up to SLACKINTERP_NOTEBOOK_MAX_MB of JSON: off the event loop.
