@@ -31,6 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp import metrics
 from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
+from slackinterp.logs import public_url
 from slackinterp.runtime import Runtime
 from slackinterp.slack import preflight
 from slackinterp.slack.files import SlackFileFetcher
@@ -229,7 +230,7 @@ async def probe_model(settings: Settings) -> None:
         timeout=10,
         max_retries=0,
     )
-    where = preflight.public_url(str(client.base_url))
+    where = public_url(str(client.base_url))
     try:
         await client.models.list()
     except openai.APIConnectionError as exc:

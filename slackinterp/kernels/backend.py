@@ -25,10 +25,7 @@ from slackinterp.kernels import cgroups, privileges, sandbox, workdir
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.localfiles import LocalFiles
-
-# bench/ imports wait_gone from here.
 from slackinterp.kernels.processes import is_kernel_process, kill_group
-from slackinterp.kernels.processes import wait_gone as wait_gone
 
 log = logging.getLogger(__name__)
 

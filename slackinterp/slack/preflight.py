@@ -15,12 +15,13 @@ import socket
 import ssl
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from urllib.parse import urlsplit, urlunsplit
 
 import aiohttp
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 from slack_sdk.web.async_slack_response import AsyncSlackResponse
+
+from slackinterp.logs import public_url
 
 log = logging.getLogger(__name__)
 
@@ -69,15 +70,6 @@ class SlackUnreachable(Exception):
 
 class ConnectTimedOut(Exception):
     """Slack stayed unreachable for SLACKINTERP_CONNECT_TIMEOUT seconds."""
-
-
-def public_url(url: str) -> str:
-    """The URL without user:password or query, so nothing secret is ever printed."""
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    if parts.port:
-        host = f"{host}:{parts.port}"
-    return urlunsplit((parts.scheme, host, parts.path, "", ""))
 
 
 def _chain(exc: BaseException) -> list[BaseException]:
