@@ -106,7 +106,7 @@ class KernelBackend(Protocol):
 
 
 class ProcessRecorder(Protocol):
-    """Remembers kernel pids so a later run can clean up after a crash (store.py)."""
+    """Remembers kernel pids so a later run can clean up after a crash (store/kernels.py)."""
 
     async def record_kernel(self, pid: int, owner_pid: int, connection_file: str) -> None: ...
 

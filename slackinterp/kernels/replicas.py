@@ -1,7 +1,7 @@
 """Kernels shared between bot replicas, or not.
 
 With a gateway and a shared database, any replica can serve a thread with the kernel another
-replica started: a directory (store.py) says which kernel serves a thread and which replica
+replica started: a directory (store/kernels.py) says which kernel serves a thread and which replica
 owns it. A single process has nothing to share, and `SingleProcess` does nothing, so the
 registry never asks which of the two it has.
 """
@@ -21,7 +21,7 @@ log = logging.getLogger(__name__)
 
 
 class KernelDirectory(Protocol):
-    """Which remote kernel serves a thread, shared by replicas (store.py): any replica can
+    """Which remote kernel serves a thread, shared by replicas (store/kernels.py): any replica can
     attach to a thread's kernel on the gateway instead of starting and replaying a new one."""
 
     async def kernel_of(self, key: str) -> tuple[str, str] | None: ...  # (kernel id, owner)

@@ -1,6 +1,6 @@
 """A thread's conversation with the model, kept within a size budget.
 
-History is stored message by message (store.py), so it survives restarts and reaps. Before
+History is stored message by message (store/replay.py), so it survives restarts and reaps. Before
 each call it is fitted to the budget: old tool outputs are shortened first (they are the bulk
 and the cells are visible in the thread anyway), then the oldest whole turns are dropped.
 """

@@ -1,5 +1,5 @@
 """Kernels the bot must find again: which gateway kernel serves a thread (shared by replicas,
-for registry.KernelDirectory), and the local kernel processes to clean up after a crash."""
+for replicas.KernelDirectory), and the local kernel processes to clean up after a crash."""
 
 from __future__ import annotations
 
