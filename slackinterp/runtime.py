@@ -20,7 +20,7 @@ from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels import packages, privileges, sandbox
-from slackinterp.kernels.backend import KernelBackend, LocalBackend
+from slackinterp.kernels.backend import KernelBackend, LocalBackend, ProcessRecorder
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
 from slackinterp.kernels.sandbox import MIB, Limits
@@ -53,22 +53,14 @@ class Runtime:
             user = privileges.kernel_user(settings.kernel_user)
         except privileges.KernelUserError as exc:
             raise SandboxUnavailable(str(exc)) from None
-        backend = LocalBackend(
-            kernel_name=settings.kernel_name,
+        backend = local_backend(
+            settings,
+            bwrap=bwrap,
+            kernel_user=user,
             cache_dir=(settings.data_dir / "cache").resolve(),
             runtime_dir=_runtime_dir(settings),
-            limits=Limits(
-                memory_bytes=settings.memory_limit_mb * MIB,
-                max_processes=settings.max_processes,
-                max_file_bytes=settings.max_file_size_mb * MIB,
-            ),
             recorder=store,
-            bwrap=bwrap,
-            network=settings.kernel_network,
-            hidden=hidden_paths(settings),
-            kernel_user=user,
         )
-
         return await cls._with_backend(settings, store, backend, bwrap)
 
     @classmethod
@@ -202,6 +194,34 @@ def hidden_paths(settings: Settings) -> list[Path]:
         if path not in unique and path != Path("/"):
             unique.append(path)
     return unique
+
+
+def local_backend(
+    settings: Settings,
+    *,
+    bwrap: str | None,
+    kernel_user: privileges.KernelUser | None,
+    cache_dir: Path,
+    runtime_dir: Path,
+    recorder: ProcessRecorder | None = None,
+) -> LocalBackend:
+    """Local kernels as the bot starts them: spec, limits, sandbox, hidden paths, user. doctor
+    builds its test kernel here too, so it checks what will really run."""
+    return LocalBackend(
+        kernel_name=settings.kernel_name,
+        cache_dir=cache_dir,
+        runtime_dir=runtime_dir,
+        limits=Limits(
+            memory_bytes=settings.memory_limit_mb * MIB,
+            max_processes=settings.max_processes,
+            max_file_bytes=settings.max_file_size_mb * MIB,
+        ),
+        recorder=recorder,
+        bwrap=bwrap,
+        network=settings.kernel_network,
+        hidden=hidden_paths(settings),
+        kernel_user=kernel_user,
+    )
 
 
 def gateway_backend(settings: Settings) -> Any:

@@ -83,28 +83,20 @@ async def check_kernel(settings: Settings) -> Check:
     It runs in a throwaway directory, so a broken data directory shows up as its own check
     rather than as a kernel failure.
     """
-    from slackinterp.kernels.backend import KernelStartError, LocalBackend
-    from slackinterp.kernels.sandbox import MIB, Limits
-    from slackinterp.runtime import hidden_paths
+    from slackinterp.kernels.backend import KernelStartError
+    from slackinterp.runtime import local_backend
 
     if settings.gateway_url:
         return await _check_gateway_kernel(settings)
     with tempfile.TemporaryDirectory(prefix="slackinterp-doctor-") as tmp:
         root = Path(tmp)
-        backend = LocalBackend(
-            kernel_name=settings.kernel_name,
+        # The same sandbox and user the bot will use, so this checks what will really run.
+        backend = local_backend(
+            settings,
+            bwrap=await sandbox_binary(settings),
+            kernel_user=kernel_user(settings),
             cache_dir=root / "cache",
             runtime_dir=root / "run",
-            limits=Limits(
-                memory_bytes=settings.memory_limit_mb * MIB,
-                max_processes=settings.max_processes,
-                max_file_bytes=settings.max_file_size_mb * MIB,
-            ),
-            # The same sandbox the bot will use, so this checks what will really run.
-            bwrap=await sandbox_binary(settings),
-            network=settings.kernel_network,
-            hidden=hidden_paths(settings),
-            kernel_user=kernel_user(settings),
         )
         start = time.monotonic()
         try:
