@@ -43,13 +43,6 @@ def installation_team(body: dict[str, Any]) -> str:
     return str(team or "T")
 
 
-def _seconds(ts: Any) -> float:
-    try:
-        return float(ts)
-    except (TypeError, ValueError):
-        return 0.0
-
-
 class ListenerBase:
     """State and helpers of the listeners; SlackListeners adds the surfaces."""
 
