@@ -13,14 +13,13 @@ sent (Linux: perf_counter and the fake's monotonic clock are both CLOCK_MONOTONI
 (a) turn      A thread with a warm kernel gets follow-ups, each a new message
               "<@UBOT> ```print(1)```" (Slack sends `message` and then `app_mention`; the bot
               acts on the app_mention). Measured: from sending the app_mention envelope to the
-              arrival of the final chat.update of the cell message (status ✓), over --turns
-              turns, interleaved with a raw jupyter_client round trip of `print(1)`
+              arrival of the Web API call carrying the finished cell message (✓; a fast cell
+              is posted once, finished, within SLACKINTERP_POST_GRACE), over --turns turns,
+              interleaved with a raw jupyter_client round trip of `print(1)`
               (AsyncKernelManager + AsyncKernelClient, tcp: execute, wait for idle on iopub).
               Added by the bot = bot turn - raw round trip.
-              Target: <= 30 ms added at p50.
-              The renderer throttles cell edits to about one a second, but the edit at
-              CellFinished cancels the pending throttled edit and is sent at once; the script
-              counts chat.update calls per cell to show the final edit was the only one.
+              Target: <= 30 ms added at p50. The script counts the Web API calls per cell
+              (1 expected: no running message, no edit, no status).
 (b) burst     --threads top-level mentions with direct code sent at once, while --commands
               `/interp status` slash commands are sent 50 ms apart. Every thread must get its
               finished cell message; Socket Mode ack latency of the commands (FakeSlack
@@ -63,7 +62,6 @@ if str(ROOT) not in sys.path:
 import psutil  # noqa: E402
 
 from bench.common import RawKernel, leftover_kernels, ms, pct  # noqa: E402
-from slackinterp.slack.render import UPDATE_INTERVAL  # noqa: E402
 from tests.fakes.slack import Call, FakeSlack  # noqa: E402
 from tests.slack_harness import CHANNEL, finished_cells, running_bot  # noqa: E402
 
@@ -119,12 +117,6 @@ def text_of(call: Call) -> str:
     return str(call.params.get("text") or "")
 
 
-def is_status(call: Call, cleared: bool) -> bool:
-    if call.method != "assistant.threads.setStatus":
-        return False
-    return (call.params.get("status") == "") is cleared
-
-
 # --- raw jupyter_client baseline --------------------------------------------------------------
 
 
@@ -133,11 +125,16 @@ def is_status(call: Call, cleared: bool) -> bool:
 
 @dataclass
 class Turn:
-    total: float  # envelope sent → final chat.update arrived
+    total: float  # envelope sent → the call carrying the finished (✓) cell arrived
     ack: float  # envelope sent → Socket Mode ack (FakeSlack's own figure)
-    status: float  # → assistant.threads.setStatus ("is running code…") arrived
-    posted: float  # → chat.postMessage of the cell ("running…") arrived
-    updates: int  # chat.update calls for the cell message (1 = only the final edit)
+    calls: int  # Web API calls from the envelope to QUIET s after the finished cell
+    updates: int  # chat.update calls among them (0: posted once, finished)
+
+
+def _finishes_cell(call: Call) -> bool:
+    return call.method in ("chat.postMessage", "chat.update") and text_of(call).startswith(
+        DONE_PREFIX
+    )
 
 
 async def bot_turn(fake: TimedSlack, thread_ts: str) -> Turn:
@@ -147,19 +144,12 @@ async def bot_turn(fake: TimedSlack, thread_ts: str) -> Turn:
     )
     mention = envelopes[-1]  # `message` first (ignored: it carries a mention), then app_mention
     sent = fake.sent[mention]
-    await fake.wait_for(
-        lambda: any(is_status(c, cleared=True) for c in fake.calls[start:]), timeout=30
-    )
-    calls = fake.since(start)
-    final = next(
-        at for at, c in calls if c.method == "chat.update" and text_of(c).startswith(DONE_PREFIX)
-    )
-    status = next(at for at, c in calls if is_status(c, cleared=False))
-    posted = next(
-        at for at, c in calls if c.method == "chat.postMessage" and text_of(c).startswith("Cell:")
-    )
-    updates = sum(1 for _at, c in calls if c.method == "chat.update")
-    return Turn(final - sent, fake.acks[mention].latency, status - sent, posted - sent, updates)
+    await fake.wait_for(lambda: any(_finishes_cell(c) for c in fake.calls[start:]), timeout=30)
+    final = next(at for at, c in fake.since(start) if _finishes_cell(c))
+    await asyncio.sleep(QUIET)  # anything the bot still sends for this cell
+    calls = [c for at, c in fake.since(start) if at <= final + QUIET]
+    updates = sum(1 for c in calls if c.method == "chat.update")
+    return Turn(final - sent, fake.acks[mention].latency, len(calls), updates)
 
 
 async def bench_turns(fake: TimedSlack, bot: Any, raw: RawKernel, turns: int) -> dict[str, Any]:
@@ -185,8 +175,7 @@ async def bench_turns(fake: TimedSlack, bot: Any, raw: RawKernel, turns: int) ->
         "raw": ms(raw_rtt),
         "added_paired": ms([s.total - r for s, r in zip(samples, raw_rtt, strict=True)]),
         "ack": ms([s.ack for s in samples]),
-        "status": ms([s.status for s in samples]),
-        "posted": ms([s.posted for s in samples]),
+        "calls_per_cell": sorted({s.calls for s in samples}),
         "updates_per_cell": sorted({s.updates for s in samples}),
         "n": len(samples),
     }
@@ -212,7 +201,7 @@ async def bench_burst(fake: TimedSlack, n_threads: int, n_commands: int) -> dict
         nonlocal scanned
         while scanned < len(fake.calls):
             call = fake.calls[scanned]
-            if call.method == "chat.update" and text_of(call).startswith(DONE_PREFIX):
+            if _finishes_cell(call):
                 finished_at.append(fake.calls.times[scanned])
             scanned += 1
         return len(finished_at) >= n_threads
@@ -411,16 +400,14 @@ def report(a: dict[str, Any], b: dict[str, Any], leftovers: list[int], seconds: 
     added = bot["p50"] - raw["p50"]
     print(
         f"(a) warm-thread turn, {a['n']} turns after {WARMUP_TURNS} warm-up: "
-        f"envelope sent → final chat.update (✓) arrived"
+        f"envelope sent → the finished (✓) cell message arrived"
     )
     print(f"    {'':34}{'p50':>9}{'p95':>9}{'min':>9}{'max':>9}")
     rows = (
-        ("bot turn (envelope → final edit)", bot),
+        ("bot turn (envelope → ✓ cell)", bot),
         ("raw print(1) round trip", raw),
         ("added, paired (turn - raw)", paired),
         ("  ack of the app_mention", a["ack"]),
-        ("  setStatus arrived", a["status"]),
-        ("  cell posted (running…)", a["posted"]),
     )
     for label, s in rows:
         print(
@@ -435,21 +422,20 @@ def report(a: dict[str, Any], b: dict[str, Any], leftovers: list[int], seconds: 
         f"{added / TARGET_ADDED_MS:.2f}x the target; the bot turn is "
         f"{bot['p50'] / raw['p50']:.1f}x the raw round trip)"
     )
-    immediate = a["updates_per_cell"] == [1] and bot["max"] < 1000 * UPDATE_INTERVAL
+    once = a["updates_per_cell"] == [0] and a["calls_per_cell"] == [1]
     print(
-        f"    chat.update calls per cell: {a['updates_per_cell']}, slowest turn "
-        f"{bot['max']:.0f} ms vs the {UPDATE_INTERVAL:g} s edit throttle → "
+        f"    Web API calls per cell: {a['calls_per_cell']}, chat.update calls: "
+        f"{a['updates_per_cell']} → "
         + (
-            "the final edit was the only edit and was sent at CellFinished, not throttled"
-            if immediate
-            else "WARNING: throttled or extra edits are part of this figure"
+            "each fast cell was posted once, finished, with nothing else sent"
+            if once
+            else "WARNING: a running message, an edit or a status is part of this figure"
         )
     )
     print(
         "    included: Socket Mode delivery, Bolt dispatch + ack, redelivery check (SQLite "
-        "insert), engine turn (SQLite touch), setStatus and chat.postMessage round trips, "
-        "the cell in the kernel (sandboxed, ipc), SQLite add_cell, the final chat.update "
-        "request up to its arrival at the fake"
+        "insert), engine turn (SQLite touch, thread context cursor), the cell in the kernel "
+        "(sandboxed, ipc), SQLite add_cell, the one chat.postMessage up to its arrival"
     )
     print()
     ack = b["acks"]

@@ -30,6 +30,12 @@ from slackinterp.kernels.processes import is_kernel_process, kill_group
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 60.0
+# Kernel starts at once, per core. A start is mostly CPU (imports) with waits between (the
+# launch, the ready handshake), so two per core keep the cores busy; the kernels run below
+# the bot's priority (sandbox.KERNEL_NICE), so the bot's event loop is not starved.
+# Measured (bench/slack_turn.py, 20 new threads at once, 2 cores): one per core 6.2 s,
+# two per core 5.0 s, against 5.6 s for a bot that starts all at once.
+START_SLOTS_PER_CORE = 2
 _serial = itertools.count(1)
 
 
@@ -318,7 +324,7 @@ class LocalBackend:
         self.user = kernel_user  # None: kernels run as the bot's own user (it is not root)
         self._user_checked = kernel_user is None or bwrap is not None
         self._font_cache_ready = False
-        self._starting = asyncio.Semaphore(max(2, os.cpu_count() or 2))
+        self._starting = asyncio.Semaphore(START_SLOTS_PER_CORE * (os.cpu_count() or 1))
         self.pids_root = cgroups.pids_root() if use_cgroups else None
         if self.pids_root is None:
             log.info("kernels.process_limit kind=rlimit_nproc")
@@ -356,8 +362,7 @@ class LocalBackend:
         spec.interrupt_mode = "message"
 
     async def start_kernel(self, cwd: Path) -> LocalKernel:
-        # Kernel start-up is CPU-bound (imports); more at once than cores only slows each one
-        # and starves the event loop that acks Slack.
+        # Bounded: see START_SLOTS_PER_CORE.
         async with self._starting:
             return await self._start_kernel(cwd)
 

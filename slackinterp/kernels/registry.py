@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 # A failing pool start is tried again after 5 s, then 10, 20 … at most 5 min.
 POOL_BACKOFF_FIRST = 5
 POOL_BACKOFF_MAX = 300
+# When the pool refills after a handout (see KernelRegistry._refill_later): a kernel starting
+# up takes a core and the event loop for about a second, so it waits until the cell that took
+# the pooled kernel has finished (and its output is on its way), or has run this long.
+REFILL_AFTER_CELL = 0.2
+REFILL_DURING_CELL = 1.0
 # Run in every pooled kernel once it started (see KernelRegistry._warm).
 WARM_CODE = "pass"
 WARM_TIMEOUT = 30.0
@@ -115,6 +120,10 @@ class KernelRegistry:
         self.capacity_wait = capacity_wait
         self._lock = asyncio.Lock()
         self._refill_task: asyncio.Task[None] | None = None
+        self._refill_timer: asyncio.TimerHandle | None = None
+        self._thread_starts = 0  # kernels being started for a waiting thread (not the pool)
+        self._no_thread_starts = asyncio.Event()
+        self._no_thread_starts.set()
         self._pool_retry_at = 0.0  # monotonic time before which no pool start is tried
         self._pool_backoff = POOL_BACKOFF_FIRST
         self._closed = False
@@ -155,6 +164,8 @@ class KernelRegistry:
     async def shutdown(self) -> None:
         """Stop every kernel; nothing outlives the bot."""
         self._closed = True
+        if self._refill_timer is not None:
+            self._refill_timer.cancel()
         if self._refill_task is not None:
             self._refill_task.cancel()
             try:
@@ -185,8 +196,25 @@ class KernelRegistry:
         if self._refill_task is None or self._refill_task.done():
             self._refill_task = asyncio.create_task(self._refill(), name="kernel-pool-refill")
 
+    def _refill_later(self, delay: float) -> None:
+        """Refill the pool after `delay` s, or sooner if already planned sooner."""
+        if self._closed or self.pool_size == 0:
+            return
+        loop = asyncio.get_running_loop()
+        timer = self._refill_timer
+        if timer is not None and not timer.cancelled() and timer.when() <= loop.time() + delay:
+            return
+        if timer is not None:
+            timer.cancel()
+        self._refill_timer = loop.call_later(delay, self.refill_pool)
+
     async def _refill(self) -> None:
         while not self._closed and len(self.pool) + self._starting < self.pool_size:
+            # A thread waiting for its kernel comes first: a pool start would take a core
+            # (and a start slot) from it.
+            await self._no_thread_starts.wait()
+            if self._closed or len(self.pool) + self._starting >= self.pool_size:
+                return
             if self.live_count >= self.max_kernels:
                 return
             self._starting += 1
@@ -270,9 +298,9 @@ class KernelRegistry:
                 restore = await self._restore(slot, slot.needs_restore)
             slot.needs_restore = None
         self._known.add(key)
-        # Refill only now: a kernel starting up competes for the CPU and the event loop, and
-        # this thread's first cell should not wait behind it.
-        self.refill_pool()
+        # Not now: a kernel starting up competes for the CPU and the event loop, and this
+        # thread's first cell should not wait behind it (mark_idle brings the refill forward).
+        self._refill_later(REFILL_DURING_CELL)
         return Lease(slot.kernel, restore)
 
     def insert(self, key: str, kernel: Kernel) -> Slot:
@@ -320,7 +348,14 @@ class KernelRegistry:
                 await self._stop_slot(victim, "evicted")
             if attach_to is not None:
                 return await self.backend.attach(attach_to, cwd)
-            return await self.backend.start_kernel(cwd)
+            self._thread_starts += 1
+            self._no_thread_starts.clear()
+            try:
+                return await self.backend.start_kernel(cwd)
+            finally:
+                self._thread_starts -= 1
+                if self._thread_starts == 0:
+                    self._no_thread_starts.set()
         finally:
             self._starting -= 1
             self.notify_freed()
@@ -383,6 +418,8 @@ class KernelRegistry:
             if state_lost is not None:
                 slot.needs_restore = state_lost
             self.notify_freed()
+        if len(self.pool) < self.pool_size:
+            self._refill_later(REFILL_AFTER_CELL)
 
     def slot(self, key: str) -> Slot | None:
         return self.slots.get(key)

@@ -66,6 +66,10 @@ def prepare_cache(cache_dir: Path, user: KernelUser | None = None) -> None:
             os.chown(cache_dir / sub, user.uid, user.gid, follow_symlinks=False)
 
 
+# The kernels' scheduling priority relative to the bot (nice(2): higher is lower priority).
+KERNEL_NICE = 5
+
+
 def limiter(
     limits: Limits,
     cgroup_procs: str | None = None,
@@ -84,6 +88,10 @@ def limiter(
         resource.setrlimit(resource.RLIMIT_AS, (limits.memory_bytes, limits.memory_bytes))
         resource.setrlimit(resource.RLIMIT_FSIZE, (limits.max_file_bytes, limits.max_file_bytes))
         resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        # Below the bot: a busy kernel (or twenty starting at once) never delays the bot's
+        # acks and replies to everyone else. Inherited by bwrap and the kernel, which cannot
+        # raise its priority again.
+        os.nice(KERNEL_NICE)
         # RLIMIT_NPROC counts every process of a uid: with one kernel user for all kernels and
         # a pids cgroup per kernel, it would only make kernels starve each other.
         if user is None or cgroup_procs is None:
