@@ -41,25 +41,34 @@ async def store(db_url: str) -> AsyncIterator[Store]:
         await opened.close()
 
 
+async def _cursor(store: Store, key: str, at: str) -> str | None:
+    return (await store.start_turn(key, context_at=at)).cursor
+
+
 async def test_cursor_moves_only_forward(store: Store) -> None:
-    # advance_context returns the cursor as it was, then moves it forward (never back).
-    assert await store.advance_context("k", "1700000000.000200") == (None, [])
+    # Starting a turn returns the cursor as it was, then moves it forward (never back).
+    start = await store.start_turn("k", context_at="1700000000.000200")
+    assert (start.fresh, start.cursor, start.pending) == (True, None, [])
     # an older, queued turn: sees the newer cursor and does not rewind it
-    assert (await store.advance_context("k", "1700000000.000100"))[0] == "1700000000.000200"
-    assert (await store.advance_context("k", "1700000001.000000"))[0] == "1700000000.000200"
-    assert (await store.advance_context("k", "1700000001.000000"))[0] == "1700000001.000000"
-    assert (await store.advance_context("other", "1700000000.000100"))[0] is None
+    assert await _cursor(store, "k", "1700000000.000100") == "1700000000.000200"
+    assert await _cursor(store, "k", "1700000001.000000") == "1700000000.000200"
+    assert await _cursor(store, "k", "1700000001.000000") == "1700000001.000000"
+    assert await _cursor(store, "other", "1700000000.000100") is None
+    # A front-end without a cursor (the terminal) leaves it where it is.
+    assert (await store.start_turn("k")).cursor is None
+    assert await _cursor(store, "k", "1700000001.000000") == "1700000001.000000"
 
 
 async def test_pending_context_is_taken_once_and_bounded(store: Store) -> None:
     for i in range(PENDING_LIMIT + 5):
         await store.add_pending_context("k", {"ts": f"1.{i:06d}", "text": f"m{i}"})
     await store.add_pending_context("other", {"ts": "2.000000", "text": "x"})
-    _, taken = await store.advance_context("k", "3.000000")
+    taken = (await store.start_turn("k", context_at="3.000000")).pending
     assert len(taken) == PENDING_LIMIT
     assert taken[0]["text"] == "m5" and taken[-1]["text"] == f"m{PENDING_LIMIT + 4}"
-    assert await store.advance_context("k", "3.000000") == ("3.000000", [])
-    _, other = await store.advance_context("other", "3.000000")
+    again = await store.start_turn("k", context_at="3.000000")
+    assert (again.cursor, again.pending) == ("3.000000", [])
+    other = (await store.start_turn("other", context_at="3.000000")).pending
     assert [m["text"] for m in other] == ["x"]
 
 

@@ -109,7 +109,7 @@ async def test_dialect(store: Store, db_url: str) -> None:
 async def test_concurrent_opens_of_a_new_database_create_it_once(db_url: str) -> None:
     stores = await asyncio.gather(*(Store.open(db_url) for _ in range(4)))
     try:
-        assert await stores[0].start_turn("T:C:1") is True
+        assert (await stores[0].start_turn("T:C:1")).fresh is True
         assert all([await s.thread_exists("T:C:1") for s in stores])
     finally:
         for opened in stores:
@@ -185,8 +185,8 @@ async def test_a_new_database_is_created_at_the_newest_version(db_url: str) -> N
 # --- every method round-trips --------------------------------------------------------------
 async def test_threads(store: Store) -> None:
     assert await store.thread_exists("T:C:1") is False
-    assert await store.start_turn("T:C:1") is True
-    assert await store.start_turn("T:C:1") is False
+    assert (await store.start_turn("T:C:1")).fresh is True
+    assert (await store.start_turn("T:C:1")).fresh is False
     assert await store.thread_exists("T:C:1") is True
     assert await store.thread_exists("T:C:2") is False
 
@@ -247,9 +247,9 @@ async def test_seen_events(store: Store) -> None:
 
 
 async def test_inflight_turns(store: Store) -> None:
-    assert await store.start_turn("T:C:1") is True
+    assert (await store.start_turn("T:C:1")).fresh is True
     # again (a crash between start and finish): no error
-    assert await store.start_turn("T:C:1") is False
+    assert (await store.start_turn("T:C:1")).fresh is False
     await store.start_turn("T:C:2")
     await store.turn_finished("T:C:2")
     await store.turn_finished("T:C:never")
@@ -282,7 +282,7 @@ async def test_first_sighting_race_has_exactly_one_winner(two_stores: tuple[Stor
 
 async def test_new_thread_race_has_exactly_one_creator(two_stores: tuple[Store, Store]) -> None:
     results = await asyncio.gather(*(two_stores[i % 2].start_turn("T:C:9") for i in range(10)))
-    assert results.count(True) == 1, results
+    assert [r.fresh for r in results].count(True) == 1, results
 
 
 async def test_start_turn_race(two_stores: tuple[Store, Store]) -> None:
@@ -532,7 +532,7 @@ async def test_runtime_uses_the_database_url(db_url: str, tmp_path: Path) -> Non
     runtime = await Runtime.open(settings)
     try:
         assert runtime.store.dialect == ("sqlite" if db_url.startswith("sqlite") else "postgresql")
-        assert await runtime.store.start_turn("T:C:1") is True
+        assert (await runtime.store.start_turn("T:C:1")).fresh is True
     finally:
         await runtime.stop()
     assert await schema_version(db_url) == str(SCHEMA_VERSION)

@@ -21,6 +21,7 @@ from slackinterp.engine.session import ThreadSession
 from slackinterp.errors import NoticeKind, SlackinterpError
 from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.llm import prompts
+from slackinterp.store import TurnStart
 
 log = logging.getLogger(__name__)
 
@@ -49,15 +50,18 @@ class ThreadContext:
     notes: list[str] = field(default_factory=list)  # one line each: what could not be read
 
 
-ContextReader = Callable[[], Awaitable[ThreadContext]]
+# Given what starting the turn found (the context cursor as it was, the pending messages).
+ContextReader = Callable[[TurnStart], Awaitable[ThreadContext]]
 
 
-async def thread_context(key: str, read: ContextReader | None, emit: Emit) -> ThreadContext:
+async def thread_context(
+    key: str, read: ContextReader | None, start: TurnStart, emit: Emit
+) -> ThreadContext:
     """The thread's earlier messages and files; a failed read costs a note, not the turn."""
     if read is None:
         return ThreadContext()
     try:
-        context = await read()
+        context = await read(start)
     except Exception as exc:
         log.exception("context.failed thread=%s", key)
         context = ThreadContext(notes=[notices.context_unreadable(exc)])

@@ -33,7 +33,7 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
-from slackinterp.engine.intake import FileFetchError, IncomingFile, ThreadContext
+from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind
@@ -79,7 +79,10 @@ class TurnRequest:
     text: str
     user: str = ""
     files: list[IncomingFile] = field(default_factory=list)
-    context: Callable[[], Awaitable[ThreadContext]] | None = None
+    context: ContextReader | None = None
+    # Where the request sits in the conversation (a Slack message ts): the thread's context
+    # cursor moves there as the turn starts. None: the front-end keeps no cursor.
+    position: str | None = None
 
 
 @dataclass(frozen=True)
@@ -173,8 +176,9 @@ class Engine:
         # Copies of the last turn's produced files were uploaded by now.
         await asyncio.to_thread(clear_staging, self.cells.outbox(session))
         try:
-            session.fresh = await self.store.start_turn(session.key.id)
-            context = await intake.thread_context(session.key.id, request.context, emit)
+            start = await self.store.start_turn(session.key.id, context_at=request.position)
+            session.fresh = start.fresh
+            context = await intake.thread_context(session.key.id, request.context, start, emit)
             incoming = context.files + request.files
             received = await intake.receive_files(self.cells, session, incoming, emit)
             code = direct_code(request.text) or context.code

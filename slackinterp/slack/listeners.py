@@ -230,7 +230,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
             new_thread=not await self.engine.has_thread(key),
             own=Own(self.bot_user_id, self.bot_id),
         )
-        request = TurnRequest(key, text, user, self.fetcher.incoming(files), context=loader)
+        request = TurnRequest(
+            key, text, user, self.fetcher.incoming(files), context=loader, position=event["ts"]
+        )
         recipient = stream.recipient_of(event, key.team)  # issue 14: who a stream is for
         self.spawn(self._run(client, key, request, event["ts"], recipient), f"turn-{key.id}")
 

@@ -35,7 +35,7 @@ from slackinterp.engine.turn import ThreadContext, direct_code
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.llm.prompts import EarlierMessage
 from slackinterp.slack.files import SlackFileFetcher
-from slackinterp.store import Store
+from slackinterp.store import Store, TurnStart
 
 log = logging.getLogger(__name__)
 
@@ -188,8 +188,9 @@ class ThreadReader:
         new_thread: bool,
         own: Own,
         run_above: bool = True,
-    ) -> Callable[[], Awaitable[ThreadContext]]:
-        """The request's context, read when its turn starts (after the turns before it)."""
+    ) -> Callable[[TurnStart], Awaitable[ThreadContext]]:
+        """The request's context, read when its turn starts (after the turns before it); the
+        engine moves the context cursor to the request (TurnRequest.position) as it does."""
         return functools.partial(
             self.read,
             client,
@@ -206,6 +207,7 @@ class ThreadReader:
         self,
         client: AsyncWebClient,
         key: ThreadKey,
+        start: TurnStart,
         *,
         message_ts: str,
         text: str,
@@ -219,8 +221,9 @@ class ThreadReader:
             if info.get("id"):
                 await self.store.mark_file_seen(key.id, str(info["id"]), file_version(info))
         in_thread = key.thread_ts != message_ts
-        # The cursor as it was, the pending messages, and the cursor moved on: one commit.
-        cursor, pending = await self.store.advance_context(key.id, message_ts)
+        # Taken by the turn's start (one commit with it): the cursor as it was, before it
+        # moved to this message, and the messages kept for this turn.
+        cursor, pending = start.cursor, start.pending
         raw: list[dict[str, Any]] = []
         limit = self.settings.thread_context_messages
         # Whole (within the bounds) for a thread's first turn; afterwards only past the

@@ -49,7 +49,7 @@ from slackinterp.store.schema import (
     transcript,
 )
 from slackinterp.store.seen import Seen
-from slackinterp.store.threads import Threads
+from slackinterp.store.threads import Threads, TurnStart
 from slackinterp.store.transcript import Transcript
 
 __all__ = [
@@ -62,6 +62,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoredCell",
+    "TurnStart",
     "advisory_key",
     "cells",
     "context_files",

@@ -6,6 +6,7 @@ from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.pool import PoolResetState
 
 
 def create_engines(url: str) -> tuple[AsyncEngine, AsyncEngine | None]:
@@ -15,7 +16,17 @@ def create_engines(url: str) -> tuple[AsyncEngine, AsyncEngine | None]:
         # One connection: SQLite takes one writer at a time anyway, and queueing in asyncio
         # (not in SQLite's busy wait) means a stalled event loop can never push a writer
         # past busy_timeout into "database is locked" (seen under bench/load.py).
-        engine = create_async_engine(url, pool_size=1, max_overflow=0, pool_timeout=120)
+        # No unconditional rollback when a connection goes back to the pool: after a commit
+        # it is one more trip to aiosqlite's thread for nothing (see _reset below).
+        engine = create_async_engine(
+            url, pool_size=1, max_overflow=0, pool_timeout=120, pool_reset_on_return=None
+        )
+
+        @event.listens_for(engine.sync_engine, "reset")
+        def _reset(dbapi_conn: Any, _record: Any, state: PoolResetState) -> None:
+            # What the pool's default reset does, only when there is something to undo.
+            if not state.terminate_only and dbapi_conn.driver_connection.in_transaction:
+                dbapi_conn.rollback()
 
         @event.listens_for(engine.sync_engine, "connect")
         def _pragmas(dbapi_conn: Any, _record: Any) -> None:

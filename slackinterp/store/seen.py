@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import delete, insert, select
+from sqlalchemy import Integer, String, Text, cast, delete, insert, null, select, union_all
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.base import StoreBase, clean
@@ -70,41 +70,45 @@ class Seen(StoreBase):
                     delete(context_pending).where(context_pending.c.id.in_([r.id for r in ids]))
                 )
 
-    async def advance_context(self, key: str, ts: str) -> tuple[str | None, list[dict[str, Any]]]:
-        """One transaction per request: the cursor as it was, the pending messages (taken),
-        and the cursor moved forward to `ts` (never back)."""
-        async with self._engine.begin() as conn:
-            row = (
-                await conn.execute(
-                    select(thread_context.c.cursor_ts).where(thread_context.c.thread_key == key)
-                )
-            ).first()
-            cursor = row.cursor_ts if row else None
-            pending = await self._take_pending(conn, key)
-            if cursor is None or _ts_order(cursor) < _ts_order(ts):
-                await conn.execute(
-                    self._insert(thread_context)
-                    .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
-                    .on_conflict_do_update(
-                        index_elements=[thread_context.c.thread_key],
-                        set_={"cursor_ts": ts, "updated_at": time.time()},
-                    )
-                )
-        return cursor, pending
-
-    async def _take_pending(self, conn: AsyncConnection, key: str) -> list[dict[str, Any]]:
+    async def _advance_context(
+        self, conn: AsyncConnection, key: str, ts: str
+    ) -> tuple[str | None, list[dict[str, Any]]]:
+        """Within a turn's start (Threads.start_turn): the cursor as it was, the pending
+        messages (taken), and the cursor moved forward to `ts` (never back)."""
+        # The cursor and the pending messages in one statement: this is on the path from a
+        # message to its first cell, and each statement is several trips to the driver.
         rows = (
             await conn.execute(
-                select(context_pending.c.id, context_pending.c.message)
-                .where(context_pending.c.thread_key == key)
-                .order_by(context_pending.c.id)
+                union_all(
+                    select(
+                        thread_context.c.cursor_ts.label("cursor"),
+                        cast(null(), Integer).label("id"),
+                        cast(null(), Text).label("message"),
+                    ).where(thread_context.c.thread_key == key),
+                    select(
+                        cast(null(), String).label("cursor"),
+                        context_pending.c.id,
+                        context_pending.c.message,
+                    ).where(context_pending.c.thread_key == key),
+                )
             )
         ).all()
-        if rows:
+        cursor = next((r.cursor for r in rows if r.id is None), None)
+        taken = sorted((r for r in rows if r.id is not None), key=lambda r: r.id)
+        if taken:
             await conn.execute(
-                delete(context_pending).where(context_pending.c.id.in_([r.id for r in rows]))
+                delete(context_pending).where(context_pending.c.id.in_([r.id for r in taken]))
             )
-        return [json.loads(r.message) for r in rows]
+        if cursor is None or _ts_order(cursor) < _ts_order(ts):
+            await conn.execute(
+                self._insert(thread_context)
+                .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
+                .on_conflict_do_update(
+                    index_elements=[thread_context.c.thread_key],
+                    set_={"cursor_ts": ts, "updated_at": time.time()},
+                )
+            )
+        return cursor, [json.loads(r.message) for r in taken]
 
     async def mark_file_seen(self, key: str, file_id: str, version: str) -> bool:
         """Record a Slack file version as fetched into the thread; False when it already was."""

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass, field
 from typing import Any
 
 from sqlalchemy import delete, select, update
@@ -11,18 +12,32 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.locks import ThreadLocks
 from slackinterp.store.schema import inflight, threads
+from slackinterp.store.seen import Seen
 
 
-class Threads(ThreadLocks):
+@dataclass(frozen=True)
+class TurnStart:
+    """What starting a turn found: whether the thread is new, and its context position."""
+
+    fresh: bool  # no replica had seen the thread
+    cursor: str | None = None  # how far the thread's context had been read, as it was
+    pending: list[dict[str, Any]] = field(default_factory=list)  # messages kept for this turn
+
+
+class Threads(ThreadLocks, Seen):
     """Thread activity and turns in flight."""
 
-    async def start_turn(self, key: str) -> bool:
-        """Mark the thread active and its turn in flight, in one transaction (one commit before
-        the first cell); True when the thread was new (no replica had seen it)."""
+    async def start_turn(self, key: str, context_at: str | None = None) -> TurnStart:
+        """Mark the thread active and its turn in flight and, given the request's place in
+        the conversation (`context_at`), take its pending context and move the cursor there.
+        One transaction: the only commit between a request and its first cell."""
         async with self._engine.begin() as conn:
             fresh = await self._touch(conn, key)
             await conn.execute(self._inflight(key))
-        return fresh
+            if context_at is None:
+                return TurnStart(fresh)
+            cursor, pending = await self._advance_context(conn, key, context_at)
+        return TurnStart(fresh, cursor, pending)
 
     async def _touch(self, conn: AsyncConnection, key: str) -> bool:
         now = time.time()
