@@ -82,6 +82,13 @@ class MinimalBot:
             channel=event["channel"], thread_ts=thread, text=f"```{output or ' '}```"
         )
 
+    async def end_threads(self) -> None:
+        """Stop the kernels of every thread so far (between bursts: each starts alike)."""
+        ended = list(self.kernels.values())
+        self.kernels.clear()
+        self.started = [k for k in self.started if k not in ended]
+        await asyncio.gather(*(k.stop() for k in ended), return_exceptions=True)
+
     async def stop(self) -> None:
         if self.handler is not None:
             await self.handler.close_async()

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.registry import REFILL_AFTER_CELL, REFILL_DURING_CELL, KernelRegistry
 
 
 class FakeKernel:
@@ -49,9 +49,12 @@ class FakeBackend:
         self.running = 0
         self.peak = 0
         self.started = 0
+        self.starts: list[tuple[Path, float, float]] = []  # (cwd, began, ended)
 
     async def start_kernel(self, cwd: Path) -> FakeKernel:
+        began = asyncio.get_running_loop().time()
         await asyncio.sleep(self.start_seconds)
+        self.starts.append((cwd, began, asyncio.get_running_loop().time()))
         self.running += 1
         self.started += 1
         self.peak = max(self.peak, self.running)
@@ -214,4 +217,50 @@ async def test_a_failing_pool_start_backs_off(tmp_path: Path) -> None:
         await asyncio.sleep(0.01)
     assert Broken.starts == 1
     assert reg._pool_backoff == 2 * POOL_BACKOFF_FIRST
+    await reg.shutdown()
+
+
+async def test_pool_refills_after_the_cell_that_took_a_pooled_kernel() -> None:
+    """A kernel starting up takes a core: not while the first cell in the handed-out kernel
+    runs (it would slow that cell), but as soon as it has finished."""
+    backend = FakeBackend(start_seconds=0.05)
+    reg = registry(backend, pool_size=1, max_kernels=10)
+    await reg.start()
+    await reg.wait_pool_ready(timeout=3)
+    assert backend.started == 1
+    await reg.acquire("a", Path("/nowhere/a"))  # the pooled kernel; its cell now runs
+    await asyncio.sleep(REFILL_DURING_CELL / 2)
+    assert backend.started == 1 and reg.pool == []
+    reg.mark_idle("a")  # the cell finished
+    await asyncio.sleep(REFILL_AFTER_CELL + 0.3)
+    assert backend.started == 2 and len(reg.pool) == 1
+    await reg.shutdown()
+
+
+async def test_pool_refills_during_a_long_cell() -> None:
+    backend = FakeBackend(start_seconds=0.05)
+    reg = registry(backend, pool_size=1, max_kernels=10)
+    await reg.start()
+    await reg.wait_pool_ready(timeout=3)
+    await reg.acquire("a", Path("/nowhere/a"))  # and its cell runs on and on
+    await asyncio.sleep(REFILL_DURING_CELL + 0.3)
+    assert backend.started == 2 and len(reg.pool) == 1
+    await reg.shutdown()
+
+
+async def test_a_thread_waiting_for_its_kernel_starts_before_the_pool_refills() -> None:
+    backend = FakeBackend(start_seconds=0.4)
+    reg = registry(backend, pool_size=2, max_kernels=10)
+    await reg.start()
+    await reg.wait_pool_ready(timeout=3)
+    for key in ("a", "b"):  # both pooled kernels handed out
+        await reg.acquire(key, Path("/nowhere") / key)
+        reg.mark_idle(key)  # the refill is due in REFILL_AFTER_CELL …
+    await reg.acquire("c", Path("/nowhere/c"))  # … but c needs a kernel of its own now
+    await reg.wait_pool_ready(timeout=5)
+    c_start, *pool_starts = backend.starts[2:]
+    assert c_start[0] == Path("/nowhere/c") and len(pool_starts) == 2
+    for cwd, began, _ended in pool_starts:
+        assert cwd.parent == Path("/nowhere/pool")
+        assert began >= c_start[2]  # each pool start waited for c's start
     await reg.shutdown()

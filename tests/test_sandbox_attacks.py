@@ -150,6 +150,9 @@ def test_1_kernel_code_has_no_privileges(attacks: dict[str, Any]) -> None:
     assert got["ptrace_init"] != "ok" and got["ptrace_child"] != "ok"
     assert got["raw_socket"] != "ok"
     assert got["cgroup_escape"] == []
+    # Kernels run below the bot, and cannot climb back (the bot's acks stay prompt).
+    assert got["nice"] == min(19, attacks["bot_nice"] + sandbox.KERNEL_NICE)
+    assert got["nice_raised"] != "ok"
     if ROOT:  # a root-owned 0600 file outside the hidden paths stays unreadable
         assert got["secret"] == "Permission denied"
     assert got["upload"] == "1,2\n3,4\n"  # the bot's 0600 upload is the kernel's to change
@@ -258,6 +261,8 @@ def test_1_without_the_sandbox_a_root_bot_still_runs_kernels_unprivileged() -> N
     assert kernel["setuid0"] != "ok" and kernel["raw_socket"] != "ok"
     assert kernel["mount"] != "ok" and kernel["ptrace_init"] != "ok"
     assert kernel["cgroup_escape"] == []  # it cannot leave its pids cgroup to outlive a reset
+    assert kernel["nice"] == min(19, got["bot_nice"] + sandbox.KERNEL_NICE)
+    assert kernel["nice_raised"] != "ok"
     assert kernel["secret"] == "Permission denied"
     assert kernel["upload"] == "1,2\n3,4\n"
 
