@@ -9,7 +9,6 @@ turn goes on, so one Slack hiccup never loses the rest of the output.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from dataclasses import replace
@@ -248,13 +247,12 @@ class TurnRenderer(ThreadPoster):
             if view.post_started:
                 await view.posting  # the running message is on its way: edit it after
             else:  # finished within the grace: one post with the final state
+                # Not awaited: it is still asleep, and waiting for it to wind down would let
+                # other work (the cell's record) run before this post.
                 view.posting.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await view.posting
         if view.pending is not None and not view.pending.done():
+            # The same: asleep, or past its sleep and waiting for `working`, awaited next.
             view.pending.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await view.pending
         if view.working is not None and not view.working.done():
             await view.working
         view.dirty = False
