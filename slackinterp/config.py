@@ -9,10 +9,13 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import urlsplit
 
 from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from slackinterp.logs import public_url
 
 PREFIX = "SLACKINTERP_"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
@@ -371,6 +374,8 @@ class Settings(BaseSettings):
     def _api_url(cls, value: str) -> str:
         if not value.startswith(("http://", "https://")):
             raise ValueError("expected an http(s) URL such as https://slack.com/api/")
+        if "@" in urlsplit(value).netloc:  # aiohttp would refuse it on the first call
+            raise ValueError("an http(s) URL without a user name or password (the token logs in)")
         return value if value.endswith("/") else value + "/"
 
     @field_validator("database_url")
@@ -458,6 +463,8 @@ def _describe(error: ErrorDetails) -> str:
     field = str(loc[0])
     name = env_name(field) if field in Settings.model_fields else field
     got = error.get("input")
+    if isinstance(got, str) and "://" in got:  # a URL may carry a password: never echo it
+        got = public_url(got)
     template = _EXPECTS.get(error["type"])
     if template:
         expects = template.format(**(error.get("ctx") or {}))

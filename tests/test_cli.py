@@ -68,6 +68,15 @@ def test_run_explains_each_missing_or_bad_setting(tmp_path: Path) -> None:
     assert "SLACKINTERP_IDLE_TIMEOUT: expected a number, got 'abc'" in done.stderr
     assert "SLACKINTERP_SANDBOX: expected one of" in done.stderr
 
+    # A password in SLACK_API_URL: refused up front, and never echoed back.
+    env = {"SLACK_BOT_TOKEN": "xoxb-1", "SLACK_APP_TOKEN": "xapp-1"}
+    done = cli(
+        "run", env={**env, "SLACK_API_URL": "https://me:hunter2@slack.test/api/"}, cwd=tmp_path
+    )
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "SLACK_API_URL: expected an http(s) URL without a user name or password" in done.stderr
+    assert "hunter2" not in done.stderr + done.stdout
+
 
 def test_manifest_is_valid_and_matches_the_code() -> None:
     data = yaml.safe_load(render_manifest())
