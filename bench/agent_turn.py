@@ -70,12 +70,12 @@ READY_TIMEOUT = 60.0
 
 
 class TimedOpenAI(FakeOpenAI):
-    """FakeOpenAI that records when each request arrived and when its response was written."""
+    """FakeOpenAI that records when each request arrived (its replies_written say when each
+    response was written)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.arrived: list[float] = []
-        self.written: list[float] = []
 
     def step(self, reply: Reply) -> Step:
         def answer(_body: dict[str, Any]) -> Reply:
@@ -83,11 +83,6 @@ class TimedOpenAI(FakeOpenAI):
             return reply
 
         return Dynamic(answer)
-
-    async def _stream_reply(self, request: Any, body: dict[str, Any], reply: Reply) -> Any:
-        response = await super()._stream_reply(request, body, reply)
-        self.written.append(time.perf_counter())
-        return response
 
 
 def py(code: str) -> Reply:
@@ -124,7 +119,7 @@ async def bench_rounds(runtime: Runtime, model: TimedOpenAI, rounds: int) -> dic
     steps = [model.step(py(f"v{i} = {i} * 2\nprint(v{i})")) for i in range(rounds)]
     model.script(*steps, model.step(Reply(text="Done.")))
     events = await turn_events(runtime, key, f"run {rounds} small cells")
-    arrived, written = model.arrived[first:], model.written[first:]
+    arrived, written = model.arrived[first:], model.replies_written[first:]
     started = [at for at, e in events if isinstance(e, CellStarted)]
     finished = [at for at, e in events if isinstance(e, CellFinished)]
     if not (len(started) == len(finished) == rounds and len(arrived) == rounds + 1):

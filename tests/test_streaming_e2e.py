@@ -377,7 +377,10 @@ async def test_rollover_mid_plan_reopens_the_running_task(tmp_path: Path) -> Non
         assert load["title"] == "Load" and load["status"] == "complete"
         assert crunch["title"] == "Crunch" and crunch["status"] == "complete"
         assert "continued" in crunch["output"] and "continued" not in str(load)
-        # The new message shows the plan again and the task that was still running.
+        # The new message shows the plan again (as a plan from its start: by then the turn is
+        # known to have several cells) and the task that was still running.
+        assert streams[0].task_display_mode == "timeline"
+        assert streams[-1].task_display_mode == "plan"
         assert any(c.get("type") == "plan_update" for c in streams[-1].chunks)
         [again] = streams[-1].tasks().values()
         assert again["id"] == crunch["id"] and again["output"] == "42"

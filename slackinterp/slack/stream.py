@@ -318,12 +318,16 @@ class StreamedTurn:
         reopened = [c for c in reopened if c not in chunks]
         if len(self.tasks) > 1 and PLAN not in chunks:
             reopened.insert(0, dict(PLAN))
+        # The display mode is fixed at the start: a turn's first message cannot know it will
+        # have several cells (the plan_update groups them); a message after a rollover can.
+        plan = len(self.tasks) > 1 or PLAN in chunks
         response = await self._call(
             "chat.startStream",
             thread_ts=self.thread_ts,
             recipient_user_id=self.recipient.user_id,
             recipient_team_id=self.recipient.team_id,
             chunks=reopened + chunks,
+            task_display_mode="plan" if plan else "timeline",
         )
         self.ts = str(response["ts"])
         self.messages.append(self.ts)

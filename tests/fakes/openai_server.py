@@ -617,6 +617,8 @@ class FakeOpenAI:
     ``requests`` holds every chat request with a JSON body, including ones
     rejected for auth or an unknown model; rejected requests do not consume a
     script step, because the real API rejects them before any "model" runs.
+    ``replies_written`` holds the ``time.perf_counter()`` at which each streamed
+    reply's last byte was written (benchmarks time the client's side against it).
     """
 
     def __init__(self, *, api_key: str | None = "sk-test", models: list[str] | None = None) -> None:
@@ -629,6 +631,7 @@ class FakeOpenAI:
         # (before any script step is used).
         self.vision = True
         self.requests: list[RecordedRequest] = []
+        self.replies_written: list[float] = []
         self.unscripted_requests: list[RecordedRequest] = []
         self.in_flight = 0
         self.cancelled = 0
@@ -880,6 +883,7 @@ class FakeOpenAI:
             await response.write(sse_event(factory.usage(usage_json(body, reply))))
         await response.write(sse_event("[DONE]"))
         await response.write_eof()
+        self.replies_written.append(time.perf_counter())
         return response
 
     async def _responses_reply(
