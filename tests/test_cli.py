@@ -12,7 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from slackinterp import config, logs
+from slackinterp import logs, settings_docs
 from slackinterp.manifest import BOT_EVENTS, BOT_SCOPES, render_manifest
 from slackinterp.slack.listeners import SHORTCUT_ID
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION
@@ -105,8 +105,8 @@ def test_readme_table_and_env_example_follow_config() -> None:
         r"<!-- settings-table:start -->\n(.*?)\n<!-- settings-table:end -->", configuration, re.S
     )
     assert match, "docs/configuration.md has no settings table markers"
-    assert match.group(1) == config.settings_table()
-    assert (ROOT / ".env.example").read_text() == config.env_example()
+    assert match.group(1) == settings_docs.settings_table()
+    assert (ROOT / ".env.example").read_text() == settings_docs.env_example()
     ci = (ROOT / ".ci" / "run").read_text().strip().splitlines()[-1]
     assert f"`{ci}`" in readme or f"\n{ci}\n" in readme, "README must show the CI command"
 

@@ -1,0 +1,60 @@
+"""The settings reference generated from `config.Settings`: the docs' table and `.env.example`.
+
+Generated, never hand-written, so a new setting cannot be missing from the docs; a test keeps
+the checked-in files equal to what these functions produce.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+from slackinterp.config import Settings, env_name
+
+
+def _default_text(field: str) -> str:
+    info = Settings.model_fields[field]
+    if info.default_factory is not None:
+        value = info.default_factory()  # type: ignore[call-arg]
+    else:
+        value = info.default
+    if value is None or value == [] or value == "":
+        return "—"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, StrEnum):
+        return value.value
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def settings_rows() -> list[tuple[str, str, str]]:
+    """(environment variable, default, meaning) for every setting, in declaration order."""
+    return [
+        (env_name(name), _default_text(name), info.description or "")
+        for name, info in Settings.model_fields.items()
+    ]
+
+
+def settings_table() -> str:
+    """The settings table of docs/configuration.md; a test keeps the two equal."""
+    lines = ["| variable | default | meaning |", "|---|---|---|"]
+    lines += [f"| `{env}` | `{default}` | {meaning} |" for env, default, meaning in settings_rows()]
+    return "\n".join(lines)
+
+
+def env_example() -> str:
+    """`.env.example`: every setting with its default, secrets left blank."""
+    lines = [
+        "# slackinterp settings. Copy to .env and fill in; every line is optional except the",
+        "# Slack tokens for `slackinterp run`. Defaults are shown commented out.",
+        "",
+    ]
+    for env, default, meaning in settings_rows():
+        lines.append(f"# {meaning}")
+        if env in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"):
+            lines.append(f"{env}=")
+        else:
+            lines.append(f"# {env}={'' if default == '—' else default}")
+        lines.append("")
+    return "\n".join(lines)
