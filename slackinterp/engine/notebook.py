@@ -14,11 +14,16 @@ import json
 import re
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
-
-import nbformat
+from typing import TYPE_CHECKING, Any
 
 from slackinterp.kernels.execution import CellResult, Display, Error, Result, Stream
+
+if TYPE_CHECKING:
+    # Imported where used, in the worker threads that export and import notebooks: nbformat
+    # imports jsonschema, whose format checkers can cost seconds (with rfc3987-syntax
+    # installed, an Earley grammar is built at import: 3 s of CPU here), and every `run` and
+    # `chat` start used to pay that before its connection or prompt.
+    import nbformat
 
 NBFORMAT = 4
 IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
@@ -127,6 +132,8 @@ def without_images(outputs: list[dict[str, Any]], why: str) -> list[dict[str, An
 
 def build(entries: list[Entry], *, title: str) -> nbformat.NotebookNode:
     """A valid nbformat 4 notebook of the entries, in order."""
+    import nbformat  # lazily: see the import at the top
+
     nb: nbformat.NotebookNode = nbformat.v4.new_notebook()  # type: ignore[no-untyped-call]
     nb.metadata["kernelspec"] = {
         "name": "python3",
@@ -162,6 +169,8 @@ def export_name(label: str, when: datetime | None = None) -> str:
 
 
 def dumps(nb: nbformat.NotebookNode) -> bytes:
+    import nbformat  # lazily: see the import at the top
+
     text: str = nbformat.writes(nb, version=NBFORMAT)  # type: ignore[no-untyped-call]
     return text.encode()
 
@@ -241,6 +250,8 @@ def code_cells(raw: bytes, name: str) -> list[str]:
         ) from None
     if not isinstance(data, dict) or "cells" not in data:
         raise NotebookError(f"`{name}` is not a Jupyter notebook: it has no cells")
+    import nbformat  # lazily: see the import at the top
+
     try:
         nb = nbformat.reads(text, as_version=NBFORMAT)  # type: ignore[no-untyped-call]
         nbformat.validate(nb)
