@@ -67,16 +67,3 @@ def kernel_children() -> list[psutil.Process]:
         except psutil.Error:
             continue
     return found
-
-
-# pytest-xdist (`--dist loadgroup`, see pyproject.toml): the tests of these modules share a
-# module-scoped fixture that costs seconds to build (a sandboxed attack run per user), so they
-# stay on one worker and it is built once, not once per worker.
-SAME_WORKER = {"test_sandbox_attacks.py": "sandbox_attacks"}
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    for item in items:
-        group = SAME_WORKER.get(item.path.name)
-        if group is not None:
-            item.add_marker(pytest.mark.xdist_group(group))

@@ -8,6 +8,7 @@ of each cleared or updated output, no stale states, no ANSI.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import io
 import json
@@ -29,7 +30,11 @@ from slackinterp.runtime import Runtime
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import CHANNEL, cell_messages, running_bot
 
-pytestmark = pytest.mark.slow
+pytestmark = [
+    pytest.mark.slow,
+    # One xdist worker runs both tests, so the reference notebooks (a kernel per case) run once.
+    pytest.mark.xdist_group("jupyter_fidelity"),
+]
 
 # Without the system's libcairo, SVG outputs are attached as .svg only (no PNG rendering).
 CAIRO = (
@@ -252,7 +257,6 @@ def jupyter_sees(nb: Any) -> Seen:
 async def run_notebook(cells: list[str], workdir: Path) -> Any:
     nb = nbformat.v4.new_notebook()
     nb.cells = [nbformat.v4.new_code_cell(src) for src in cells]
-    os.environ.pop("MPLBACKEND", None)
     client = NotebookClient(
         nb,
         timeout=60,
@@ -262,6 +266,26 @@ async def run_notebook(cells: list[str], workdir: Path) -> Any:
     )
     await client.async_execute()
     return nb
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Seen]:
+    """What Jupyter shows of each case: each case a notebook in a fresh kernel, via nbclient.
+    Three at a time: most of a kernel's start is waiting for it to answer."""
+    base = tmp_path_factory.mktemp("nb")
+    os.environ.pop("MPLBACKEND", None)
+    slots = asyncio.Semaphore(3)
+
+    async def run(case: Case) -> tuple[str, Seen]:
+        workdir = base / case.name
+        workdir.mkdir()
+        async with slots:
+            return case.name, jupyter_sees(await run_notebook(case.cells, workdir))
+
+    async def run_all() -> dict[str, Seen]:
+        return dict(await asyncio.gather(*(run(case) for case in CASES)))
+
+    return asyncio.run(run_all())
 
 
 # --- what a Slack user sees -------------------------------------------------------------------
@@ -315,13 +339,13 @@ def in_order(needles: list[str], haystack: str) -> str | None:
     return None
 
 
-async def test_a_thread_shows_what_jupyter_shows(tmp_path: Path) -> None:
+async def test_a_thread_shows_what_jupyter_shows(
+    reference: dict[str, Seen], tmp_path: Path
+) -> None:
     problems: list[str] = []
     async with FakeSlack() as fake, running_bot(fake, tmp_path, pool_size=1, post_grace=0):
         for case in CASES:
-            workdir = tmp_path / "nb" / case.name
-            workdir.mkdir(parents=True)
-            jupyter = jupyter_sees(await run_notebook(case.cells, workdir))
+            jupyter = reference[case.name]
             ts = await run_in_thread(fake, case.cells)
             messages = cell_messages(fake, ts)
             seen = "\n".join(shown_text(m) for m in messages)
@@ -444,12 +468,12 @@ def terminal_sees(screen: str) -> str:
     return jupyterlab_text("\n".join(shown))
 
 
-async def test_the_terminal_shows_what_jupyter_shows(runtime: Runtime, tmp_path: Path) -> None:
+async def test_the_terminal_shows_what_jupyter_shows(
+    reference: dict[str, Seen], runtime: Runtime, tmp_path: Path
+) -> None:
     problems: list[str] = []
     for case in CASES:
-        workdir = tmp_path / "nb" / case.name
-        workdir.mkdir(parents=True)
-        jupyter = jupyter_sees(await run_notebook(case.cells, workdir))
+        jupyter = reference[case.name]
         out = io.StringIO()
         key = ThreadKey("local", "console", case.name)
         shots = tmp_path / "shots" / case.name

@@ -34,7 +34,12 @@ from tests.sandbox_attacks import MAX_FILES, Targets, listen
 REPO = Path(__file__).resolve().parent.parent
 ROOT = os.geteuid() == 0
 
-pytestmark = pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed")
+pytestmark = [
+    pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed"),
+    # One xdist worker (`--dist loadgroup`) runs this module, so each `attacks` run (a
+    # sandboxed bot and a dozen kernels, ~25 s) is built once per user, not once per worker.
+    pytest.mark.xdist_group("sandbox_attacks"),
+]
 
 
 def _nobody() -> pwd.struct_passwd | None:
@@ -138,6 +143,15 @@ def attacks(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
         yield run_child(host.targets(), wrapper)
     finally:
         host.remove()
+
+
+def test_0_this_module_runs_on_one_worker(request: pytest.FixtureRequest) -> None:
+    """`--dist loadgroup` marks a grouped test's id with its group; without that mark the
+    group is ignored and every worker builds the attack runs again (a pytest/xdist mismatch
+    did exactly that, silently)."""
+    if not getattr(request.config.option, "loadgroup", False):  # set on xdist's workers
+        pytest.skip("not run by pytest-xdist with --dist loadgroup")
+    assert request.node.nodeid.endswith("@sandbox_attacks"), request.node.nodeid
 
 
 def test_1_kernel_code_has_no_privileges(attacks: dict[str, Any]) -> None:
