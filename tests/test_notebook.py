@@ -75,6 +75,9 @@ def test_run_requests_are_recognised() -> None:
         (b'{"cells": "nope", "nbformat": 4, "nbformat_minor": 5, "metadata": {}}', "not a valid"),
         (make_notebook(), "no code cells"),
     ],
+    # Named by the expected words: a notebook's random cell id must not be in the test's id,
+    # or xdist's workers collect different tests.
+    ids=["not-utf8", "not-json", "no-cells", "invalid", "no-code-cells"],
 )
 def test_bad_notebooks_get_a_clear_message(raw: bytes, words: str) -> None:
     with pytest.raises(notebook.NotebookError, match=r"`up\.ipynb`") as caught:
