@@ -45,7 +45,8 @@ printed: latency by turn number, kernel starts (count, time), CPU use of the mac
 this process.
 
 It writes its figures to docs/RELIABILITY.md between generated-section markers (with the date
-and machine); the rest of that file is kept. Exit status 0 only when every check passes.
+and machine); the rest of that file is kept (`--no-report`: print only, e.g. for a quick small
+run). Exit status 0 only when every check passes.
 """
 
 from __future__ import annotations
@@ -220,12 +221,22 @@ class LoadSlack(FakeSlack):
             thread = self.warnings.setdefault(str(message.get("thread_ts")), [])
             thread.append((time.monotonic(), str(message["text"])))
 
+    def _observe_streams(self, thread_ts: str) -> None:
+        """A streamed answer grows in place (chat.appendStream edits no message through the
+        Workspace): it counts as the reply once chat.stopStream has ended it."""
+        for stream in list(self.streams.values()):
+            if stream.thread_ts == thread_ts and stream.stopped:
+                key = reply_key({"text": stream.text})
+                if key is not None:
+                    self.replies.setdefault(key, time.monotonic())
+
     async def wait_turn(
         self, key: tuple[str, str], thread_ts: str, sent: float
     ) -> tuple[float | None, str]:
         """When the turn's reply appeared, or the warning posted instead (after WARNING_GRACE)."""
         while True:
             now = time.monotonic()
+            self._observe_streams(thread_ts)
             if key in self.replies:
                 return self.replies[key], ""
             warned = [(t, w) for t, w in self.warnings.get(thread_ts, []) if t >= sent]
@@ -363,22 +374,21 @@ async def load(
     return LoadResult(runs, seconds, envelopes)
 
 
-class StartTimes:
-    """Times every kernel start the registry asks the backend for (queueing included)."""
+class StartTimes(logging.Handler):
+    """Every kernel start, as the bot logs it (`kernels.started … seconds=`): the backend's
+    start, its wait for a start slot included."""
 
-    def __init__(self, bot: SlackBot):
-        backend = bot.runtime.registry.backend
+    LINE = re.compile(r"^kernels\.started .*\bseconds=([0-9.]+)")
+
+    def __init__(self) -> None:
+        super().__init__(logging.INFO)
         self.seconds: list[float] = []
-        start = backend.start_kernel
+        logging.getLogger("slackinterp.kernels.registry").addHandler(self)
 
-        async def timed(cwd: Path) -> Any:
-            began = time.monotonic()
-            try:
-                return await start(cwd)
-            finally:
-                self.seconds.append(time.monotonic() - began)
-
-        backend.start_kernel = timed  # type: ignore[method-assign]
+    def emit(self, record: logging.LogRecord) -> None:
+        match = self.LINE.match(record.getMessage())
+        if match:
+            self.seconds.append(float(match.group(1)))
 
 
 class LoopWatch:
@@ -849,7 +859,7 @@ async def main(args: argparse.Namespace) -> int:
         progress(f"load: {args.threads} threads × {args.turns} turns …")
         sampler = start_sampler(scratch / "memory.jsonl")
         watch = LoopWatch(bot)
-        starts = StartTimes(bot)
+        starts = StartTimes()
         watch.start()
         cpu_before = sum(psutil.Process().cpu_times()[:2])
         result = await side.run(load(fake, args.threads, args.turns, args.fail_rate, args.seed))
@@ -890,8 +900,11 @@ async def main(args: argparse.Namespace) -> int:
         ok = all(r.ok is not False for r in rows) and not base_v.missing
         extra = details(args, measured, time.monotonic() - began)
         print_report(rows, extra, v, left)
-        write_report(markdown(args, machine(), rows, extra))
-        print(f"\nwrote {REPORT.relative_to(ROOT)}; bot log: {log_file}")
+        if args.no_report:
+            print(f"\nbot log: {log_file}")
+        else:
+            write_report(markdown(args, machine(), rows, extra))
+            print(f"\nwrote {REPORT.relative_to(ROOT)}; bot log: {log_file}")
     finally:
         if sampler is not None and sampler.poll() is None:
             sampler.kill()
@@ -991,6 +1004,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=1, help="seed of the failures")
     parser.add_argument("--same-loop", action="store_true", help="fakes on the bot's loop")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--no-report", action="store_true", help="print only; leave docs/RELIABILITY.md as it is"
+    )
     parser.add_argument("--sample-tree", type=int, help=argparse.SUPPRESS)
     parser.add_argument("--sample-out", type=Path, help=argparse.SUPPRESS)
     args = parser.parse_args()

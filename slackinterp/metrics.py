@@ -18,6 +18,12 @@ POOL_KERNELS = Gauge("slackinterp_pool_kernels", "Warm kernels waiting in the po
 CELLS = Counter("slackinterp_cells_total", "Cells run, by outcome", ["status"])
 CELL_SECONDS = Histogram("slackinterp_cell_seconds", "Cell run time", buckets=_TIME_BUCKETS)
 TURN_SECONDS = Histogram("slackinterp_turn_seconds", "Turn time", buckets=_TIME_BUCKETS)
+KERNEL_START_SECONDS = Histogram(
+    "slackinterp_kernel_start_seconds",
+    "Time to start a kernel, for the warm pool or for a thread waiting on it",
+    ["purpose"],
+    buckets=_TIME_BUCKETS,
+)
 TURNS_FAILED = Counter("slackinterp_turns_failed_total", "Turns that ended in an error", ["kind"])
 MODEL_CALLS = Counter("slackinterp_model_calls_total", "Chat Completions requests")
 MODEL_ERRORS = Counter("slackinterp_model_errors_total", "Failed model calls", ["kind"])

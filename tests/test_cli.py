@@ -98,6 +98,18 @@ def test_manifest_is_valid_and_matches_the_code() -> None:
     assert STOP_ACTION != RESET_ACTION
 
 
+def test_every_metric_is_in_the_deployment_docs() -> None:
+    from prometheus_client import REGISTRY
+
+    import slackinterp.metrics  # noqa: F401  (registers the metrics)
+
+    documented = (ROOT / "docs" / "deployment.md").read_text()
+    names = {family.name for family in REGISTRY.collect() if family.name.startswith("slackinterp_")}
+    assert len(names) >= 14
+    for name in names:  # a counter's family name has no _total
+        assert f"`{name}" in documented, f"{name} is not in docs/deployment.md's metrics table"
+
+
 def test_readme_table_and_env_example_follow_config() -> None:
     readme = (ROOT / "README.md").read_text()
     configuration = (ROOT / "docs" / "configuration.md").read_text()

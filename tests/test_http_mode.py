@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import socket
 from pathlib import Path
 
@@ -50,6 +51,9 @@ async def test_http_mode_runs_code_and_serves_metrics(tmp_path: Path) -> None:
             assert 'slackinterp_cells_total{status="ok"}' in text
             assert "slackinterp_live_kernels 1.0" in text
             assert "slackinterp_turn_seconds_count" in text
+            # The bot's kernel started for the thread (process-wide metrics: at least one).
+            started = r'slackinterp_kernel_start_seconds_count\{purpose="thread"\} [1-9]'
+            assert re.search(started, text)
         finally:
             await bot.stop()
 

@@ -4,7 +4,12 @@ the cap holds, bursts wait for a seat instead of failing, a leased kernel is nev
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 from pathlib import Path
+
+import pytest
+from prometheus_client import REGISTRY
 
 from slackinterp.kernels.registry import REFILL_AFTER_CELL, REFILL_DURING_CELL, KernelRegistry
 
@@ -264,3 +269,29 @@ async def test_a_thread_waiting_for_its_kernel_starts_before_the_pool_refills() 
         assert cwd.parent == Path("/nowhere/pool")
         assert began >= c_start[2]  # each pool start waited for c's start
     await reg.shutdown()
+
+
+async def test_each_start_is_timed_in_the_log_and_the_metrics(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def total(purpose: str) -> float:
+        labels = {"purpose": purpose}
+        return REGISTRY.get_sample_value("slackinterp_kernel_start_seconds_sum", labels) or 0.0
+
+    before = {purpose: total(purpose) for purpose in ("pool", "thread")}
+    backend = FakeBackend(start_seconds=0.15)
+    reg = registry(backend, pool_size=1, max_kernels=5)
+    with caplog.at_level(logging.INFO, logger="slackinterp.kernels.registry"):
+        await reg.start()
+        await reg.wait_pool_ready(timeout=3)
+        await reg.acquire("a", Path("/nowhere/a"))  # the pooled kernel
+        await reg.acquire("b", Path("/nowhere/b"))  # started for b
+    await reg.shutdown()
+    started = [r.getMessage() for r in caplog.records if "kernels.started" in r.getMessage()]
+    purposes = [re.search(r"for=(\w+)", line).group(1) for line in started]  # type: ignore[union-attr]
+    assert purposes[:2] == ["pool", "thread"]
+    for line in started[:2]:
+        seconds = float(re.search(r"seconds=([0-9.]+)", line).group(1))  # type: ignore[union-attr]
+        assert 0.15 <= seconds < 2
+    for purpose in ("pool", "thread"):
+        assert total(purpose) - before[purpose] >= 0.15

@@ -220,7 +220,7 @@ class KernelRegistry:
             self._starting += 1
             try:
                 # Each pooled kernel gets its own directory (a sandboxed one keeps it).
-                kernel = await self.backend.start_kernel(self.pool_dir / uuid.uuid4().hex[:12])
+                kernel = await self._start(self.pool_dir / uuid.uuid4().hex[:12], "pool")
                 try:  # still counted as starting: the cap holds while it warms
                     await self._warm(kernel)
                 except asyncio.CancelledError:  # shutdown: in neither pool nor slots yet
@@ -244,6 +244,17 @@ class KernelRegistry:
             self.pool.append(kernel)
             self.notify_freed()
             log.info("kernels.pool_ready size=%d", len(self.pool))
+
+    async def _start(self, cwd: Path, purpose: str) -> Kernel:
+        """A new kernel from the backend, timed: slow starts explain slow first replies."""
+        began = time.monotonic()
+        kernel = await self.backend.start_kernel(cwd)
+        seconds = time.monotonic() - began
+        metrics.KERNEL_START_SECONDS.labels(purpose).observe(seconds)
+        log.info(
+            "kernels.started kernel=%s for=%s seconds=%.3f", kernel.kernel_id, purpose, seconds
+        )
+        return kernel
 
     async def _warm(self, kernel: Kernel) -> None:
         """One trivial silent cell. A kernel's first execution pays for set-up the kernel
@@ -351,7 +362,7 @@ class KernelRegistry:
             self._thread_starts += 1
             self._no_thread_starts.clear()
             try:
-                return await self.backend.start_kernel(cwd)
+                return await self._start(cwd, "thread")
             finally:
                 self._thread_starts -= 1
                 if self._thread_starts == 0:
