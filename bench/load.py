@@ -210,6 +210,8 @@ class LoadSlack(FakeSlack):
         self.replies: dict[tuple[str, str], float] = {}  # reply key → time.monotonic()
         self.warnings: dict[str, list[tuple[float, str]]] = {}  # thread_ts → (time, text)
         self.workspace = ObservedWorkspace(self.workspace.clock, self.team_id, self._observe)
+        self._streams_scanned = 0.0
+        self._streams_done: set[str] = set()  # stopped streams already looked at
 
     def _observe(self, message: dict[str, Any]) -> None:
         if not message.get("bot_id"):
@@ -221,14 +223,20 @@ class LoadSlack(FakeSlack):
             thread = self.warnings.setdefault(str(message.get("thread_ts")), [])
             thread.append((time.monotonic(), str(message["text"])))
 
-    def _observe_streams(self, thread_ts: str) -> None:
+    def _observe_streams(self) -> None:
         """A streamed answer grows in place (chat.appendStream edits no message through the
-        Workspace): it counts as the reply once chat.stopStream has ended it."""
-        for stream in list(self.streams.values()):
-            if stream.thread_ts == thread_ts and stream.stopped:
+        Workspace): it counts as the reply once chat.stopStream has ended it. One scan per
+        POLL for all waiting threads, so the driver's polling stays cheap next to the bot."""
+        now = time.monotonic()
+        if now - self._streams_scanned < POLL:
+            return
+        self._streams_scanned = now
+        for ts, stream in list(self.streams.items()):
+            if stream.stopped and ts not in self._streams_done:
+                self._streams_done.add(ts)
                 key = reply_key({"text": stream.text})
                 if key is not None:
-                    self.replies.setdefault(key, time.monotonic())
+                    self.replies.setdefault(key, now)
 
     async def wait_turn(
         self, key: tuple[str, str], thread_ts: str, sent: float
@@ -236,7 +244,7 @@ class LoadSlack(FakeSlack):
         """When the turn's reply appeared, or the warning posted instead (after WARNING_GRACE)."""
         while True:
             now = time.monotonic()
-            self._observe_streams(thread_ts)
+            self._observe_streams()
             if key in self.replies:
                 return self.replies[key], ""
             warned = [(t, w) for t, w in self.warnings.get(thread_ts, []) if t >= sent]

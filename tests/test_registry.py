@@ -84,6 +84,14 @@ def registry(backend: FakeBackend, **kw) -> KernelRegistry:
     )
 
 
+async def pooled(backend: FakeBackend, **kw) -> KernelRegistry:
+    """A started registry whose warm pool is full."""
+    reg = registry(backend, **kw)
+    await reg.start()
+    await reg.wait_pool_ready(timeout=3)
+    return reg
+
+
 async def test_burst_waits_for_seats_and_cap_holds() -> None:
     backend = FakeBackend()
     reg = registry(backend)
@@ -229,9 +237,7 @@ async def test_pool_refills_after_the_cell_that_took_a_pooled_kernel() -> None:
     """A kernel starting up takes a core: not while the first cell in the handed-out kernel
     runs (it would slow that cell), but as soon as it has finished."""
     backend = FakeBackend(start_seconds=0.05)
-    reg = registry(backend, pool_size=1, max_kernels=10)
-    await reg.start()
-    await reg.wait_pool_ready(timeout=3)
+    reg = await pooled(backend, pool_size=1, max_kernels=10)
     assert backend.started == 1
     await reg.acquire("a", Path("/nowhere/a"))  # the pooled kernel; its cell now runs
     await asyncio.sleep(REFILL_DURING_CELL / 2)
@@ -244,9 +250,7 @@ async def test_pool_refills_after_the_cell_that_took_a_pooled_kernel() -> None:
 
 async def test_pool_refills_during_a_long_cell() -> None:
     backend = FakeBackend(start_seconds=0.05)
-    reg = registry(backend, pool_size=1, max_kernels=10)
-    await reg.start()
-    await reg.wait_pool_ready(timeout=3)
+    reg = await pooled(backend, pool_size=1, max_kernels=10)
     await reg.acquire("a", Path("/nowhere/a"))  # and its cell runs on and on
     await asyncio.sleep(REFILL_DURING_CELL + 0.3)
     assert backend.started == 2 and len(reg.pool) == 1
@@ -255,9 +259,7 @@ async def test_pool_refills_during_a_long_cell() -> None:
 
 async def test_a_thread_waiting_for_its_kernel_starts_before_the_pool_refills() -> None:
     backend = FakeBackend(start_seconds=0.4)
-    reg = registry(backend, pool_size=2, max_kernels=10)
-    await reg.start()
-    await reg.wait_pool_ready(timeout=3)
+    reg = await pooled(backend, pool_size=2, max_kernels=10)
     for key in ("a", "b"):  # both pooled kernels handed out
         await reg.acquire(key, Path("/nowhere") / key)
         reg.mark_idle(key)  # the refill is due in REFILL_AFTER_CELL …
