@@ -213,6 +213,11 @@ class Settings(BaseSettings):
     allowed_users: CommaList = Field(
         default_factory=list, description="Comma-separated user IDs; empty = everyone."
     )
+    admins: CommaList = Field(
+        default_factory=list,
+        description="User IDs who may change channel policies (network) and anyone's schedules "
+        "from Slack, besides the workspace's admins and owners.",
+    )
     max_upload_mb: int = Field(
         50, ge=1, description="Largest produced file uploaded to Slack, in MiB."
     )
@@ -341,7 +346,7 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="text or json.")
 
-    @field_validator("allowed_channels", "allowed_users", mode="before")
+    @field_validator("allowed_channels", "allowed_users", "admins", mode="before")
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):

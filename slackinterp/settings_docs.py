@@ -7,6 +7,7 @@ the checked-in files equal to what these functions produce.
 from __future__ import annotations
 
 from enum import StrEnum
+from pathlib import Path
 
 from slackinterp.config import Settings, env_name
 
@@ -58,3 +59,18 @@ def env_example() -> str:
             lines.append(f"# {env}={'' if default == '—' else default}")
         lines.append("")
     return "\n".join(lines)
+
+
+def write_generated(root: Path) -> None:
+    """Rewrites the settings table and .env.example: `python -m slackinterp.settings_docs`."""
+    configuration = root / "docs" / "configuration.md"
+    text = configuration.read_text()
+    start, end = "<!-- settings-table:start -->\n", "\n<!-- settings-table:end -->"
+    head, rest = text.split(start, 1)
+    _, tail = rest.split(end, 1)
+    configuration.write_text(head + start + settings_table() + end + tail)
+    (root / ".env.example").write_text(env_example())
+
+
+if __name__ == "__main__":
+    write_generated(Path(__file__).resolve().parent.parent)
