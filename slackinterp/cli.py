@@ -120,7 +120,7 @@ def _run() -> int:
 def cmd_manifest(args: argparse.Namespace) -> int:
     from slackinterp.manifest import render_manifest
 
-    sys.stdout.write(render_manifest(name=args.name, command=args.command))
+    sys.stdout.write(render_manifest(name=args.name, command=args.command, legacy=args.legacy))
     return 0
 
 
@@ -159,7 +159,9 @@ kernel (1+1 and a plot), the data directory, the database and the sandbox. Print
 per check with a fix for each failure; exit status 0 when all pass."""
 MANIFEST_HELP = """\
 Print the Slack app manifest (YAML) to paste into https://api.slack.com/apps → Create New
-App → From a manifest. manifest.yml in the repository is this output with the defaults."""
+App → From a manifest. manifest.yml in the repository is this output with the defaults: an
+agent app (agent view, agent sessions with Slack's Stop button). --legacy prints the older
+assistant-view manifest."""
 
 
 def app_name(value: str) -> str:
@@ -217,6 +219,11 @@ def build_parser() -> argparse.ArgumentParser:
         type=command_name,
         default="/interp",
         help="slash command (default: /interp)",
+    )
+    manifest.add_argument(
+        "--legacy",
+        action="store_true",
+        help="the assistant-view manifest of apps created before Slack's agent view",
     )
     manifest.set_defaults(func=cmd_manifest)
     return parser

@@ -22,6 +22,22 @@ class TurnStarted:
 
 
 @dataclass(frozen=True)
+class AgentStarted:
+    """The turn is handed to the model (not direct code or a notebook): front-ends may show
+    it as an agent at work (Slack: an agent session with its Stop button)."""
+
+    request: str = ""
+
+
+@dataclass(frozen=True)
+class InstructionTaken:
+    """This message arrived while a model turn ran in its thread and was given to the model
+    as a new instruction at its next round, instead of waiting for a turn of its own."""
+
+    user: str = ""
+
+
+@dataclass(frozen=True)
 class Notice:
     """A lifecycle or housekeeping message for the thread (restored, died, capacity …)."""
 
@@ -114,6 +130,8 @@ class TurnFinished:
 Event = (
     TurnQueued
     | TurnStarted
+    | AgentStarted
+    | InstructionTaken
     | Notice
     | FileReceived
     | FileRejected

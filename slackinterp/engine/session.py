@@ -10,6 +10,16 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.execution import CellControl
 
 
+@dataclass(eq=False)
+class Instruction:
+    """A message offered to the thread's running model turn (steering, engine/turn.py):
+    `taken` is set once the model has it; until then its sender waits for a turn of its own."""
+
+    user: str
+    text: str
+    taken: asyncio.Event = field(default_factory=asyncio.Event)
+
+
 @dataclass
 class ThreadSession:
     key: ThreadKey
@@ -29,6 +39,10 @@ class ThreadSession:
     # The working directory's files as of the last cell (what `files` shows when they live
     # with the kernel: KernelBackend.files_with_kernel).
     snapshot: dict[str, tuple[int, int]] = field(default_factory=dict)
+    # Steering: True while a model turn runs that takes new messages at its next round;
+    # `instructions` holds those not yet taken, oldest first.
+    steerable: bool = False
+    instructions: list[Instruction] = field(default_factory=list)
 
     @property
     def busy(self) -> bool:

@@ -24,9 +24,11 @@ from slackinterp.config import Settings
 from slackinterp.engine import intake, notebook, notices, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
+    AgentStarted,
     AssistantDelta,
     AssistantText,
     Event,
+    InstructionTaken,
     Notice,
     TurnFailed,
     TurnFinished,
@@ -34,7 +36,7 @@ from slackinterp.engine.events import (
     TurnStarted,
 )
 from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
-from slackinterp.engine.session import ThreadSession
+from slackinterp.engine.session import Instruction, ThreadSession
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.backend import KernelStartError
@@ -43,6 +45,7 @@ from slackinterp.kernels.registry import AtCapacity, KernelRegistry
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
+from slackinterp.llm.steering import Steering
 from slackinterp.store import Store
 
 # Front-ends import these from here: a turn's request is made of them.
@@ -156,17 +159,74 @@ class Engine:
             emit(TurnFailed(notices.queue_full(session.waiting), kind=FailureKind.QUEUE_FULL))
             emit(_DONE)  # type: ignore[arg-type]
             return
-        if session.busy:
+        instruction = self._offer(session, request)
+        if session.busy and instruction is None:
             emit(TurnQueued(session.waiting + 1))
         session.waiting += 1
+        counted = True
         try:
-            async with session.lock:
+            if instruction is None:
+                await session.lock.acquire()
+            elif not await self._acquire_unless_taken(session, instruction):
+                log.info("turn.steered thread=%s user=%s", session.key.id, request.user)
+                emit(InstructionTaken(request.user))
+                return
+            try:
                 session.waiting -= 1
+                counted = False
                 # Across replicas (PostgreSQL): one turn per thread anywhere. No-op on SQLite.
                 async with self.store.thread_lock(session.key.id):
                     await self._run_turn(session, request, emit)
+            finally:
+                session.lock.release()
         finally:
+            if counted:
+                session.waiting -= 1
             emit(_DONE)  # type: ignore[arg-type]
+
+    # --- steering (issue 27) ---------------------------------------------------------------
+    def _offer(self, session: ThreadSession, request: TurnRequest) -> Instruction | None:
+        """A plain message (no code block, files or notebook run) arriving while a model turn
+        runs is offered to that turn; anything else queues behind it as before."""
+        text = request.text.strip()
+        if not (session.busy and session.steerable and text and request.user):
+            return None
+        if request.files or direct_code(text) is not None:
+            return None
+        if notebook.run_request(text, []) is not None:
+            return None
+        instruction = Instruction(request.user, text)
+        session.instructions.append(instruction)
+        return instruction
+
+    async def _acquire_unless_taken(self, session: ThreadSession, instruction: Instruction) -> bool:
+        """Wait until the running turn takes the instruction (False) or, when it ended
+        without taking it, for the thread's lock like any queued message (True, lock held):
+        a message sent during a turn's last round starts a turn of its own."""
+        locking = asyncio.ensure_future(session.lock.acquire())
+        taking = asyncio.ensure_future(instruction.taken.wait())
+        try:
+            await asyncio.wait({locking, taking}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            taking.cancel()
+            if not locking.done():
+                locking.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await locking
+        got_lock = locking.done() and not locking.cancelled() and locking.exception() is None
+        if instruction.taken.is_set():
+            if got_lock:
+                session.lock.release()
+            return False
+        if instruction in session.instructions:
+            session.instructions.remove(instruction)
+        return True
+
+    def _take_instructions(self, session: ThreadSession) -> list[Instruction]:
+        taken, session.instructions = session.instructions, []
+        for instruction in taken:
+            instruction.taken.set()
+        return taken
 
     async def _run_turn(self, session: ThreadSession, request: TurnRequest, emit: Emit) -> None:
         started = time.monotonic()
@@ -197,14 +257,19 @@ class Engine:
                 text = prompts.with_earlier_conversation(
                     context.earlier, request.text, self.settings.thread_context_chars
                 )
-                answer = await self.agent.run_turn(
-                    session.key.id,
-                    text,
-                    received,
-                    session.workdir,
-                    port,
-                    session.stop_requested,
-                )
+                emit(AgentStarted(request.text.strip()))
+                session.steerable = True  # later messages steer this turn (issue 27)
+                try:
+                    answer = await self.agent.run_turn(
+                        session.key.id,
+                        text,
+                        received,
+                        session.workdir,
+                        port,
+                        session.stop_requested,
+                    )
+                finally:
+                    session.steerable = False
                 if answer:
                     emit(AssistantText(answer))
                     await self.store.add_entry(session.key.id, "answer", answer)
@@ -378,6 +443,14 @@ class _Port:
             raw = await self.run_hidden(prompts.VARIABLES_CODE)
             self.session.variables = prompts.parse_variables(raw)
         return self.session.variables
+
+    async def steering(self) -> list[Steering]:
+        """Messages that arrived while the turn ran (engine._offer): taken now, kept in the
+        thread's transcript as questions."""
+        taken = self.engine._take_instructions(self.session)
+        for instruction in taken:
+            await self.engine.store.add_entry(self.session.key.id, "question", instruction.text)
+        return [Steering(i.user, i.text) for i in taken]
 
     async def read_file(self, name: str, max_bytes: int) -> bytes | None:
         """A file of the working directory (an image to show the model); None if unreadable

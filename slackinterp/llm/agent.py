@@ -26,7 +26,7 @@ from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import failures, images, prompts, responses, textcalls, tooling
+from slackinterp.llm import failures, images, prompts, responses, steering, textcalls, tooling
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
@@ -115,6 +115,7 @@ class Agent:
         await self.history.add_history(key, turn)
         last_failure: str | None = None
         for _round in range(self.config.max_rounds):
+            await self._steer(key, turn, hooks)  # issue 27: messages sent while it runs
             variables = await hooks.variables()
             system = (
                 self.config.system_prompt
@@ -186,6 +187,15 @@ class Agent:
             "(SLACKINTERP_MAX_ROUNDS). The cells above show how far I got; ask me to continue "
             "or narrow the question."
         )
+
+    async def _steer(self, key: str, turn: list[dict[str, Any]], hooks: TurnPort) -> None:
+        """Messages that arrived in the thread since the last round join the turn as new
+        instructions (llm/steering.py); the rounds cap still bounds the turn."""
+        for note in await hooks.steering():
+            message = steering.as_message(note)
+            turn.append(message)
+            await self.history.add_history(key, [message])
+            log.info("model.steered chars=%d", len(note.text))
 
     async def _continue_cut(
         self, key: str, partial: str, turn: list[dict[str, Any]], hooks: TurnPort, state: TurnState

@@ -15,6 +15,7 @@ from typing import Literal, Protocol
 
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import CellResult
+from slackinterp.llm.steering import Steering
 
 CellSource = Literal["user", "model", "model_text"]  # model_text: a call the model wrote as text
 
@@ -64,6 +65,11 @@ class TurnPort(Protocol):
 
     async def read_file(self, name: str, max_bytes: int) -> bytes | None:
         """A file of the working directory; None if unreadable or over max_bytes."""
+        ...
+
+    async def steering(self) -> Sequence[Steering]:
+        """Messages sent in the thread since the last round, oldest first (llm/steering.py);
+        each is taken once: asking again returns only newer ones."""
         ...
 
 

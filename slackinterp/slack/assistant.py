@@ -1,9 +1,13 @@
-"""Slack's assistant (agent) view: suggested prompts when a user opens a thread with the bot,
-and the feedback buttons under streamed answers.
+"""Slack's agent view (and the assistant view of older apps): suggested prompts, Slack's own
+Stop button, and the feedback buttons under streamed answers.
 
-Messages typed in the assistant view arrive as ordinary `message.im` events in a thread, so
-listeners.py turns them into turns like any DM; this module only adds what the view itself
-sends.
+Messages typed in either view arrive as ordinary `message.im` events in a thread, so
+listeners.py turns them into turns like any DM; this module only adds what the views send:
+- agent view (`agent_view` in the manifest): `app_home_opened` with tab `messages` → pin the
+  suggested prompts with `assistant.threads.setSuggestedPrompts` WITHOUT `thread_ts` (Slack
+  silently ignores a call with one for agent apps); `agent_session_stopped` → stop that
+  thread's turn (slack/agent_session.py opened its session);
+- assistant view (older apps): `assistant_thread_started` → the prompts for that thread.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slackinterp import metrics
 from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.slack.agent_session import ACTIVE, SessionMemo
 from slackinterp.slack.stream import FEEDBACK_ACTION
 
 log = logging.getLogger(__name__)
@@ -58,13 +63,16 @@ class AssistantView:
         *,
         team_of: Callable[[dict[str, Any]], str],
         allowed: Callable[[str | None, str | None], bool],
+        sessions: SessionMemo | None = None,
     ):
         self.app = app
         self.engine = engine
         self.team_of = team_of  # the installation's team, as listeners.py keys threads
         self.allowed = allowed
+        self.sessions = sessions if sessions is not None else SessionMemo()
 
     def register(self) -> None:
+        self.app.event("app_home_opened")(self.on_home_opened)
         self.app.event("assistant_thread_started")(self.on_thread_started)
         self.app.event("assistant_thread_context_changed")(self.on_context_changed)
         self.app.event("agent_session_stopped")(self.on_session_stopped)
@@ -73,27 +81,52 @@ class AssistantView:
     async def on_session_stopped(
         self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient
     ) -> None:
-        """Slack's own Stop button on an agent session: the same as ours."""
+        """Slack's own Stop button on an agent session: exactly that thread's turn stops (the
+        running cell is interrupted, the model call cancelled; what finished stays). The turn
+        itself says so in one line and ends the session; with no turn running, the session is
+        moved out of `processing` here (Slack leaves that to the app)."""
         channel, thread_ts, user = event.get("channel"), event.get("thread_ts"), event.get("user")
         if not channel or not thread_ts or not self.allowed(channel, user):
             return
         key = ThreadKey(self.team_of(body), str(channel), str(thread_ts))
         stopped = self.engine.stop(key)
-        log.info("assistant.session_stopped thread=%s user=%s running=%s", key.id, user, stopped)
-        if not stopped:
+        streams = event.get("streaming_message_ts") or []
+        log.info(
+            "assistant.session_stopped thread=%s user=%s running=%s streams=%d",
+            key.id,
+            user,
+            stopped,
+            len(streams),
+        )
+        if stopped:
             return
         try:
-            await client.chat_postMessage(
-                channel=key.channel,
-                thread_ts=key.thread_ts,
-                text=f":black_square_for_stop: <@{user}> pressed Stop.",
+            await client.agents_sessions_setStatus(
+                channel_id=key.channel, thread_ts=key.thread_ts, status=ACTIVE
             )
         except SlackApiError as exc:
             error = exc.response.get("error") if exc.response is not None else exc
-            log.warning("assistant.stop_reply_failed thread=%s error=%s", key.id, error)
+            log.warning("assistant.session_settle_failed thread=%s error=%s", key.id, error)
+
+    async def on_home_opened(self, event: dict[str, Any], client: AsyncWebClient) -> None:
+        """Agent view: the user opened the app's Messages tab → pin the suggested prompts.
+        Without thread_ts: Slack's agent experience ignores calls that carry one."""
+        channel = event.get("channel")
+        if event.get("tab") != "messages" or not channel:
+            return  # the Home tab (disabled in the manifest), or an incomplete event
+        try:
+            await client.assistant_threads_setSuggestedPrompts(
+                channel_id=channel, title=PROMPTS_TITLE, prompts=prompt_payload()
+            )
+            log.info("assistant.prompts_pinned channel=%s", channel)
+        except SlackApiError as exc:
+            error = exc.response.get("error") if exc.response is not None else exc
+            metrics.SLACK_ERRORS.labels("assistant.threads.setSuggestedPrompts").inc()
+            log.warning("assistant.prompts_failed channel=%s error=%s", channel, error)
 
     async def on_thread_started(self, event: dict[str, Any], client: AsyncWebClient) -> None:
-        """A user opened a new assistant thread: offer the suggested prompts."""
+        """Assistant view (apps from the older manifest): a user opened a new assistant
+        thread → offer the suggested prompts for that thread."""
         thread = event.get("assistant_thread") or {}
         channel, thread_ts = thread.get("channel_id"), thread.get("thread_ts")
         if not channel or not thread_ts:

@@ -19,6 +19,7 @@ from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
 from slackinterp.slack import (
+    agent_session,  # issue 27
     controls,
     stream,  # issue 14
 )
@@ -65,6 +66,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
         super().__init__(app, engine, store, settings, fetcher)
         self.access = AllowList(tuple(settings.allowed_channels), tuple(settings.allowed_users))
         self.stream_memo = stream.StreamMemo()  # issue 14: workspaces that cannot stream
+        self.session_memo = agent_session.SessionMemo()  # issue 27: … that have no sessions
         engine.notice_listeners.append(self.on_notice)
 
     def register(self) -> None:
@@ -76,8 +78,12 @@ class SlackListeners(CommandListeners, ButtonListeners):
         app.shortcut(SHORTCUT_ID)(self.on_shortcut)
         app.action(STOP_ACTION)(self.on_button)
         app.action(RESET_ACTION)(self.on_button)
-        AssistantView(  # issue 14: assistant view events, feedback buttons, Slack's Stop
-            app, self.engine, team_of=installation_team, allowed=self.allowed
+        AssistantView(  # issues 14, 27: agent/assistant view, feedback buttons, Slack's Stop
+            app,
+            self.engine,
+            team_of=installation_team,
+            allowed=self.allowed,
+            sessions=self.session_memo,
         ).register()
 
     def allowed(self, channel: str | None, user: str | None) -> bool:
@@ -263,6 +269,13 @@ class SlackListeners(CommandListeners, ButtonListeners):
                 team=key.team,
                 recipient=recipient or stream.Recipient(request.user or None, key.team),
                 memo=self.stream_memo,
+            ),
+            session=agent_session.AgentSession(  # issue 27: Slack's own Stop button
+                client,
+                channel=key.channel,
+                thread_ts=key.thread_ts,
+                team=key.team,
+                memo=self.session_memo,
             ),
         )
         async for event in self.engine.submit(request):

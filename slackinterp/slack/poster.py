@@ -117,6 +117,14 @@ class ThreadPoster:
             await self.post(f":warning: Could not upload {t.inline_code(name)}: {_reason(exc)}")
             return None
 
+    async def react(self, ts: str, name: str) -> bool:
+        try:
+            await self.client.reactions_add(channel=self.channel, timestamp=ts, name=name)
+            return True
+        except SlackApiError as exc:
+            self._failed("reactions.add", exc)
+            return False
+
     async def delete_file(self, file_id: str) -> None:
         """Take a replaced image out of the thread (its message goes with it)."""
         if not file_id:

@@ -27,6 +27,7 @@ from slackinterp.engine.events import (
     FileReceived,
     FileRejected,
     FileSkipped,
+    InstructionTaken,
     Notice,
     TurnFailed,
     TurnFinished,
@@ -40,6 +41,7 @@ from slackinterp.kernels.execution import (
     Result,
 )
 from slackinterp.slack import text as t
+from slackinterp.slack.agent_session import AgentSession
 from slackinterp.slack.cells import (
     CODE_BUDGET,
     OUTPUT_BUDGET,
@@ -73,6 +75,7 @@ log = logging.getLogger(__name__)
 
 UPDATE_INTERVAL = 1.0  # chat.update at most about once a second per message
 IMAGE_INTERVAL = 2.0  # a changing image is replaced at most this often while a cell runs
+TAKEN_REACTION = "eyes"  # on a message the running turn took as a new instruction
 
 
 class TurnRenderer(ThreadPoster):
@@ -92,6 +95,7 @@ class TurnRenderer(ThreadPoster):
         displays: DisplayMemory | None = None,
         grace: float = 0.5,
         stream: StreamedTurn | None = None,
+        session: AgentSession | None = None,
     ):
         # What a user waits for is mostly Slack calls in sequence: a cell that finishes within
         # `grace` seconds is posted once, finished; slower ones get the running message.
@@ -115,6 +119,9 @@ class TurnRenderer(ThreadPoster):
         self.touched: dict[str, CellView] = {}  # earlier cells this turn's updates changed
         self.skipped: list[tuple[str, str]] = []  # files not uploaded, reported together
         self.stream = stream  # issue 14: a model turn's native stream (slack/stream.py)
+        self.session = session  # issue 27: a model turn's agent session (Slack's Stop)
+        if stream is not None:
+            stream.session = session
 
     # --- dispatch ------------------------------------------------------------------------
     async def handle(self, event: Event) -> None:
@@ -124,11 +131,15 @@ class TurnRenderer(ThreadPoster):
             log.exception("render.failed event=%s error=%s", type(event).__name__, exc)
 
     async def _dispatch(self, event: Event) -> None:
+        if self.session is not None:
+            await self.session.handle(event)
         if self.stream is None:
             await self._show(event)
-            return
-        for shown in await self.stream.handle(event):  # issue 14: model turns stream natively
-            await self._show(shown)  # what the stream does not show (slack/stream.py)
+        else:
+            for shown in await self.stream.handle(event):  # issue 14: model turns stream
+                await self._show(shown)  # what the stream does not show (slack/stream.py)
+        if self.session is not None and isinstance(event, TurnFinished):
+            await self.session.settle()  # unless the stream's stopStream ended it
 
     async def _show(self, event: Event) -> None:
         if self.skipped and not isinstance(event, FileSkipped | FileProduced):
@@ -140,6 +151,8 @@ class TurnRenderer(ThreadPoster):
             case TurnStarted():
                 self.status_task = asyncio.create_task(self._status_after_grace())
                 await self._delete_queued()
+            case InstructionTaken():
+                await self._instruction_taken()
             case Notice(text=text):
                 await self.post(f":information_source: {t.escape(text)}")
             case FileReceived():
@@ -169,6 +182,13 @@ class TurnRenderer(ThreadPoster):
                     await self._report_skipped()
                 await self._end_status()
                 await self._clear_status()
+
+    async def _instruction_taken(self) -> None:
+        """Steering (issue 27): the running turn took this message; a reaction on it says
+        so, or a short line where reactions are refused."""
+        if self.user_message_ts and await self.react(self.user_message_ts, TAKEN_REACTION):
+            return
+        await self.post(f":{TAKEN_REACTION}: Taken into the running request as a new instruction.")
 
     # --- cells ---------------------------------------------------------------------------
     async def _cell_started(self, event: CellStarted) -> None:

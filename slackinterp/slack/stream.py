@@ -34,6 +34,8 @@ from slackinterp.engine.events import (
     TurnFinished,
 )
 from slackinterp.kernels.execution import CellResult, Status
+from slackinterp.slack import text as t
+from slackinterp.slack.agent_session import AgentSession
 
 log = logging.getLogger(__name__)
 
@@ -93,24 +95,25 @@ def task_title(code: str) -> str:
         if stripped.startswith("#") and not stripped.startswith("#!"):
             text = stripped.lstrip("#").strip()
             if text:
-                return _clip(text, TITLE_MAX)
+                return _clip(t.defuse(text), TITLE_MAX)
     lines = (line.strip() for line in code.splitlines())
     first = next((line for line in lines if line and not line.startswith("#")), "")
-    return _clip(f"Run {first}" if first else "Run code", TITLE_MAX)
+    return _clip(t.defuse(f"Run {first}") if first else "Run code", TITLE_MAX)
 
 
 def task_output(result: CellResult) -> str:
-    """What a task shows when done: the exception line, or the tail of what it printed."""
+    """What a task shows when done: the exception line, or the tail of what it printed
+    (defused: what code prints is no more allowed to ping than what the model writes)."""
     if result.error is not None:
         line = f"{result.error.ename}: {result.error.evalue}".strip().rstrip(":")
-        return _clip(line, TASK_TEXT_MAX)
+        return _clip(t.defuse(line), TASK_TEXT_MAX)
     if result.status is Status.TIMEOUT:
         return "timed out"
     if result.status is Status.STOPPED:
         return "stopped"
     if result.status is Status.DIED:
         return "the kernel died"
-    text = re.sub(r"\s+\n", "\n", result.text).strip()
+    text = t.defuse(re.sub(r"\s+\n", "\n", result.text).strip())
     if len(text) <= TASK_TEXT_MAX:
         return text
     return "…" + text[-(TASK_TEXT_MAX - 1) :]
@@ -185,6 +188,8 @@ class StreamedTurn:
         self.fallback: str | None = memo.unavailable.get(team)
         self.lock = asyncio.Lock()
         self.timer: asyncio.Task[None] | None = None
+        # The turn's agent session (issue 27): the last stopStream ends it (session_status).
+        self.session: AgentSession | None = None
 
     @property
     def live(self) -> bool:
@@ -216,7 +221,7 @@ class StreamedTurn:
                 # TEXT_INTERVAL, the rest gathered for the next (Slack calls are in sequence).
                 self.pending += delta
                 if self.ts is None or time.monotonic() - self.last_text >= TEXT_INTERVAL:
-                    await self._flush_text()
+                    await self._flush_text(final=False)
                 return []
             case AssistantText(text=text):
                 rest = self._unstreamed(text)
@@ -233,13 +238,20 @@ class StreamedTurn:
                 await self.close(feedback=self.answered)
         return [event]
 
-    async def _flush_text(self) -> None:
-        text = self.pending
+    async def _flush_text(self, *, final: bool = True) -> None:
+        """Append the gathered text, its control sequences defused (text.defuse). While
+        more may follow (`final` False), an opening cut off at the end (`<`, `&lt;`) waits
+        for the next append, so a `<!channel>` split between deltas is still seen whole."""
+        raw = self.pending
+        cut = len(raw) if final else t.open_tail(raw)
+        sent, self.pending = raw[:cut], raw[cut:]
+        if not sent:
+            return
+        text = sent
         if self.paragraph and text.strip():
             text, self.paragraph = "\n\n" + text.lstrip("\n"), False
-        await self._markdown(text)
-        self.round_streamed += self.pending
-        self.pending = ""
+        await self._markdown(t.defuse(text))
+        self.round_streamed += sent
         self.last_text = time.monotonic()
 
     def _after_break(self, event: Event) -> list[Event]:
@@ -377,7 +389,15 @@ class StreamedTurn:
         self._cancel_timer()
         if ts is None:
             return
-        await self._call("chat.stopStream", ts=ts, blocks=feedback_blocks() if feedback else None)
+        session = self.session if self.session is not None and self.session.open else None
+        await self._call(
+            "chat.stopStream",
+            ts=ts,
+            blocks=feedback_blocks() if feedback else None,
+            session_status=session.closing_status if session and not session.settled else None,
+        )
+        if session is not None:
+            session.settled_by_stream()
 
     def _cancel_timer(self) -> None:
         timer, self.timer = self.timer, None

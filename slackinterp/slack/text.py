@@ -1,7 +1,9 @@
 """Text for Slack: escaping, code blocks, head-and-tail truncation, Markdown → mrkdwn.
 
 Everything that came from a kernel, a file or the model passes through `escape` before Slack
-sees it, so printed `<!channel>` or `<@U…>` pings nobody.
+sees it, so printed `<!channel>` or `<@U…>` pings nobody. Where Slack takes standard Markdown
+instead of mrkdwn (a native stream's `markdown_text`, task titles and outputs), `defuse` breaks
+Slack's control sequences without touching the Markdown around them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,40 @@ MESSAGE_BUDGET = 2900
 def escape(text: str) -> str:
     """Slack's three control characters; the only escaping Slack defines."""
     return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+# Slack's control sequences: special mentions (<!channel>, <!here>, <!everyone>,
+# <!subteam^…>, <!date^…>), user and channel mentions (<@U…>, <#C…>) and labelled links
+# (<http…|…>, <mailto:…|…>), also written as entities (&lt;…) that a renderer may decode.
+# What makes one is its opening: `<` then `!`, `@`, `#` or a URL scheme and a colon.
+_OPENER = r"(?:<|&lt;|&#0*60;|&#x0*3c;)"
+_STARTS = r"(?=(?:[!@#]|[A-Za-z][A-Za-z0-9+.-]{0,20}:))"
+_CONTROL = re.compile(
+    _OPENER + _STARTS + r"(?P<body>[^<>\n]{0,500}?)(?:>|&gt;|&#0*62;|&#x0*3e;)", re.I
+)
+_OPENING = re.compile(_OPENER + _STARTS, re.I)
+# The end of a text that could still become an opening once more text follows it.
+_OPEN_TAIL = re.compile(_OPENER + r"[A-Za-z0-9+.-]{0,21}$|&(?:lt?|#(?:x0*3?|0*6?)?)?$", re.I)
+_BARE_OPENER_AT_END = re.compile(_OPENER + "$", re.I)
+LEFT, RIGHT = "\u2039", "\u203a"  # ‹ › : read as brackets, parsed as nothing
+
+
+def defuse(text: str) -> str:
+    """Model text for Slack's Markdown surfaces: every control sequence loses its angle
+    brackets (`<!channel>` → `‹!channel›`), so it shows what was written and pings, links or
+    mentions nothing; Markdown (bold, lists, code, `[label](url)` links) is left as it is.
+    An opening with nothing after it (a piece ending in `<`) is defused too."""
+    text = _CONTROL.sub(lambda m: f"{LEFT}{m.group('body')}{RIGHT}", text)
+    text = _OPENING.sub(LEFT, text)
+    return _BARE_OPENER_AT_END.sub(LEFT, text)
+
+
+def open_tail(text: str) -> int:
+    """Where a possibly unfinished control-sequence opening starts at the end of `text`
+    (len(text) when there is none): a stream sends the text up to there and keeps the rest
+    until more arrives, so a sequence split between two appends is still seen whole."""
+    match = _OPEN_TAIL.search(text[-30:])
+    return len(text) - len(match.group(0)) if match else len(text)
 
 
 def _defuse_fences(text: str) -> str:

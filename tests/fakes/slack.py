@@ -40,6 +40,8 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, WSCloseCode, WSMsgType, web
 
+from tests.fakes.slack_agents import AgentSurface  # issue 27: agent sessions, Stop, agent view
+
 DEFAULT_SCOPES: tuple[str, ...] = (
     "app_mentions:read",
     "channels:history",
@@ -1034,6 +1036,8 @@ class _WebApi(_State):
         blocks = params.get("blocks")
         if blocks:
             self._check_message({"blocks": blocks}, require_content=False)
+        self._stop_stream_session(stream, params)  # type: ignore[attr-defined]  # issue 27
+        if blocks:
             message["blocks"] = blocks
             stream.stop_blocks = list(blocks)
         self._grow(stream, text, chunks)
@@ -1195,17 +1199,19 @@ class _WebApi(_State):
 
     def _assistant_set_prompts(self, params: dict[str, Any], token_kind: str) -> dict[str, Any]:
         channel = self._channel_param(params, "channel_id")
-        thread_ts = params.get("thread_ts")
+        thread_ts = params.get("thread_ts")  # optional: agent apps must leave it out
         prompts = params.get("prompts")
-        if not thread_ts or not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
+        if not isinstance(prompts, list) or not 1 <= len(prompts) <= 4:
             raise SlackError("invalid_arguments")
         for prompt in prompts:
             if not isinstance(prompt, dict) or not prompt.get("title") or not prompt.get("message"):
                 raise SlackError("invalid_arguments")
+        if not self._prompts_accepted(params):  # type: ignore[attr-defined]  # issue 27
+            return {"ok": True}
         self.suggested_prompts.append(
             {
                 "channel_id": channel,
-                "thread_ts": str(thread_ts),
+                "thread_ts": str(thread_ts) if thread_ts else None,
                 "prompts": prompts,
                 "title": params.get("title"),
             }
@@ -2056,7 +2062,7 @@ class _Senders(_Delivery):
             self._spawn(self._echo_bot_message(channel, message))
 
 
-class FakeSlack(_WebApi, _Files, _Senders):
+class FakeSlack(_WebApi, _Files, _Senders, AgentSurface):
     """Slack's Web API, file hosting, Socket Mode and HTTP delivery on 127.0.0.1.
 
     Use ``async with FakeSlack() as fake:`` (or ``start``/``stop``) inside the
@@ -2156,6 +2162,8 @@ class FakeSlack(_WebApi, _Files, _Senders):
             "files.completeUploadExternal": self._files_complete_upload,
             "files.delete": self._files_delete,
         }
+        self._init_agents()  # issue 27: an agent app by default (use_assistant_app for older)
+        self._api.update(self._agent_handlers())
 
     async def start(self) -> Self:
         app = web.Application(client_max_size=64 * 1024 * 1024)
