@@ -113,11 +113,20 @@ async def test_fake_suggested_prompts() -> None:
     async with FakeSlack() as fake:
         client = AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)
         prompts = [{"title": "A", "message": "a"}] * 5
-        call = client.assistant_threads_setSuggestedPrompts(
-            channel_id="D1", thread_ts="1.2", prompts=prompts
-        )
+        call = client.assistant_threads_setSuggestedPrompts(channel_id="D1", prompts=prompts)
         assert await _error(call) == "invalid_arguments"
+        # An agent app: a call with thread_ts "silently fails" (ok, nothing pinned).
         ok = await client.assistant_threads_setSuggestedPrompts(
             channel_id="D1", thread_ts="1.2", prompts=prompts[:4]
         )
+        assert ok["ok"] and not fake.suggested_prompts and len(fake.ignored_prompts) == 1
+        ok = await client.assistant_threads_setSuggestedPrompts(
+            channel_id="D1", prompts=prompts[:4]
+        )
         assert ok["ok"] and len(fake.suggested_prompts[0]["prompts"]) == 4
+        # An assistant-view app: prompts per thread.
+        fake.use_assistant_app()
+        await client.assistant_threads_setSuggestedPrompts(
+            channel_id="D1", thread_ts="1.2", prompts=prompts[:4]
+        )
+        assert fake.suggested_prompts[-1]["thread_ts"] == "1.2"
