@@ -218,9 +218,7 @@ async def test_slacks_stop_stops_exactly_that_threads_turn(tmp_path: Path) -> No
         two, _ = await slack.user_message(CHANNEL, "<@UBOT> thread two")
         # Thread one's slow cell is running (its task shows in its stream).
         await slack.wait_for(
-            lambda: any(
-                s.thread_ts == one and len(s.tasks()) == 2 for s in slack.streams.values()
-            ),
+            lambda: any(s.thread_ts == one and len(s.tasks()) == 2 for s in slack.streams.values()),
             timeout=60,
         )
         await slack.press_agent_stop(CHANNEL, one)
