@@ -35,6 +35,7 @@ from slackinterp.console_render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
 from slackinterp.engine.events import Notice, TurnStarted
 from slackinterp.engine.presentation import CONTROLS, thread_status
+from slackinterp.engine.session import Instruction
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
 from slackinterp.engine.workspace import ThreadKey, human_size
 from slackinterp.runtime import Runtime
@@ -92,6 +93,8 @@ class Console:
         self.editor = editor  # line editing and history at the prompt, on a terminal
         self.buffer = InputBuffer()
         self.typed_ahead: deque[str | None] = deque()  # lines typed while a turn ran
+        # Lines offered to the running model turn (steering); untaken ones run next.
+        self.steered: list[tuple[str, Instruction]] = []
         self.turn: asyncio.Task[None] | None = None
         self.interrupts = 0  # Ctrl-C presses since the last line (or during this turn)
         self.stop_pending = False  # Ctrl-C before the engine started the turn
@@ -197,8 +200,8 @@ class Console:
             typed = line.result()
             if typed is not None and typed.strip() == ":stop":
                 await self.cmd_stop()
-            else:
-                self.typed_ahead.append(line.result())
+            elif typed is None or not self._steer(typed):
+                self.typed_ahead.append(typed)
         await asyncio.wait([turn])  # a force-quit cancels the turn; this does not raise
 
     async def load(self, paths: list[str]) -> None:
@@ -216,8 +219,26 @@ class Console:
         self.turn = asyncio.create_task(self._run_turn(text, files))
         await self._while_running(self.turn)
         self.turn = None
+        untaken = [typed for typed, i in self.steered if self.engine.withdraw(self.key, i)]
+        self.typed_ahead.extendleft(reversed(untaken))  # not lost: they run next, in order
+        self.steered = []
         self.interrupts = 0
         self.stop_pending = False
+
+    def _steer(self, typed: str) -> bool:
+        """A plain one-line message typed while the model works goes to the running turn at
+        its next step (as in Slack); commands, code and continued lines wait their turn."""
+        text = typed.strip()
+        if not text or self.typed_ahead or not self.buffer.empty:
+            return False
+        if text.startswith((":", "`")) or text.endswith("\\"):
+            return False
+        instruction = self.engine.steer(self.key, "console", text)
+        if instruction is None:
+            return False
+        self.steered.append((typed, instruction))
+        self.screen.line("↪ sent to the running request: the model reads it at its next step")
+        return True
 
     async def _run_turn(self, text: str, files: list[IncomingFile] | None = None) -> None:
         await self._announce_kernel(text)

@@ -22,7 +22,7 @@ import psutil
 import pytest
 
 from slackinterp.console import InputBuffer
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, ToolCall
 
 TIMEOUT = 30
 PNG_SIGNATURE = b"\x89PNG\r\n\x1a\n"
@@ -479,3 +479,45 @@ def test_figures_never_follow_a_link_planted_by_the_code(open_chat, tmp_path: Pa
     assert (third.parent / "victim.txt").read_text() == "keep me too"
     for figure in (second, third):
         assert not figure.is_symlink() and figure.read_bytes().startswith(PNG_SIGNATURE)
+
+
+def test_a_line_typed_while_the_model_works_steers_it(
+    open_chat, fake_model, tmp_path: Path
+) -> None:
+    """Issue 27 in the terminal: a plain line typed during a model turn reaches the model at
+    its next step (as in Slack) instead of waiting for the turn to end."""
+    fake, loop = fake_model
+    waiting = (
+        "import os, time\nprint('waiting', flush=True)\n"
+        "while not os.path.exists('go'):\n    time.sleep(0.05)"
+    )
+
+    def second(body: dict) -> Reply:
+        steered = "use seven instead" in str(body["messages"])
+        code = "print(7 * 7)" if steered else "print(0)"
+        return Reply(tool_calls=[ToolCall("python", {"code": code})])
+
+    loop.call_soon_threadsafe(
+        fake.script,
+        Reply(tool_calls=[ToolCall("python", {"code": waiting})]),
+        Dynamic(second),
+        Reply(text="Squared seven."),
+    )
+    chat = open_chat(
+        {
+            "OPENAI_BASE_URL": fake.base_url,
+            "OPENAI_API_KEY": "sk-test",
+            "OPENAI_MODEL": "test-model",
+            "SLACKINTERP_MODEL_TIMEOUT": "10",
+        }
+    )
+    chat.send("square six")
+    chat.expect(r"\r\nwaiting\r\n")
+    chat.send("use seven instead")
+    chat.expect("sent to the running request")
+    [workdir] = [p for p in (tmp_path / "data" / "threads").iterdir() if p.is_dir()]
+    (workdir / "go").write_text("")
+    chat.expect(r"\r\n49\r\n")
+    chat.expect(r"Squared seven\.")
+    chat.child.expect_exact(">>> ")
+    assert len(fake.requests) == 3  # the line did not become a turn of its own

@@ -222,6 +222,22 @@ class Engine:
             session.instructions.remove(instruction)
         return True
 
+    def steer(self, key: ThreadKey, user: str, text: str) -> Instruction | None:
+        """For a front-end that keeps its own queue (the terminal): offer a message to the
+        thread's running model turn without a turn of its own; None when it cannot be.
+        The caller withdraws it if the turn ends without taking it."""
+        session = self.sessions.get(key.id)
+        return self._offer(session, TurnRequest(key, text, user)) if session else None
+
+    def withdraw(self, key: ThreadKey, instruction: Instruction) -> bool:
+        """Take back an offered message the turn did not take (True); False once taken."""
+        session = self.sessions.get(key.id)
+        if session is None or instruction.taken.is_set():
+            return False
+        if instruction in session.instructions:
+            session.instructions.remove(instruction)
+        return True
+
     def _take_instructions(self, session: ThreadSession) -> list[Instruction]:
         taken, session.instructions = session.instructions, []
         for instruction in taken:
