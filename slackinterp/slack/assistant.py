@@ -25,7 +25,7 @@ from slackinterp import metrics
 from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.slack.agent_session import ACTIVE, SessionMemo
-from slackinterp.slack.stream import FEEDBACK_ACTION
+from slackinterp.slack.stream import FEEDBACK_ACTION, StreamMemo
 
 log = logging.getLogger(__name__)
 
@@ -64,12 +64,14 @@ class AssistantView:
         team_of: Callable[[dict[str, Any]], str],
         allowed: Callable[[str | None, str | None], bool],
         sessions: SessionMemo | None = None,
+        streams: StreamMemo | None = None,
     ):
         self.app = app
         self.engine = engine
         self.team_of = team_of  # the installation's team, as listeners.py keys threads
         self.allowed = allowed
         self.sessions = sessions if sessions is not None else SessionMemo()
+        self.streams = streams if streams is not None else StreamMemo()
 
     def register(self) -> None:
         self.app.event("app_home_opened")(self.on_home_opened)
@@ -89,8 +91,11 @@ class AssistantView:
         if not channel or not thread_ts or not self.allowed(channel, user):
             return
         key = ThreadKey(self.team_of(body), str(channel), str(thread_ts))
+        streams = [str(ts) for ts in event.get("streaming_message_ts") or []]
+        if len(self.streams.stopped_by_user) > 1000:  # turns that ended before the event
+            self.streams.stopped_by_user.clear()
+        self.streams.stopped_by_user.update(streams)  # Slack closed them: no appends
         stopped = self.engine.stop(key)
-        streams = event.get("streaming_message_ts") or []
         log.info(
             "assistant.session_stopped thread=%s user=%s running=%s streams=%d",
             key.id,

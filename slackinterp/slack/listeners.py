@@ -84,6 +84,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
             team_of=installation_team,
             allowed=self.allowed,
             sessions=self.session_memo,
+            streams=self.stream_memo,
         ).register()
 
     def allowed(self, channel: str | None, user: str | None) -> bool:

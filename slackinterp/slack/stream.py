@@ -70,6 +70,12 @@ class StreamMemo:
     """Shared by a bot's turns: workspaces where streaming is unavailable, and why."""
 
     unavailable: dict[str, str] = field(default_factory=dict)
+    # Streams Slack closed when someone pressed its Stop button (agent_session_stopped):
+    # the turn goes on without them, without calling Slack to find out (issue 27).
+    stopped_by_user: set[str] = field(default_factory=set)
+
+
+STOPPED_BY_USER = "stopped_by_user"
 
 
 class _Broken(Exception):
@@ -406,6 +412,9 @@ class StreamedTurn:
 
     async def _call(self, method: str, **params: Any) -> Any:
         args = {k: v for k, v in params.items() if v is not None}
+        if args.get("ts") in self.memo.stopped_by_user:
+            self.memo.stopped_by_user.discard(args["ts"])
+            raise _Broken(method, STOPPED_BY_USER)
         try:
             if method == "chat.startStream":
                 return await self.client.chat_startStream(channel=self.channel, **args)
@@ -418,6 +427,11 @@ class StreamedTurn:
     async def _fall_back(self, exc: _Broken) -> None:
         """From here on the turn uses edited messages; a stream left open is closed."""
         self.fallback = exc.reason
+        ts, self.ts = self.ts, None
+        self._cancel_timer()
+        if exc.reason == STOPPED_BY_USER:  # not a fault: Slack's Stop closed it
+            log.info("stream.stopped_by_user thread=%s ts=%s", self.thread_ts, ts)
+            return
         metrics.SLACK_ERRORS.labels(exc.method).inc()
         metrics.STREAM_FALLBACKS.labels(exc.reason).inc()
         if exc.reason in _NEVER:
@@ -425,8 +439,6 @@ class StreamedTurn:
         log.warning(
             "stream.fallback thread=%s method=%s error=%s", self.thread_ts, exc.method, exc.reason
         )
-        ts, self.ts = self.ts, None
-        self._cancel_timer()
         if ts is not None and exc.reason != "message_not_in_streaming_state":
             with contextlib.suppress(SlackClientError, aiohttp.ClientError, TimeoutError):
                 await self.client.chat_stopStream(channel=self.channel, ts=ts)
