@@ -26,12 +26,13 @@ from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import failures, images, prompts, responses, steering, textcalls, tooling
+from slackinterp.llm import failures, images, prompts, responses, textcalls, tooling
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
 from slackinterp.llm.port import CellSource, ReceivedFile, TurnPort
 from slackinterp.llm.state import AgentConfig, TurnState
+from slackinterp.llm.steering import as_message as steering_message  # issue 27
 from slackinterp.llm.tooling import tool_result_text
 from slackinterp.logs import public_url
 from slackinterp.model_client import openai_client
@@ -192,7 +193,7 @@ class Agent:
         """Messages that arrived in the thread since the last round join the turn as new
         instructions (llm/steering.py); the rounds cap still bounds the turn."""
         for note in await hooks.steering():
-            message = steering.as_message(note)
+            message = steering_message(note)
             turn.append(message)
             await self.history.add_history(key, [message])
             log.info("model.steered chars=%d", len(note.text))
