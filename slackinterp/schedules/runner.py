@@ -26,8 +26,8 @@ from slackinterp.kernels import privileges
 from slackinterp.kernels.execution import CellResult, Error, Status, run_cell
 from slackinterp.kernels.files import TransferError
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease
-from slackinterp.llm.port import CellRun, CellSource, TurnAgent
 from slackinterp.llm import prompts
+from slackinterp.llm.port import CellRun, CellSource, TurnAgent
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)
@@ -59,6 +59,7 @@ class RunReport:
 
     occurrence: float
     mode: str  # "replay" | "ask"
+    planned: int = 0  # the thread's successful cells this run re-runs (or restores)
     cells: list[RunCell] = field(default_factory=list)  # the visible cells, in order
     seconds: float = 0.0
     failed: RunCell | None = None  # the cell that failed (the run stopped there)
@@ -126,7 +127,9 @@ class ScheduledRunner:
         if refusal is not None:
             report.problem, report.refused = refusal, True
             return
-        run_id = f"{safe_component(schedule.id[:8])}-{int(report.occurrence)}-{uuid.uuid4().hex[:4]}"
+        report.planned = len(codes)
+        short = safe_component(schedule.id[:8])
+        run_id = f"{short}-{int(report.occurrence)}-{uuid.uuid4().hex[:4]}"
         run_key = f"{key.id}~run-{run_id}"
         run_dir = self.settings.threads_dir / f"{key.dirname}~run-{run_id}"
         scratch = self.settings.data_dir / "scheduled" / f"{key.dirname}-{run_id}"

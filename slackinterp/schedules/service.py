@@ -72,6 +72,7 @@ class ScheduleService:
         self.scheduler = AsyncIOScheduler(timezone=UTC)
         self.planned: dict[str, float] = {}  # schedule id → the occurrence its job waits for
         self.runs: set[asyncio.Task[str]] = set()
+        self.busy: set[str] = set()  # schedules running here now (never twice at once)
         self._started = False
 
     @property
@@ -120,7 +121,8 @@ class ScheduleService:
                 self._unplan(schedule_id)
         now = self.clock()
         for schedule in active:
-            self._plan(schedule, self.due(schedule, now))
+            if schedule.id not in self.busy:  # a run plans its successor when it ends
+                self._plan(schedule, self.due(schedule, now))
 
     def due(self, schedule: StoredSchedule, now: float) -> float:
         """The occurrence to wait for: the next one after the last claim (or the last change);
@@ -171,13 +173,18 @@ class ScheduleService:
     # --- one occurrence ------------------------------------------------------------------
     async def fire(self, schedule_id: str, occurrence: float) -> str:
         """Run one occurrence if this caller claims it: "ran", "failed", "refused", "missed",
-        "taken" (another replica or an earlier run has it) or "gone" (deleted or paused)."""
+        "taken" (another replica or an earlier run has it), "busy" (this schedule is running
+        here now; its next run is planned when that ends) or "gone" (deleted or paused)."""
+        if schedule_id in self.busy:
+            return "busy"
+        self.busy.add(schedule_id)
         try:
             return await self._fire(schedule_id, occurrence)
         except Exception:
             log.exception("schedule.fire_failed schedule=%s", schedule_id)
             return "error"
         finally:
+            self.busy.discard(schedule_id)
             try:
                 await self.plan_next(schedule_id)
             except Exception as exc:

@@ -18,12 +18,15 @@ from slackinterp.engine.events import Notice
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
+from slackinterp.schedules.service import ScheduleService
 from slackinterp.slack import (
     controls,
     stream,  # issue 14
 )
+from slackinterp.slack import schedules as schedule_controls
 from slackinterp.slack import text as t
 from slackinterp.slack.access import AllowList
+from slackinterp.slack.admins import Admins
 from slackinterp.slack.assistant import AssistantView  # issue 14
 from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
@@ -61,9 +64,17 @@ class SlackListeners(CommandListeners, ButtonListeners):
         store: Store,
         settings: Settings,
         fetcher: SlackFileFetcher,
+        schedules: ScheduleService | None = None,
     ):
         super().__init__(app, engine, store, settings, fetcher)
         self.access = AllowList(tuple(settings.allowed_channels), tuple(settings.allowed_users))
+        self.schedules = (  # issue 28: recurring analyses
+            schedule_controls.SlackSchedules(
+                schedules, app.client, Admins(settings.admins), self._mention
+            )
+            if schedules is not None
+            else None
+        )
         self.stream_memo = stream.StreamMemo()  # issue 14: workspaces that cannot stream
         engine.notice_listeners.append(self.on_notice)
 
@@ -76,6 +87,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
         app.shortcut(SHORTCUT_ID)(self.on_shortcut)
         app.action(STOP_ACTION)(self.on_button)
         app.action(RESET_ACTION)(self.on_button)
+        if self.schedules is not None:  # issue 28: Pause, Resume, Delete, Also send to channel
+            for action in schedule_controls.ACTIONS:
+                app.action(action)(self.schedules.on_button)
         AssistantView(  # issue 14: assistant view events, feedback buttons, Slack's Stop
             app, self.engine, team_of=installation_team, allowed=self.allowed
         ).register()
@@ -202,6 +216,11 @@ class SlackListeners(CommandListeners, ButtonListeners):
         text = clean_text(event.get("text") or "", self.bot_user_id)
         files = event.get("files") or []
         in_thread = thread_ts != event["ts"]
+        if mentioned and not files and self.schedules and schedule_controls.wants(text):
+            # issue 28: `every Monday at 9:00`, `schedules`, `unschedule`
+            work = self.schedules.on_mention(client, key, user, text)
+            self.spawn(work, f"schedule-{key.id}")
+            return
         if mentioned and not files:
             control = controls.parse_control(text)
             if control is not None:

@@ -32,6 +32,7 @@ from slackinterp.store.migrations import (
     Migration,
     migrate,
 )
+from slackinterp.store.recurring import Schedules, StoredSchedule
 from slackinterp.store.replay import Replay, StoredCell
 from slackinterp.store.schema import (
     PENDING_LIMIT,
@@ -51,7 +52,6 @@ from slackinterp.store.schema import (
     threads,
     transcript,
 )
-from slackinterp.store.recurring import Schedules, StoredSchedule
 from slackinterp.store.seen import Seen
 from slackinterp.store.threads import Threads, TurnStart
 from slackinterp.store.transcript import Transcript

@@ -115,7 +115,7 @@ class Schedules(StoreBase):
     ) -> bool:
         """True for the one caller (anywhere) that gets to run this occurrence."""
         now = time.time()
-        occ = int(round(occurrence))
+        occ = round(occurrence)
         statement = (
             self._insert(schedule_runs)
             .values(
@@ -149,7 +149,7 @@ class Schedules(StoreBase):
                 update(schedule_runs)
                 .where(
                     schedule_runs.c.schedule_id == schedule_id,
-                    schedule_runs.c.occurrence == int(round(occurrence)),
+                    schedule_runs.c.occurrence == round(occurrence),
                 )
                 .values(outcome=outcome, finished_at=time.time())
             )
