@@ -88,3 +88,119 @@ async def test_a_bad_phrase_gets_the_accepted_forms(tmp_path: Path) -> None:
         assert "Accepted forms" in reply["text"]
         assert bot.runtime.store is not None
         assert await bot.runtime.store.list_schedules() == []
+
+
+def buttons_of(message: dict[str, Any]) -> dict[str, str]:
+    """action_id → value of the buttons in a message."""
+    found = {}
+    for block in message.get("blocks") or []:
+        for element in block.get("elements") or []:
+            if element.get("type") == "button":
+                found[element["action_id"]] = element["value"]
+    return found
+
+
+async def test_pause_resume_delete_and_a_stranger_is_refused(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **FAST) as bot:
+        store = bot.runtime.store
+        fake.users["U9"] = fake.user_info("U2") | {"id": "U9", "is_admin": True}
+        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```x = 1```")
+        await wait_cells(fake, ts, 1, timeout=60)
+        confirm = await schedule_in(fake, ts, "every Monday at 9:00")
+        assert "every Monday at 09:00" in confirm["text"]
+        schedule = await only_schedule(bot)
+        # The list, in the thread and through the slash command (ephemeral).
+        await fake.user_message(CHANNEL, "<@UBOT> schedules", thread_ts=ts)
+        listing = await wait_text(fake, ts, "schedule in this channel")
+        assert f"<@{schedule.owner}>" in all_text(listing) and "next run" in all_text(listing)
+        await fake.slash_command("/interp", "schedules", channel=CHANNEL)
+        ephemeral = await fake.wait_for(
+            lambda: next((e for e in fake.ephemerals if "schedule" in json_of(e)), None)
+        )
+        assert "every Monday at 09:00" in json_of(ephemeral)
+        # Someone else may not delete it.
+        value = buttons_of(listing)["interp_schedule_delete"]
+        await fake.click_button(
+            "interp_schedule_delete", value, message=listing, channel=CHANNEL, user="U2"
+        )
+        refusal = await fake.wait_for(
+            lambda: next((e for e in fake.ephemerals if "Only the schedule's owner" in e["text"]), None)
+        )
+        assert refusal["user"] == "U2"
+        assert await store.schedule(schedule.id) is not None
+        # Its owner pauses and resumes it; the message shows the new state.
+        await fake.click_button(
+            "interp_schedule_pause", value, message=listing, channel=CHANNEL, user="U1"
+        )
+        await wait_text(fake, ts, "paused the schedule")
+        assert (await store.schedule(schedule.id)).status == "paused"
+        assert bot.schedules is not None and schedule.id not in bot.schedules.planned
+        shown = fake.message(CHANNEL, listing["ts"])
+        assert "interp_schedule_resume" in buttons_of(shown)
+        await fake.click_button(
+            "interp_schedule_resume", value, message=shown, channel=CHANNEL, user="U1"
+        )
+        await wait_text(fake, ts, "resumed the schedule")
+        assert (await store.schedule(schedule.id)).status == "active"
+        assert schedule.id in bot.schedules.planned
+        # "Also send to channel" from the confirm message's button.
+        await fake.click_button(
+            "interp_schedule_broadcast", value, message=confirm, channel=CHANNEL, user="U1"
+        )
+        await wait_text(fake, ts, "also sent to the channel")
+        assert (await store.schedule(schedule.id)).broadcast
+        # A workspace admin may delete anyone's schedule.
+        await fake.click_button(
+            "interp_schedule_delete", value, message=confirm, channel=CHANNEL, user="U9"
+        )
+        await wait_text(fake, ts, "deleted the schedule")
+        assert await store.schedule(schedule.id) is None
+        assert schedule.id not in bot.schedules.planned
+        # `unschedule` in the thread: the owner's goes, nothing left after.
+        await schedule_in(fake, ts, "every day at 8")
+        await fake.user_message(CHANNEL, "<@UBOT> unschedule", thread_ts=ts)
+        await wait_text(fake, ts, "Deleted the schedule *every day at 08:00*")
+        assert await store.list_schedules() == []
+
+
+def json_of(message: dict[str, Any]) -> str:
+    return all_text(message)
+
+
+async def test_three_failed_runs_pause_the_schedule_and_tell_the_owner(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **FAST) as bot:
+        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```print('started')```")
+        await wait_cells(fake, ts, 1, timeout=60)
+        # A file the thread's analysis reads, put beside its kernel's files.
+        workdir = next((tmp_path / "data" / "threads").iterdir())
+        (workdir / "input.txt").write_text("21")
+        await fake.user_message(
+            CHANNEL, "<@UBOT> ```print(int(open('input.txt').read()) * 2)```", thread_ts=ts
+        )
+        cells = await wait_cells(fake, ts, 2, timeout=60)
+        assert "42" in all_text(cells[-1])
+        await schedule_in(fake, ts, "every hour")
+        schedule = await only_schedule(bot)
+        assert bot.schedules is not None
+        # The input goes away: every run now fails at its second cell.
+        (workdir / "input.txt").unlink()
+        now = time.time()
+        outcomes = [await bot.schedules.fire(schedule.id, now - 30 + i) for i in range(3)]
+        assert outcomes == ["failed", "failed", "failed"]
+        failures = runs(fake, ts)
+        assert len(failures) == 3
+        body = all_text(failures[0])
+        assert "failed at cell 2 of 2" in body and "FileNotFoundError" in body
+        assert "open(&#x27;input.txt&#x27;)" in body or "open('input.txt')" in body
+        told = await wait_text(fake, ts, "failed 3 times in a row, so I paused it")
+        assert "<@U1>" in told["text"]
+        stored = await bot.runtime.store.schedule(schedule.id)
+        assert stored is not None and stored.status == "paused"
+        assert stored.last_result is not None and "FileNotFoundError" in stored.last_result
+        assert schedule.id not in bot.schedules.planned
+        # Paused: a due occurrence does not run.
+        assert await bot.schedules.fire(schedule.id, now - 10) == "gone"
+        # The thread's own kernel still works, untouched.
+        await fake.user_message(CHANNEL, "```print('still here')```", thread_ts=ts)
+        cells = await wait_cells(fake, ts, 3, timeout=60)
+        assert "still here" in all_text(cells[-1])

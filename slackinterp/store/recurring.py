@@ -95,7 +95,7 @@ class Schedules(StoreBase):
             return int((await conn.execute(query)).scalar_one())
 
     async def update_schedule(self, schedule_id: str, **values: Any) -> bool:
-        values["updated_at"] = time.time()
+        values.setdefault("updated_at", time.time())
         async with self._engine.begin() as conn:
             result = await conn.execute(
                 update(schedules).where(schedules.c.id == schedule_id).values(**values)
