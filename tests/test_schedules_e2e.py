@@ -13,6 +13,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from slackinterp.store import Store, sqlite_url
+from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import CHANNEL, all_text, bot_messages, running_bot, wait_cells, wait_text
 
@@ -82,7 +84,9 @@ async def test_a_bad_phrase_gets_the_accepted_forms(tmp_path: Path) -> None:
         await wait_cells(fake, ts, 1, timeout=60)
         await fake.user_message(CHANNEL, "<@UBOT> every blue moon", thread_ts=ts)
         reply = await wait_text(fake, ts, "Accepted forms")
-        assert "every Monday at 9:00" in all_text(reply) and "nothing was scheduled" in reply["text"]
+        assert (
+            "every Monday at 9:00" in all_text(reply) and "nothing was scheduled" in reply["text"]
+        )
         await fake.user_message(CHANNEL, "<@UBOT> every day at 25:00", thread_ts=ts)
         reply = await wait_text(fake, ts, "not a time of day")
         assert "Accepted forms" in reply["text"]
@@ -124,7 +128,9 @@ async def test_pause_resume_delete_and_a_stranger_is_refused(tmp_path: Path) -> 
             "interp_schedule_delete", value, message=listing, channel=CHANNEL, user="U2"
         )
         refusal = await fake.wait_for(
-            lambda: next((e for e in fake.ephemerals if "Only the schedule's owner" in e["text"]), None)
+            lambda: next(
+                (e for e in fake.ephemerals if "Only the schedule's owner" in e["text"]), None
+            )
         )
         assert refusal["user"] == "U2"
         assert await store.schedule(schedule.id) is not None
@@ -204,3 +210,91 @@ async def test_three_failed_runs_pause_the_schedule_and_tell_the_owner(tmp_path:
         await fake.user_message(CHANNEL, "```print('still here')```", thread_ts=ts)
         cells = await wait_cells(fake, ts, 3, timeout=60)
         assert "still here" in all_text(cells[-1])
+
+
+async def test_a_restart_keeps_the_schedule_and_a_missed_run_runs_once(tmp_path: Path) -> None:
+    async with FakeSlack() as fake:
+        async with running_bot(fake, tmp_path, **FAST) as bot:
+            ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```print('weekly numbers')```")
+            await wait_cells(fake, ts, 1, timeout=60)
+            await schedule_in(fake, ts, "every hour")
+            schedule = await only_schedule(bot)
+            db = bot.settings.db_path
+
+        async def down_for_a_while(late: int) -> None:
+            """While the bot is down: its last run was an hour before the next one, which fell
+            due `late` seconds ago."""
+            store = await Store.open(sqlite_url(db))
+            now = time.time()
+            last = now - late - 3600
+            await store.update_schedule(
+                schedule.id, anchor=last - 3600, last_occurrence=last, updated_at=last
+            )
+            await store.close()
+
+        # Back up after the grace (10 min): that run is skipped, with a note; nothing runs.
+        await down_for_a_while(1800)
+        async with running_bot(fake, tmp_path, **FAST, schedule_grace=600) as bot:
+            note = await wait_text(fake, ts, "Skipped the scheduled run")
+            assert "30 minutes late" in note["text"] and "Next run:" in note["text"]
+            assert runs(fake, ts) == []
+        # Back up within the grace (1 hour): the missed run runs once, at start.
+        await down_for_a_while(2400)
+        async with running_bot(fake, tmp_path, **FAST) as bot:
+            reply = await fake.wait_for(lambda: runs(fake, ts) and runs(fake, ts)[0], timeout=60)
+            assert "print(&#x27;weekly numbers&#x27;)" in all_text(
+                reply
+            ) or "weekly numbers" in all_text(reply)
+            assert (await only_schedule(bot)).status == "active"
+        # Once more: the run is claimed, so a restart runs nothing again (and no flood).
+        async with running_bot(fake, tmp_path, **FAST) as bot:
+            assert bot.schedules is not None
+            await fake.wait_for(lambda: schedule.id in bot.schedules.planned)
+            await asyncio.sleep(1.5)  # three syncs
+            assert len(runs(fake, ts)) == 1
+            outcomes = [o for _occ, o, _r in await bot.runtime.store.schedule_runs(schedule.id)]
+            assert sorted(outcomes) == ["missed", "ok"]
+
+
+def py(code: str) -> Reply:
+    return Reply(tool_calls=[ToolCall("python", {"code": code})])
+
+
+async def test_a_scheduled_ask_runs_a_model_turn_with_the_prompt(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, FakeOpenAI() as model:
+        values = {
+            "openai_base_url": model.base_url,
+            "openai_api_key": "sk-test",
+            "openai_model": "test-model",
+            "model_timeout": 5,
+            **FAST,
+        }
+        async with running_bot(fake, tmp_path, **values) as bot:
+            ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```revenue = [10, 12, 15]```")
+            await wait_cells(fake, ts, 1, timeout=60)
+            confirm = await schedule_in(fake, ts, "every hour ask: how did revenue change?")
+            assert "the question “how did revenue change?”" in confirm["text"]
+            schedule = await only_schedule(bot)
+            assert schedule.ask == "how did revenue change?"
+            model.script(
+                py("print(revenue[-1] - revenue[-2])"),
+                Dynamic(
+                    lambda body: Reply(
+                        text="Revenue rose by "
+                        + [m["content"] for m in body["messages"] if m["role"] == "tool"][-1]
+                        .strip()
+                        .splitlines()[-1]
+                    )
+                ),
+            )
+            assert bot.schedules is not None
+            assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+            reply = runs(fake, ts)[0]
+            body = all_text(reply)
+            assert "Revenue rose by 3" in body and "how did revenue change?" in body
+            assert any(n.endswith(".ipynb") for n in file_names(reply))
+            asked = model.requests[0].messages
+            user_turn = [m for m in asked if m["role"] == "user"][-1]["content"]
+            assert "how did revenue change?" in user_turn and "scheduled run" in user_turn
+            # The run's model turn is not the thread's history.
+            assert await bot.runtime.store.history(f"T1:{CHANNEL}:{ts}") == []

@@ -206,7 +206,7 @@ class ScheduleService:
             await self._note(
                 schedule,
                 f"Skipped the scheduled run of {label}: I was down and it is now "
-                f"{duration(late)} late (more than SLACKINTERP_SCHEDULE_GRACE). "
+                f"{_lateness(late)} late (more than SLACKINTERP_SCHEDULE_GRACE). "
                 f"Next run: {timing.local_label(upcoming, tz)}.",
             )
             return "missed"
@@ -342,3 +342,14 @@ class ScheduleService:
             return None
         planned = self.planned.get(schedule.id)
         return planned if planned is not None else self.due(schedule, self.clock())
+
+
+def _lateness(seconds: float) -> str:
+    """`30 minutes`, `3 hours`, `2 days`: how late a missed run is, rounded for people."""
+    if seconds >= 2 * 86400:
+        return f"{round(seconds / 86400)} days"
+    if seconds >= 2 * 3600:
+        return f"{round(seconds / 3600)} hours"
+    if seconds >= 120:
+        return f"{round(seconds / 60)} minutes"
+    return f"{round(seconds)} seconds"
