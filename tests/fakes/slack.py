@@ -225,6 +225,17 @@ class SlackError(Exception):
 # --------------------------------------------------------------------------
 
 
+def _post_extra(params: dict[str, Any]) -> dict[str, Any] | None:
+    """What chat.postMessage keeps beside text and blocks: metadata, and "Also send to
+    channel" (reply_broadcast) as Slack marks it, subtype thread_broadcast."""
+    extra: dict[str, Any] = {}
+    if params.get("metadata"):
+        extra["metadata"] = params["metadata"]
+    if _truthy(params.get("reply_broadcast")):
+        extra["subtype"] = "thread_broadcast"
+    return extra or None
+
+
 def _truthy(value: Any) -> bool:
     """Slack form fields carry booleans as "1"/"true"; JSON bodies as real bools."""
     if isinstance(value, str):
@@ -913,12 +924,7 @@ class _WebApi(_State):
             text=str(params.get("text") or ""),
             blocks=params.get("blocks") or None,
             thread_ts=params.get("thread_ts") or None,
-            extra=(
-                ({"metadata": params["metadata"]} if params.get("metadata") else {})
-                # "Also send to channel": the reply shows in the channel too.
-                | ({"subtype": "thread_broadcast"} if _truthy(params.get("reply_broadcast")) else {})
-            )
-            or None,
+            extra=_post_extra(params),
         )
         self._bot_posted(channel, message)
         return {"ok": True, "channel": channel, "ts": message["ts"], "message": message}
