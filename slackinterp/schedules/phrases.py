@@ -166,7 +166,8 @@ def _interval(groups: dict[str, str | None], ask: str | None) -> Parsed | None:
     per = _UNITS.get(unit)
     if per is None:
         return None
-    count = int(groups["n"]) if groups.get("n") else 1
+    number = groups.get("n")
+    count = int(number) if number else 1
     if count < 1:
         raise PhraseError("the interval must be at least 1")
     return Parsed(Rule("interval", seconds=count * per), ask)

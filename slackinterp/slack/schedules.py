@@ -20,7 +20,7 @@ from slackinterp.engine import mime
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.execution import Display, Result, Shown
 from slackinterp.schedules import phrases, timing
-from slackinterp.schedules.runner import RunReport
+from slackinterp.schedules.runner import RunCell, RunReport
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
@@ -441,11 +441,11 @@ def run_reply(
     return blocks[:50], files
 
 
-def _whole_text(cell: Any) -> str:
+def _whole_text(cell: RunCell) -> str:
     result = cell.result
     if result.full_output is not None and result.full_output.exists():
         return result.full_output.read_text(errors="replace")
-    return str(result.text)
+    return result.text
 
 
 def _figures(shown: tuple[Shown, ...]) -> list[dict[str, Any]]:
