@@ -134,10 +134,16 @@ class ScheduledRunner:
         run_dir = self.settings.threads_dir / f"{key.dirname}~run-{run_id}"
         scratch = self.settings.data_dir / "scheduled" / f"{key.dirname}-{run_id}"
         report.scratch += [run_dir, scratch]
-        await asyncio.to_thread(self._copy_files, self.settings.threads_dir / key.dirname, run_dir)
+        with_kernel = self.registry.backend.files_with_kernel
+        if not with_kernel:
+            await asyncio.to_thread(
+                self._copy_files, self.settings.threads_dir / key.dirname, run_dir
+            )
         deadline = started + self.settings.schedule_run_timeout
         lease = await self.registry.acquire(run_key, run_dir, fresh=True)
         try:
+            if with_kernel:  # a gateway's: the thread's directory is a sibling over there
+                await self._hidden(lease, _COPY_SIBLING.format(source=key.dirname))
             files = lease.files(self.settings.workspace_max_files)
             before = await files.measure()
             if report.mode == "replay":
@@ -147,6 +153,9 @@ class ScheduledRunner:
             if not (report.cells and report.cells[-1].result.status is Status.DIED):
                 await self._produced(lease, before, report, scratch)
         finally:
+            if with_kernel:  # the run's copy goes with it
+                with contextlib.suppress(Exception):
+                    await self._hidden(lease, _REMOVE_OWN_DIR)
             with contextlib.suppress(Exception):
                 await self.registry.release(run_key, why="scheduled run done")
             self.registry.forget(run_key)
@@ -184,6 +193,18 @@ class ScheduledRunner:
         else:
             target.mkdir(parents=True, exist_ok=True)
         privileges.hand_over(target, getattr(self.registry.backend, "user", None))
+
+    async def _hidden(self, lease: Lease, code: str) -> None:
+        result = await run_cell(
+            lease.kernel,
+            code,
+            timeout=60.0,
+            grace=self.settings.interrupt_grace,
+            max_output_chars=2000,
+            silent=True,
+        )
+        if not result.ok:
+            log.warning("schedule.files_cell_failed status=%s", result.status.value)
 
     def _budget(self, deadline: float) -> float:
         return min(self.settings.exec_timeout, deadline - time.monotonic())
@@ -364,6 +385,23 @@ class _RunPort:
             return await asyncio.to_thread(path.read_bytes)
         except (TransferError, OSError):
             return None
+
+
+# Kernels on a gateway keep each thread's files in a sibling directory of their own working
+# directory (kernels/gateway.py): the run's kernel copies the thread's, dot files left out.
+_COPY_SIBLING = """import os as __o, shutil as __s
+__src = __o.path.join(__o.path.dirname(__o.getcwd()), {source!r})
+if __o.path.isdir(__src):
+    __s.copytree(__src, __o.getcwd(), symlinks=True, dirs_exist_ok=True,
+                 ignore=lambda _d, names: [n for n in names if n.startswith('.')])
+del __o, __s, __src
+"""
+_REMOVE_OWN_DIR = """import os as __o, shutil as __s
+__d = __o.getcwd()
+__o.chdir(__o.path.dirname(__d))
+__s.rmtree(__d, ignore_errors=True)
+del __o, __s, __d
+"""
 
 
 def _timed_out() -> CellResult:
