@@ -298,3 +298,46 @@ async def test_a_scheduled_ask_runs_a_model_turn_with_the_prompt(tmp_path: Path)
             assert "how did revenue change?" in user_turn and "scheduled run" in user_turn
             # The run's model turn is not the thread's history.
             assert await bot.runtime.store.history(f"T1:{CHANNEL}:{ts}") == []
+
+
+async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **FAST) as bot:
+        ts, _ = await fake.user_message(
+            CHANNEL,
+            "<@UBOT> ```import matplotlib.pyplot as plt\nplt.plot([1, 3, 2]); plt.show()\n"
+            "print('signups: 42')```",
+        )
+        await wait_cells(fake, ts, 1, timeout=60)
+        confirm = await schedule_in(fake, ts, "every day at 8")
+        schedule = await only_schedule(bot)
+        await fake.click_button(
+            "interp_schedule_broadcast",
+            buttons_of(confirm)["interp_schedule_broadcast"],
+            message=confirm,
+            channel=CHANNEL,
+            user="U1",
+        )
+        await wait_text(fake, ts, "also sent to the channel")
+        assert bot.schedules is not None
+        assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+        reply = runs(fake, ts)[0]
+        assert reply.get("subtype") == "thread_broadcast"  # "Also send to channel"
+        assert "signups: 42" in all_text(reply)
+        files = await fake.wait_for(
+            lambda: next(
+                (m for m in bot_messages(fake, ts) if "Files of the run" in m.get("text", "")),
+                None,
+            )
+        )
+        names = file_names(files)
+        assert any(n.startswith("figure-1") for n in names) and any(
+            n.endswith(".ipynb") for n in names
+        )
+        # After a reset the thread has nothing to re-run: the run says so instead.
+        await fake.user_message(CHANNEL, "<@UBOT> reset", thread_ts=ts)
+        await wait_text(fake, ts, "variables and history are gone")
+        assert await bot.schedules.fire(schedule.id, time.time() + 1) == "refused"
+        refused = runs(fake, ts)[-1]
+        assert "not run" in all_text(refused) and "no successful cells" in all_text(refused)
+        stored = await bot.runtime.store.schedule(schedule.id)
+        assert stored is not None and stored.failures == 1 and stored.status == "active"
