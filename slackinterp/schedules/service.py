@@ -28,6 +28,7 @@ from datetime import UTC, datetime
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
 
+from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.schedules import timing
@@ -201,6 +202,7 @@ class ScheduleService:
             if not await self.store.claim_run(schedule_id, occurrence, self.replica, "missed"):
                 return "taken"
             log.info("schedule.missed schedule=%s late=%.0f", schedule_id, late)
+            metrics.SCHEDULED_RUNS.labels("missed").inc()
             rule = Rule.from_json(schedule.rule)
             upcoming = timing.next_run(rule, self.clock(), tz, schedule.anchor)
             await self._note(
@@ -220,6 +222,7 @@ class ScheduleService:
         self, schedule: StoredSchedule, occurrence: float, report: RunReport, label: str
     ) -> str:
         outcome = "ok" if report.ok else ("refused" if report.refused else "failed")
+        metrics.SCHEDULED_RUNS.labels(outcome).inc()
         try:
             await self.store.finish_run(schedule.id, occurrence, outcome)
             failures, paused = await self.store.record_result(
