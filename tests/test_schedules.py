@@ -17,13 +17,16 @@ from sqlalchemy import update
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from slackinterp.config import normalize_database_url
+from slackinterp.engine.events import CellFinished
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.runtime import Runtime
 from slackinterp.schedules import phrases, timing
 from slackinterp.schedules.phrases import Rule
-from slackinterp.schedules.runner import RunReport
+from slackinterp.schedules.runner import RunReport, ScheduledRunner
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
 from slackinterp.store import SCHEMA_VERSION, Store, StoredSchedule, meta, schedule_runs, schedules
-from tests.conftest import make_settings
+from tests.conftest import make_settings, run_turn
+from tests.gateway import kernel_gateway  # noqa: F401 - a fixture
 
 BERLIN = timing.zone("Europe/Berlin")
 NEW_YORK = timing.zone("America/New_York")
@@ -405,3 +408,43 @@ async def test_creating_is_refused_with_reasons(tmp_path: Path) -> None:
             await off.create(key, "U2", None, "every hour", hourly)
     finally:
         await store.close()
+
+
+# --- one scheduled run, on local kernels and on a real Kernel Gateway -----------------------
+@pytest.fixture(params=["local", "gateway"])
+def backend_settings(request: pytest.FixtureRequest, tmp_path: Path) -> Any:
+    overrides: dict[str, Any] = {}
+    if request.param == "gateway":
+        gateway = request.getfixturevalue("kernel_gateway")
+        overrides = {"gateway_url": gateway.url, "gateway_token": gateway.token}
+    return make_settings(tmp_path, **overrides)
+
+
+async def test_a_run_sees_the_threads_files_and_leaves_its_kernel_alone(
+    backend_settings: Any,
+) -> None:
+    """The run's kernel gets the thread's files (copied: on the bot's disk, or on the gateway
+    beside the thread's), re-runs the thread's cells, and touches nothing of the thread's."""
+    runtime = await Runtime.open(backend_settings)
+    await runtime.start()
+    key = ThreadKey("T1", "C1", "300.3")
+    try:
+        # A file the replayed cells do not make: written, then the history reset (files stay).
+        await run_turn(runtime.engine, key, "```open('data.txt', 'w').write('7')```")
+        await runtime.engine.reset(key)
+        await run_turn(runtime.engine, key, "```n = int(open('data.txt').read())\nprint(n * 6)```")
+        runner = ScheduledRunner(backend_settings, runtime.store, runtime.registry)
+        report = await runner.run(stored(thread_key=key.id), time.time())
+        assert report.ok, report.summary()
+        assert [c.result.text.strip() for c in report.cells] == ["42"]
+        assert report.notebook is not None and report.notebook[0].endswith(".ipynb")
+        report.cleanup()
+        # The thread's kernel still has its own `n`, and its files are as they were.
+        listing = "sorted(f for f in __import__('os').listdir('.') if f[0] != '.')"
+        events = await run_turn(runtime.engine, key, f"```print(n, {listing})```")
+        text = [e for e in events if isinstance(e, CellFinished)][-1].result.text
+        assert text.strip() == "7 ['data.txt']"
+        assert all("~run-" not in k for k in runtime.registry.slots)  # the run's kernel is gone
+        assert not [p for p in backend_settings.threads_dir.iterdir() if "~run-" in p.name]
+    finally:
+        await runtime.stop()

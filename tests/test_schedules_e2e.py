@@ -9,6 +9,7 @@ path APScheduler's job takes too (ScheduleService.fire).
 from __future__ import annotations
 
 import asyncio
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -92,6 +93,12 @@ async def test_a_bad_phrase_gets_the_accepted_forms(tmp_path: Path) -> None:
         assert "Accepted forms" in reply["text"]
         assert bot.runtime.store is not None
         assert await bot.runtime.store.list_schedules() == []
+        # The owner's time zone comes from Slack (users.info): New York (EST or EDT).
+        fake.users["U7"] = fake.user_info("U2") | {"id": "U7", "tz": "America/New_York"}
+        await fake.user_message(CHANNEL, "<@UBOT> every weekday at 17:30", thread_ts=ts, user="U7")
+        confirm = await wait_text(fake, ts, "Scheduled:")
+        assert "every weekday (Monday to Friday) at 17:30 (America/New_York)" in confirm["text"]
+        assert re.search(r"Next run: \w{3} \d+ \w{3} 17:30 E[SD]T\.", confirm["text"])
 
 
 def buttons_of(message: dict[str, Any]) -> dict[str, str]:
