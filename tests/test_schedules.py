@@ -448,3 +448,39 @@ async def test_a_run_sees_the_threads_files_and_leaves_its_kernel_alone(
         assert not [p for p in backend_settings.threads_dir.iterdir() if "~run-" in p.name]
     finally:
         await runtime.stop()
+
+
+# --- the run's reply, as Slack gets it ------------------------------------------------------
+PNG = (
+    "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5E"
+    "rkJggg=="
+)
+
+
+def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
+    from slackinterp.kernels.execution import CellResult, Display, Error, Status, Stream
+    from slackinterp.schedules.runner import RunCell
+    from slackinterp.slack.schedules import run_reply
+
+    figures = [Display({"image/png": PNG, "text/plain": "<Figure>"}) for _ in range(14)]
+    outputs = [Stream("stdout", "<!channel> total: 42\n"), *figures]
+    ok = CellResult(Status.OK, 0.5, text="<!channel> total: 42\n", outputs=outputs)
+    report = RunReport(
+        1.0, "replay", cells=[RunCell(1, "plot()", ok)], seconds=3.1, notebook=("n.ipynb", b"{}")
+    )
+    blocks, files = run_reply(stored(), report, "Mon 2 Dec 09:00 CET")
+    text = str(blocks)
+    assert "Scheduled run, Mon 2 Dec 09:00 CET: 1 cell, 3.1 s" in text
+    assert "&lt;!channel&gt; total: 42" in text and "<!channel>" not in text  # escaped
+    assert len(files) == 10 and files[-1]["filename"] == "n.ipynb"
+    assert "5 more files not attached" in text
+    failed = CellResult(
+        Status.ERROR, 0.1, error=Error("ZeroDivisionError", "division by zero", "Traceback …")
+    )
+    cells = [RunCell(1, "x = 1", ok), RunCell(2, "1 / 0", failed)]
+    report = RunReport(1.0, "replay", cells=cells, seconds=0.6, planned=7)
+    report.failed = report.cells[-1]
+    blocks, files = run_reply(stored(), report, "Mon 2 Dec 09:00 CET")
+    text = str(blocks)
+    assert "failed at cell 2 of 7 (ZeroDivisionError)" in text and "1 / 0" in text
+    assert "Traceback" in text and files == []

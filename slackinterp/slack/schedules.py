@@ -38,6 +38,7 @@ LIST_WORDS = {"schedules", "schedule", "list schedules"}
 UNSCHEDULE_WORDS = {"unschedule", "stop schedule", "delete schedule"}
 MAX_LISTED = 15  # 3 blocks each, within Slack's 50 per message
 MAX_FIGURES = 20
+MAX_ATTACHMENTS = 10  # files on one message, as Slack's own upload allows
 
 
 def wants(text: str) -> bool:
@@ -429,13 +430,19 @@ def run_reply(
             files.append(_file("output.txt", text.encode()))
     for produced in report.produced:
         files.append(_file(produced.name.replace("/", "_"), produced.path.read_bytes()))
+    left_out = ""
+    keep = MAX_ATTACHMENTS - (report.notebook is not None)
+    if len(files) > keep:
+        left_out = f" · {len(files) - keep} more files not attached (the notebook has every output)"
+        files = files[:keep]
     if report.notebook is not None:
         name, data = report.notebook
         files.append(_file(name, data))
+    notebook_note = " · notebook of the run attached" if report.notebook else ""
     blocks.append(
         _context(
             f"{t.escape(rule.describe())} ({t.escape(schedule.tz)}) · scheduled by "
-            f"<@{schedule.owner}>" + (" · notebook of the run attached" if report.notebook else "")
+            f"<@{schedule.owner}>{notebook_note}{left_out}"
         )
     )
     return blocks[:50], files
