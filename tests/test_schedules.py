@@ -69,9 +69,23 @@ def test_accepted_phrases(text: str, rule: Rule, ask: str | None) -> None:
     assert Rule.from_json(rule.to_json()) == rule
 
 
-@pytest.mark.parametrize("text", ["every blue moon", "every", "on the first monday", "every day"])
+@pytest.mark.parametrize("text", ["every morning at 9", "every month", "every day", "on the 1st"])
 def test_unclear_phrases_are_not_guessed(text: str) -> None:
     assert phrases.parse(text) is None
+    assert phrases.looks_like_schedule(text)  # so the accepted forms are given back
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "every row with a missing value: drop it and plot the rest",
+        "on the attached file, compute the mean",
+        "every blue moon",
+        "every Monday at 9 the revenue report should include refunds, taxes and the discounts",
+    ],
+)
+def test_questions_that_start_like_a_schedule_stay_questions(text: str) -> None:
+    assert not phrases.looks_like_schedule(text)
 
 
 @pytest.mark.parametrize(

@@ -83,7 +83,7 @@ async def test_a_bad_phrase_gets_the_accepted_forms(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path, **FAST) as bot:
         ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```x = 1```")
         await wait_cells(fake, ts, 1, timeout=60)
-        await fake.user_message(CHANNEL, "<@UBOT> every blue moon", thread_ts=ts)
+        await fake.user_message(CHANNEL, "<@UBOT> every morning at 9", thread_ts=ts)
         reply = await wait_text(fake, ts, "Accepted forms")
         assert (
             "every Monday at 9:00" in all_text(reply) and "nothing was scheduled" in reply["text"]

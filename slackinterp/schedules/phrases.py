@@ -82,14 +82,22 @@ class PhraseError(ValueError):
     """The words look like a schedule but cannot be one (25:00, the 32nd); says why."""
 
 
+_LOOKS = re.compile(
+    r"^(?:every|each)\s+(?:other\s+)?(?:\d+\s+)?"
+    r"(?:mon|tue|wed|thu|fri|sat|sun|day|weekday|workday|business|hour|hr|minute|min"
+    r"|second|sec|week|month|morning|evening|night)"
+    r"|^on\s+the\s+\d{1,2}(?:st|nd|rd|th)?\b"
+    r"|^(?:daily|hourly|weekly|monthly)\b"
+)
+MAX_WHEN_WORDS = 10
+
+
 def looks_like_schedule(text: str) -> bool:
-    """Whether a mention is meant as a schedule (then a bad one gets the accepted forms)."""
-    head = text.strip().lower()
-    return head.startswith(("every ", "every\n", "on the ", "daily ", "hourly")) or head in (
-        "every",
-        "daily",
-        "hourly",
-    )
+    """Whether a mention is meant as a schedule (then a bad one gets the accepted forms back).
+    Short, and starting like one: `every row with a gap…` or a long question stays a question."""
+    when = re.split(r"\bask\s*:", text, maxsplit=1, flags=re.I)[0]
+    words = when.lower().split()
+    return 0 < len(words) <= MAX_WHEN_WORDS and bool(_LOOKS.match(" ".join(words)))
 
 
 _TIME = r"(?P<h>\d{1,2})(?:[:.h](?P<m>\d{2}))?\s*(?P<ampm>am|pm|a\.m\.|p\.m\.)?"
