@@ -340,6 +340,13 @@ async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path
         assert any(n.startswith("figure-1") for n in names) and any(
             n.endswith(".ipynb") for n in names
         )
+        # Slack refuses every upload (no files:write): the results still arrive, as text.
+        fake.fail("files.getUploadURLExternal", error="missing_scope", times=None)
+        assert await bot.schedules.set_broadcast(schedule.id, False)
+        assert await bot.schedules.fire(schedule.id, time.time() - 1) == "ran"
+        plain = runs(fake, ts)[-1]
+        assert "signups: 42" in all_text(plain) and "could not be attached" in all_text(plain)
+        fake.clear_faults()
         # After a reset the thread has nothing to re-run: the run says so instead.
         await fake.user_message(CHANNEL, "<@UBOT> reset", thread_ts=ts)
         await wait_text(fake, ts, "variables and history are gone")

@@ -27,6 +27,7 @@ from slackinterp.kernels.execution import CellResult, Error, Status, run_cell
 from slackinterp.kernels.files import TransferError
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease
 from slackinterp.llm import prompts
+from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
 from slackinterp.store import Store, StoredSchedule
 
@@ -258,8 +259,6 @@ class ScheduledRunner:
         assert self.agent is not None and schedule.ask is not None
         port = _RunPort(self, lease, report, deadline, scratch, run_dir)
         stop = asyncio.Event()
-        from slackinterp.llm.agent import ModelError  # the agent's own error, lazily
-
         try:
             async with asyncio.timeout(max(1.0, deadline - time.monotonic())):
                 report.answer = await self.agent.run_turn(

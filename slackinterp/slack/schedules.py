@@ -323,7 +323,11 @@ class SlackSchedules:
         for attempt in (blocks, _without_tables(blocks)):
             if await self._upload(key, attachments, attempt):
                 return
-        await self._upload(key, attachments, None, comment=t.clip_mrkdwn(fallback, 3900))
+        if await self._upload(key, attachments, None, comment=t.clip_mrkdwn(fallback, 3900)):
+            return
+        # No upload at all (a missing files:write, Slack down): the results still arrive.
+        note = _context("The figures and the notebook of this run could not be attached.")
+        await self._post(self.client, key, fallback, [*blocks[:49], note])
 
     async def _upload(
         self,
