@@ -319,6 +319,9 @@ class Replies:
     async def note(self, schedule: StoredSchedule, text: str) -> None:
         raise AssertionError(text)
 
+    async def refusal(self, schedule: StoredSchedule) -> str | None:
+        return None
+
     async def paused(self, schedule: StoredSchedule, failures: int) -> None:
         raise AssertionError("paused")
 

@@ -365,3 +365,7 @@ async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path
         assert "not run" in all_text(refused) and "no successful cells" in all_text(refused)
         stored = await bot.runtime.store.schedule(schedule.id)
         assert stored is not None and stored.failures == 1 and stored.status == "active"
+        # An owner whose account was deactivated: the schedule does not run, and says why.
+        fake.users["U1"] = fake.user_info("U1") | {"deleted": True}
+        assert await bot.schedules.fire(schedule.id, time.time() + 2) == "refused"
+        assert "owner's Slack account is deactivated" in all_text(runs(fake, ts)[-1])

@@ -18,6 +18,10 @@ class ScheduleFront(Protocol):
         """A one-line note in the schedule's thread."""
         ...
 
+    async def refusal(self, schedule: StoredSchedule) -> str | None:
+        """Why the front-end would not run this schedule now (its owner is gone), or None."""
+        ...
+
     async def paused(self, schedule: StoredSchedule, failures: int) -> None:
         """The schedule paused itself after `failures` failed runs in a row: tell its owner."""
         ...

@@ -215,7 +215,12 @@ class ScheduleService:
         if not await self.store.claim_run(schedule_id, occurrence, self.replica):
             return "taken"
         log.info("schedule.run schedule=%s occurrence=%d", schedule_id, int(occurrence))
-        report = await self.runner.run(schedule, occurrence)
+        refusal = await self.front.refusal(schedule) if self.front is not None else None
+        if refusal is not None:
+            mode = "ask" if schedule.ask else "replay"
+            report = RunReport(occurrence, mode, problem=refusal, refused=True)
+        else:
+            report = await self.runner.run(schedule, occurrence)
         return await self._finish(schedule, occurrence, report, label)
 
     async def _finish(

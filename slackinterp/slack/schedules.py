@@ -294,6 +294,19 @@ class SlackSchedules:
         key = ThreadKey.parse(schedule.thread_key)
         await self._post(self.client, key, f":calendar: {t.escape(text)}")
 
+    async def refusal(self, schedule: StoredSchedule) -> str | None:
+        """A schedule whose owner's account was deactivated does not run (Slack's answer is
+        trusted when it comes; a failed look-up does not stop the run)."""
+        try:
+            response = await self.client.users_info(user=schedule.owner)
+        except SlackApiError as exc:
+            if exc.response.get("error") == "user_not_found":
+                return "its owner is no longer in this workspace"
+            return None
+        if (response.get("user") or {}).get("deleted"):
+            return "its owner's Slack account is deactivated"
+        return None
+
     async def paused(self, schedule: StoredSchedule, failures: int) -> None:
         key = ThreadKey.parse(schedule.thread_key)
         await self._post(
