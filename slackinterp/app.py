@@ -33,6 +33,8 @@ from slackinterp import metrics
 from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
 from slackinterp.logs import public_url
 from slackinterp.runtime import Runtime
+from slackinterp.schedules.runner import ScheduledRunner
+from slackinterp.schedules.service import ScheduleService
 from slackinterp.slack import preflight
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.listeners import SlackListeners
@@ -84,6 +86,7 @@ class SlackBot:
     listeners: SlackListeners
     fetcher: SlackFileFetcher
     http: aiohttp.ClientSession
+    schedules: ScheduleService | None = None  # issue 28: recurring analyses
     socket: AsyncSocketModeHandler | None = None
     http_runner: web.AppRunner | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
@@ -102,9 +105,15 @@ class SlackBot:
         fetcher = SlackFileFetcher(
             settings.slack_bot_token or "", settings.max_download_mb * 1024 * 1024
         )
-        listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher)
+        schedules = ScheduleService(  # issue 28: always built; it idles when schedules are off
+            settings,
+            runtime.store,
+            ScheduledRunner(settings, runtime.store, runtime.registry, runtime.agent),
+            replica=runtime.registry.replica_id,
+        )
+        listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher, schedules)
         listeners.register()
-        return cls(settings, runtime, app, listeners, fetcher, http)
+        return cls(settings, runtime, app, listeners, fetcher, http, schedules)
 
     async def start(self, stop: asyncio.Event | None = None) -> bool:
         """Start kernels and the Slack connection; False if `stop` was set before it was up."""
@@ -129,6 +138,8 @@ class SlackBot:
             metrics.add_routes(web_app)
             await self._serve(web_app, self.settings.http_port)
             log.info("slack.listening mode=http port=%d", self.settings.http_port)
+        if self.schedules is not None:  # issue 28: jobs from the stored schedules
+            await self.schedules.start()
         if interrupted:
             log.warning("bot.interrupted_turns count=%d", len(interrupted))
             self.listeners.spawn(self.listeners.tell_interrupted(interrupted), "interrupted")
@@ -181,6 +192,8 @@ class SlackBot:
             self.stopped.set()
 
     async def _stop(self) -> None:
+        if self.schedules is not None:  # issue 28: no new runs; running ones end or stop
+            await self.schedules.stop(DRAIN_SECONDS / 2)
         await self.listeners.drain(DRAIN_SECONDS)
         if self.socket is not None:
             # Bounded: an unreachable Slack must not keep kernels running.

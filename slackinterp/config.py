@@ -218,6 +218,35 @@ class Settings(BaseSettings):
         description="User IDs who may change channel policies (network) and anyone's schedules "
         "from Slack, besides the workspace's admins and owners.",
     )
+    # Recurring analyses (issue 28)
+    schedules: bool = Field(
+        True,
+        description="on/off: threads may be re-run on a schedule (`@interp every Monday at 9:00`).",
+    )
+    schedule_min_interval: float = _seconds(
+        900, "Shortest time between two runs of a schedule.", ge=1
+    )
+    schedule_max_per_channel: int = Field(
+        20, ge=0, description="Schedules (active or paused) a channel may have."
+    )
+    schedule_max_per_user: int = Field(
+        10, ge=0, description="Schedules (active or paused) one person may own."
+    )
+    schedule_run_timeout: float = _seconds(
+        600, "Wall time one scheduled run may take (restoring included); then it is stopped."
+    )
+    schedule_grace: float = _seconds(
+        3600,
+        "A run missed while the bot was down still runs (once) when it starts within this "
+        "many seconds; later, it is skipped with a note in the thread.",
+        ge=0,
+    )
+    schedule_sync_interval: float = _seconds(
+        30,
+        "Seconds between reloads of the stored schedules (a replica learns of schedules "
+        "created, paused or deleted on another one).",
+        ge=0.1,
+    )
     max_upload_mb: int = Field(
         50, ge=1, description="Largest produced file uploaded to Slack, in MiB."
     )

@@ -36,6 +36,11 @@ STREAM_FALLBACKS = Counter(
     ["error"],
 )
 FEEDBACK = Counter("slackinterp_feedback_total", "Feedback button clicks on answers", ["value"])
+SCHEDULED_RUNS = Counter(  # issue 28
+    "slackinterp_scheduled_runs_total",
+    "Scheduled runs this replica claimed, by outcome (ok, failed, refused, missed)",
+    ["outcome"],
+)
 
 
 def track_kernels(live: Callable[[], float], pool: Callable[[], float]) -> None:

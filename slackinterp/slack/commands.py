@@ -14,12 +14,15 @@ from slackinterp.slack import controls
 from slackinterp.slack import text as t
 from slackinterp.slack.listener_base import ListenerBase
 from slackinterp.slack.render import buttons
+from slackinterp.slack.schedules import SlackSchedules
 
 log = logging.getLogger(__name__)
 
 
 class CommandListeners(ListenerBase):
     """The slash command's listener."""
+
+    schedules: SlackSchedules | None = None  # issue 28: set by SlackListeners when enabled
 
     async def on_command(
         self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
@@ -28,6 +31,11 @@ class CommandListeners(ListenerBase):
         word = words[0].lower() if words else "help"
         channel = body.get("channel_id", "")
         command = self.settings.command
+        if self.schedules is not None and word in ("schedules", "schedule"):  # issue 28
+            await ack()
+            listing = await self.schedules.listing(client, channel, body.get("user_id") or "")
+            await respond(response_type="ephemeral", **listing)
+            return
         if word not in controls.WORDS:
             await ack(
                 response_type="ephemeral",

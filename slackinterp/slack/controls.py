@@ -37,6 +37,8 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             "• Follow-ups in the thread need no mention; variables stay between messages.",
             *controls,
             "• Attach a notebook with `run it` to run its cells here.",
+            f"• `{mention} every Monday at 9:00` re-runs this thread on a schedule and posts "
+            f"the results (`{mention} schedules` lists them, `{mention} unschedule` stops it).",
             f"• `{command} reset|stop|status|files|export [thread link]` does the same from "
             "anywhere in the channel; without a link it lists the channel's kernels.",
         ]

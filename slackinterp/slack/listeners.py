@@ -18,13 +18,16 @@ from slackinterp.engine.events import Notice
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
+from slackinterp.schedules.service import ScheduleService
 from slackinterp.slack import (
     agent_session,  # issue 27
     controls,
     stream,  # issue 14
 )
+from slackinterp.slack import schedules as schedule_controls
 from slackinterp.slack import text as t
 from slackinterp.slack.access import AllowList
+from slackinterp.slack.admins import Admins
 from slackinterp.slack.assistant import AssistantView  # issue 14
 from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
@@ -62,9 +65,17 @@ class SlackListeners(CommandListeners, ButtonListeners):
         store: Store,
         settings: Settings,
         fetcher: SlackFileFetcher,
+        schedules: ScheduleService | None = None,
     ):
         super().__init__(app, engine, store, settings, fetcher)
         self.access = AllowList(tuple(settings.allowed_channels), tuple(settings.allowed_users))
+        self.schedules = (  # issue 28: recurring analyses
+            schedule_controls.SlackSchedules(
+                schedules, app.client, Admins(settings.admins), self._mention
+            )
+            if schedules is not None
+            else None
+        )
         self.stream_memo = stream.StreamMemo()  # issue 14: workspaces that cannot stream
         self.session_memo = agent_session.SessionMemo()  # issue 27: … that have no sessions
         engine.notice_listeners.append(self.on_notice)
@@ -78,6 +89,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
         app.shortcut(SHORTCUT_ID)(self.on_shortcut)
         app.action(STOP_ACTION)(self.on_button)
         app.action(RESET_ACTION)(self.on_button)
+        if self.schedules is not None:  # issue 28: Pause, Resume, Delete, Also send to channel
+            for action in schedule_controls.ACTIONS:
+                app.action(action)(self.schedules.on_button)
         AssistantView(  # issues 14, 27: agent/assistant view, feedback buttons, Slack's Stop
             app,
             self.engine,
@@ -209,6 +223,11 @@ class SlackListeners(CommandListeners, ButtonListeners):
         text = clean_text(event.get("text") or "", self.bot_user_id)
         files = event.get("files") or []
         in_thread = thread_ts != event["ts"]
+        if mentioned and not files and self.schedules and schedule_controls.wants(text):
+            # issue 28: `every Monday at 9:00`, `schedules`, `unschedule`
+            work = self.schedules.on_mention(client, key, user, text)
+            self.spawn(work, f"schedule-{key.id}")
+            return
         if mentioned and not files:
             control = controls.parse_control(text)
             if control is not None:

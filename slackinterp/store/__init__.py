@@ -9,7 +9,8 @@ row count.
 One module per concept: `schema` (tables), `migrations` (versions), `connection` (engines),
 `locks` (the per-thread lock across replicas), then one mixin per group of tables — `threads`
 (turns in flight), `replay` (cells and model history), `transcript` (notebook export), `seen`
-(events and thread context), `kernels` (gateway directory, kernel processes). `Store` is their
+(events and thread context), `kernels` (gateway directory, kernel processes), `recurring`
+(recurring analyses and their run claims). `Store` is their
 union.
 """
 
@@ -31,6 +32,7 @@ from slackinterp.store.migrations import (
     Migration,
     migrate,
 )
+from slackinterp.store.recurring import Schedules, StoredSchedule
 from slackinterp.store.replay import Replay, StoredCell
 from slackinterp.store.schema import (
     PENDING_LIMIT,
@@ -42,6 +44,8 @@ from slackinterp.store.schema import (
     kernel_procs,
     meta,
     metadata,
+    schedule_runs,
+    schedules,
     seen_events,
     thread_context,
     thread_kernels,
@@ -62,6 +66,7 @@ __all__ = [
     "Store",
     "StoreError",
     "StoredCell",
+    "StoredSchedule",
     "TurnStart",
     "advisory_key",
     "cells",
@@ -74,6 +79,8 @@ __all__ = [
     "metadata",
     "migrate",
     "redacted",
+    "schedule_runs",
+    "schedules",
     "seen_events",
     "sqlite_url",
     "thread_context",
@@ -83,7 +90,7 @@ __all__ = [
 ]
 
 
-class Store(Threads, Replay, Transcript, Seen, Kernels):
+class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules):
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
 
     @classmethod

@@ -20,6 +20,8 @@ from slackinterp.store.schema import (
     context_pending,
     meta,
     metadata,
+    schedule_runs,
+    schedules,
     thread_context,
     thread_kernels,
     transcript,
@@ -54,7 +56,18 @@ def _v4(conn: Connection) -> None:
     transcript.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4}
+def _v5_placeholder(conn: Connection) -> None:
+    """PLACEHOLDER for issue 26 (egress), which owns version 5: a no-op so that the steps stay
+    contiguous on this branch. The lead replaces it with issue 26's step at merge."""
+
+
+def _v6(conn: Connection) -> None:
+    """Version 6: recurring analyses (schedules and their per-occurrence claims)."""
+    for table in (schedules, schedule_runs):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5_placeholder, 6: _v6}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")

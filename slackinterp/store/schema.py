@@ -6,7 +6,17 @@ brought forward by the steps in `migrations.py`. Change a table here, then add a
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Column, Float, Integer, MetaData, String, Table, Text
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    Column,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+)
 
 metadata = MetaData()
 
@@ -127,3 +137,39 @@ context_files = Table(
 )
 
 PENDING_LIMIT = 50
+
+
+# Recurring analyses (schema version 6): a thread's schedules, and one claim row per run of
+# one (schedule, occurrence) so that every occurrence runs once across replicas and restarts.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("channel", String(50), nullable=False, index=True),
+    Column("owner", String(50), nullable=False, index=True),
+    Column("phrase", Text, nullable=False),  # as typed
+    Column("rule", Text, nullable=False),  # phrases.Rule, JSON
+    Column("tz", String(64), nullable=False),  # the owner's IANA zone (users.info)
+    Column("ask", Text),  # a model turn's prompt; NULL: re-run the thread's cells
+    Column("broadcast", Boolean, nullable=False, default=False),
+    Column("status", String(16), nullable=False),  # active | paused
+    Column("failures", Integer, nullable=False, default=0),  # failed runs in a row
+    Column("anchor", Float, nullable=False),  # `every N hours` counts from here
+    Column("last_occurrence", Float),  # the latest occurrence claimed (run, missed or refused)
+    Column("last_result", Text),  # one line: "ok: 7 cells, 3.1 s" / "failed: ZeroDivisionError"
+    Column("last_run_at", Float),
+    Column("created_at", Float, nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+schedule_runs = Table(
+    "schedule_runs",
+    metadata,
+    Column("schedule_id", String(32), primary_key=True),
+    Column("occurrence", BigInteger, primary_key=True),  # POSIX seconds
+    Column("outcome", String(16), nullable=False),  # running | ok | failed | missed | refused
+    Column("replica", String(100), nullable=False),
+    Column("claimed_at", Float, nullable=False),
+    Column("finished_at", Float),
+)

@@ -227,6 +227,17 @@ class SlackError(Exception):
 # --------------------------------------------------------------------------
 
 
+def _post_extra(params: dict[str, Any]) -> dict[str, Any] | None:
+    """What chat.postMessage keeps beside text and blocks: metadata, and "Also send to
+    channel" (reply_broadcast) as Slack marks it, subtype thread_broadcast."""
+    extra: dict[str, Any] = {}
+    if params.get("metadata"):
+        extra["metadata"] = params["metadata"]
+    if _truthy(params.get("reply_broadcast")):
+        extra["subtype"] = "thread_broadcast"
+    return extra or None
+
+
 def _truthy(value: Any) -> bool:
     """Slack form fields carry booleans as "1"/"true"; JSON bodies as real bools."""
     if isinstance(value, str):
@@ -915,7 +926,7 @@ class _WebApi(_State):
             text=str(params.get("text") or ""),
             blocks=params.get("blocks") or None,
             thread_ts=params.get("thread_ts") or None,
-            extra={"metadata": params["metadata"]} if params.get("metadata") else None,
+            extra=_post_extra(params),
         )
         self._bot_posted(channel, message)
         return {"ok": True, "channel": channel, "ts": message["ts"], "message": message}
@@ -1302,10 +1313,24 @@ class _Files(_State):
         if not channel and params.get("channels"):
             channel = str(params["channels"]).split(",")[0]
         thread_ts = params.get("thread_ts") or None
+        # `blocks` (a JSON string) is the share message's content; Slack ignores it when an
+        # initial_comment is given.
+        blocks = params.get("blocks")
+        if isinstance(blocks, str) and blocks:
+            try:
+                blocks = json.loads(blocks)
+            except ValueError:
+                raise SlackError("invalid_blocks_format") from None
+        if params.get("initial_comment") or not blocks:
+            blocks = None
+        elif block_errors(blocks):
+            raise SlackError("invalid_blocks", errors=block_errors(blocks))
         uploads = [self._finish_upload(item) for item in items]
         file_objs = [self._uploaded_file_object(p, t) for p, t in uploads]
         if channel:
-            self._share_files(str(channel), thread_ts, params.get("initial_comment"), file_objs)
+            self._share_files(
+                str(channel), thread_ts, params.get("initial_comment"), file_objs, blocks
+            )
         for (pending, title), file_obj in zip(uploads, file_objs, strict=True):
             self.uploads.append(
                 Upload(
@@ -1381,11 +1406,13 @@ class _Files(_State):
         thread_ts: str | None,
         comment: str | None,
         file_objs: list[dict[str, Any]],
+        blocks: list[dict[str, Any]] | None = None,
     ) -> None:
         message = self.workspace.post(
             channel,
             author=self._bot_author(),
             text=comment or "",
+            blocks=blocks,
             thread_ts=thread_ts,
             extra={"files": file_objs, "upload": True, "display_as_bot": False},
         )
