@@ -29,6 +29,7 @@ from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
+from slackinterp.llm.steering import Steering
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)
@@ -371,6 +372,9 @@ class _RunPort:
     async def files(self) -> list[tuple[str, int]]:
         snap = await self.lease.files(self.runner.settings.workspace_max_files).snapshot()
         return [(workspace.display_name(n), size) for n, (size, _m) in sorted(snap.items())]
+
+    async def steering(self) -> list[Steering]:
+        return []  # nobody types into a scheduled run: its prompt is fixed when it is made
 
     async def variables(self) -> list[str]:
         if self.variables_known is None:
