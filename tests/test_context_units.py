@@ -22,6 +22,7 @@ from slackinterp.slack.thread import (
     trimmed,
 )
 from slackinterp.store import MIGRATIONS, PENDING_LIMIT, Store, metadata, migrate
+from slackinterp.store.migrations import SCHEMA_VERSION
 from tests.conftest import make_settings
 
 
@@ -91,7 +92,7 @@ async def test_a_version_2_database_gains_the_context_tables(db_url: str) -> Non
             await conn.exec_driver_sql(
                 "INSERT INTO meta (key, value) VALUES ('schema_version', '2')"
             )
-        assert await migrate(engine, MIGRATIONS) == (2, 4)
+        assert await migrate(engine, MIGRATIONS) == (2, SCHEMA_VERSION)
         async with engine.connect() as conn:
             names = set(await conn.run_sync(lambda c: inspect(c).get_table_names()))
         assert context_tables <= names
