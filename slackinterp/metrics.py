@@ -36,6 +36,14 @@ STREAM_FALLBACKS = Counter(
     ["error"],
 )
 FEEDBACK = Counter("slackinterp_feedback_total", "Feedback button clicks on answers", ["value"])
+EGRESS_REQUESTS = Counter(
+    "slackinterp_egress_requests_total",
+    "Kernel network requests through the egress proxy, by decision and reason",
+    ["decision", "reason"],
+)
+EGRESS_BYTES = Counter(
+    "slackinterp_egress_bytes_total", "Bytes through the egress proxy", ["direction"]
+)
 
 
 def track_kernels(live: Callable[[], float], pool: Callable[[], float]) -> None:
