@@ -103,6 +103,7 @@ class SlackBot:
             settings.slack_bot_token or "", settings.max_download_mb * 1024 * 1024
         )
         listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher)
+        listeners.egress = runtime.egress
         listeners.register()
         return cls(settings, runtime, app, listeners, fetcher, http)
 

@@ -110,8 +110,17 @@ def test_canonical_names() -> None:
 
 @pytest.mark.parametrize(
     "rule",
-    ["*", "*.com", "http://pypi.org", "pypi.org:0", "pypi.org:99999", "pypi.org:x", "*.1.2.3.4",
-     "10.0.0.0/33", "[::1"],
+    [
+        "*",
+        "*.com",
+        "http://pypi.org",
+        "pypi.org:0",
+        "pypi.org:99999",
+        "pypi.org:x",
+        "*.1.2.3.4",
+        "10.0.0.0/33",
+        "[::1",
+    ],
 )
 def test_bad_rules_are_refused_with_a_reason(rule: str) -> None:
     with pytest.raises(BadRule) as caught:

@@ -9,7 +9,8 @@ row count.
 One module per concept: `schema` (tables), `migrations` (versions), `connection` (engines),
 `locks` (the per-thread lock across replicas), then one mixin per group of tables — `threads`
 (turns in flight), `replay` (cells and model history), `transcript` (notebook export), `seen`
-(events and thread context), `kernels` (gateway directory, kernel processes). `Store` is their
+(events and thread context), `kernels` (gateway directory, kernel processes), `network`
+(per-channel egress rules). `Store` is their
 union.
 """
 
@@ -31,10 +32,12 @@ from slackinterp.store.migrations import (
     Migration,
     migrate,
 )
+from slackinterp.store.network import NetworkRules
 from slackinterp.store.replay import Replay, StoredCell
 from slackinterp.store.schema import (
     PENDING_LIMIT,
     cells,
+    channel_network_rules,
     context_files,
     context_pending,
     history,
@@ -65,6 +68,7 @@ __all__ = [
     "TurnStart",
     "advisory_key",
     "cells",
+    "channel_network_rules",
     "context_files",
     "context_pending",
     "history",
@@ -83,7 +87,7 @@ __all__ = [
 ]
 
 
-class Store(Threads, Replay, Transcript, Seen, Kernels):
+class Store(Threads, Replay, Transcript, Seen, Kernels, NetworkRules):
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
 
     @classmethod

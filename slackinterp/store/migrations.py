@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from slackinterp.store.base import StoreError, advisory_key
 from slackinterp.store.schema import (
+    channel_network_rules,
     context_files,
     context_pending,
     meta,
@@ -54,7 +55,12 @@ def _v4(conn: Connection) -> None:
     transcript.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4}
+def _v5(conn: Connection) -> None:
+    """Version 5: per-channel network rules set by admins from Slack (egress allowlist)."""
+    channel_network_rules.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")

@@ -25,6 +25,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from slackinterp.config import NetworkMode as NetworkMode  # the rules' modes, re-exported
+
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
 
@@ -39,12 +41,6 @@ MAX_RULES = 200  # per list; a policy is read on every connection
 _LABEL = re.compile(r"^[a-z0-9](?:[a-z0-9-]{0,61}[a-z0-9])?$")
 # Every spelling inet_aton(3) accepts: 1 to 4 parts, each decimal, octal (0…) or hex (0x…).
 _NUMERIC = re.compile(r"^(?:0x[0-9a-f]*|[0-9]+)(?:\.(?:0x[0-9a-f]*|[0-9]+)){0,3}$")
-
-
-class NetworkMode(StrEnum):
-    OFF = "off"  # no network at all (a private network namespace, nothing in it)
-    ALLOWLIST = "allowlist"  # only through the filtering proxy
-    OPEN = "open"  # the host's network
 
 
 class BadHost(ValueError):

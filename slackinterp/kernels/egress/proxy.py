@@ -165,9 +165,11 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
 class KernelListener:
     """One kernel's listener: who it speaks for, its open connections, what it refused."""
 
-    def __init__(self, proxy: EgressProxy, path: Path):
+    def __init__(self, proxy: EgressProxy, path: Path, uid: int | None, gid: int | None):
         self.proxy = proxy
         self.path = path
+        self.uid = uid
+        self.gid = gid
         self.thread: str | None = None  # the thread key; None while the kernel is pooled
         self.server: asyncio.Server | None = None
         self.tasks: set[asyncio.Task[None]] = set()
@@ -204,6 +206,11 @@ class KernelListener:
         with contextlib.suppress(OSError):
             self.path.unlink()
 
+    async def restart(self) -> None:
+        """The kernel restarts: its connections end and a new listener takes the path."""
+        await self.close()
+        await self.proxy.start(self)
+
 
 @dataclass
 class _Flow:
@@ -229,9 +236,16 @@ class EgressProxy:
         self.own_addresses = own_addresses or addresses.OwnAddresses().get
         self.active = 0
 
-    async def listen(self, path: Path, uid: int | None = None, gid: int | None = None) -> KernelListener:
+    async def listen(
+        self, path: Path, uid: int | None = None, gid: int | None = None
+    ) -> KernelListener:
         """A listener at `path` (created before the kernel starts), usable by `uid` only."""
-        listener = KernelListener(self, path)
+        listener = KernelListener(self, path, uid, gid)
+        await self.start(listener)
+        return listener
+
+    async def start(self, listener: KernelListener) -> None:
+        path = listener.path
         with contextlib.suppress(FileNotFoundError):
             path.unlink()
 
@@ -246,9 +260,8 @@ class EgressProxy:
 
         listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=CHUNK)
         os.chmod(path, 0o600)
-        if uid is not None:
-            os.chown(path, uid, gid if gid is not None else -1)
-        return listener
+        if listener.uid is not None:
+            os.chown(path, listener.uid, listener.gid if listener.gid is not None else -1)
 
     async def _serve(
         self, listener: KernelListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -343,13 +356,18 @@ class EgressProxy:
         last_error = "no address"
         try:
             async with asyncio.timeout(self.limits.connect_timeout):
-                found = [literal] if literal is not None else await self.resolver(
-                    decision.host, decision.port
+                found = (
+                    [literal]
+                    if literal is not None
+                    else await self.resolver(decision.host, decision.port)
                 )
                 vetted = addresses.vet(found, private=decision.private, own=self.own_addresses())
                 if not vetted:
                     refused = Decision(
-                        decision.verdict, decision.host, decision.port, decision.rule,
+                        decision.verdict,
+                        decision.host,
+                        decision.port,
+                        decision.rule,
                         "blocked-address",
                     )
                     self._refused(listener, refused, "blocked-address", request, found)
@@ -465,8 +483,13 @@ def _why(decision: Decision) -> str:
 
 async def _answer(writer: asyncio.StreamWriter, status: int, error: str, message: str) -> None:
     """A short plain-text answer: clients hide the body, so the header names the cause too."""
-    reasons = {400: "Bad Request", 403: "Forbidden", 431: "Request Header Fields Too Large",
-               502: "Bad Gateway", 503: "Service Unavailable"}
+    reasons = {
+        400: "Bad Request",
+        403: "Forbidden",
+        431: "Request Header Fields Too Large",
+        502: "Bad Gateway",
+        503: "Service Unavailable",
+    }
     body = f"slackinterp egress: {message}\n".encode()
     head = (
         f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"
