@@ -322,6 +322,7 @@ class EgressProxy:
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
             else:
                 up_writer.write(request.upstream_head)
+                flow.up += len(request.upstream_head)
             await self._tunnel(reader, writer, up_reader, up_writer, flow)
         finally:
             up_writer.close()
