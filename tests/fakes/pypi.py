@@ -69,11 +69,11 @@ class FakeIndex:
             def __init__(self, *args: Any, **kwargs: Any) -> None:
                 super().__init__(*args, directory=served, **kwargs)
 
-            def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            def do_GET(self) -> None:
                 hits[self.path.split("?")[0]] += 1
                 super().do_GET()
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002
+            def log_message(self, format: str, *args: Any) -> None:
                 return
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
