@@ -184,8 +184,16 @@ class SandboxUnavailable(StoreError):
 
 
 def resolve_sandbox(settings: Settings) -> str | None:
-    """The bwrap binary to wrap kernels with, or None for no sandbox."""
+    """The bwrap binary to wrap kernels with, or None for no sandbox.
+
+    SLACKINTERP_NETWORK=allowlist needs the sandbox like SLACKINTERP_SANDBOX=bwrap does:
+    without it kernels would use the host's network, the opposite of what was asked."""
+    allowlist = settings.network is NetworkMode.ALLOWLIST
     if settings.sandbox == SandboxMode.NONE:
+        if allowlist:
+            raise SandboxUnavailable(
+                "SLACKINTERP_NETWORK=allowlist needs the sandbox, but SLACKINTERP_SANDBOX=none"
+            )
         return None
     works, detail = sandbox.bwrap_works()
     if works:
@@ -193,6 +201,8 @@ def resolve_sandbox(settings: Settings) -> str | None:
         return detail
     if settings.sandbox == SandboxMode.BWRAP:
         raise SandboxUnavailable(f"SLACKINTERP_SANDBOX=bwrap, but {detail}")
+    if allowlist:
+        raise SandboxUnavailable(f"SLACKINTERP_NETWORK=allowlist needs the sandbox, but {detail}")
     log.warning("sandbox.disabled reason=%s", detail.replace(" ", "_")[:80])
     return None
 
@@ -262,9 +272,7 @@ def network_allowed(settings: Settings, sandboxed: bool, *, local: bool = True) 
 def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | None:
     """The proxy and the policies for sandboxed local kernels; None without a sandbox (no
     isolation to enforce: kernels use the host's network, and doctor says so)."""
-    if bwrap is None:
-        if settings.network is NetworkMode.ALLOWLIST:
-            log.warning("egress.not_enforced reason=no_sandbox network=allowlist")
+    if bwrap is None:  # resolve_sandbox refused allowlist mode without one
         return None
     return Egress.from_settings(settings, store)
 
