@@ -21,6 +21,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 from slackinterp import metrics
@@ -217,6 +218,7 @@ class _Flow:
     up: int = 0
     down: int = 0
     last: float = field(default_factory=time.monotonic)
+    forwarded: bool = False  # the transports went to _Forward protocols
 
 
 class EgressProxy:
@@ -278,18 +280,24 @@ class EgressProxy:
             await _answer(writer, 503, "too-many-tunnels", "too many open connections; try later")
             return
         self.active += 1
+        flow = _Flow()
         try:
-            await self._request(listener, reader, writer)
+            await self._request(listener, reader, writer, flow)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         finally:
             self.active -= 1
             writer.close()
-            with contextlib.suppress(Exception):
-                await writer.wait_closed()
+            if not flow.forwarded:  # else the stream's protocol is gone: nothing to wait for
+                with contextlib.suppress(Exception):
+                    await writer.wait_closed()
 
     async def _request(
-        self, listener: KernelListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        listener: KernelListener,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        flow: _Flow,
     ) -> None:
         limits = self.limits
         try:
@@ -316,7 +324,6 @@ class EgressProxy:
         if upstream is None:
             return
         up_reader, up_writer = upstream
-        flow = _Flow()
         try:
             if request.connect:
                 writer.write(b"HTTP/1.1 200 Connection Established\r\n\r\n")
@@ -326,8 +333,9 @@ class EgressProxy:
             await self._tunnel(reader, writer, up_reader, up_writer, flow)
         finally:
             up_writer.close()
-            with contextlib.suppress(Exception):
-                await up_writer.wait_closed()
+            if not flow.forwarded:
+                with contextlib.suppress(Exception):
+                    await up_writer.wait_closed()
             metrics.EGRESS_BYTES.labels("up").inc(flow.up)
             metrics.EGRESS_BYTES.labels("down").inc(flow.down)
             log.info(
@@ -434,43 +442,100 @@ class EgressProxy:
         up_writer: asyncio.StreamWriter,
         flow: _Flow,
     ) -> None:
+        """Bytes both ways until both sides are done, a side fails, or nothing moved for the
+        idle timeout. The transports are handed to forwarding protocols (each received chunk
+        is written to the other side at once, reading pauses while the other side's buffer is
+        full): no coroutine per chunk and no copy through a StreamReader's buffer."""
+        loop = asyncio.get_running_loop()
+        done: asyncio.Future[None] = loop.create_future()
+        down = writer.transport
+        up = up_writer.transport
+        to_up = _Forward(up, flow, True, done)
+        to_down = _Forward(down, flow, False, done)
+        to_up.other, to_down.other = to_down, to_up
+        early = _take_buffered(reader)  # sent after the head, before the tunnel (TLS hello)
+        flow.forwarded = True
+        down.set_protocol(to_up)
+        up.set_protocol(to_down)
+        if early:
+            to_up.data_received(early)
+        if reader.at_eof():
+            to_up.eof_received()
         idle = self.limits.idle_timeout
-        tasks = {
-            asyncio.ensure_future(_pipe(reader, up_writer, flow, True)),
-            asyncio.ensure_future(_pipe(up_reader, writer, flow, False)),
-        }
         try:
-            pending = tasks
-            while pending:
-                _done, pending = await asyncio.wait(pending, timeout=min(idle, 30.0))
-                if pending and time.monotonic() - flow.last > idle:
+            while not done.done():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(done), min(idle, 30.0))
+                if not done.done() and time.monotonic() - flow.last > idle:
                     break
         finally:
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            for transport in (down, up):
+                transport.close()
 
 
-async def _pipe(
-    src: asyncio.StreamReader, dst: asyncio.StreamWriter, flow: _Flow, upward: bool
-) -> None:
-    try:
-        while True:
-            data = await src.read(CHUNK)
-            if not data:
-                break
-            dst.write(data)
-            if upward:
-                flow.up += len(data)
-            else:
-                flow.down += len(data)
-            flow.last = time.monotonic()
-            await dst.drain()
-    except (ConnectionError, OSError):
-        return
-    with contextlib.suppress(OSError, RuntimeError):
-        if dst.can_write_eof():
-            dst.write_eof()
+class _Forward(asyncio.Protocol):
+    """Reads one side of a tunnel and writes the other (`peer`)."""
+
+    def __init__(
+        self, peer: asyncio.BaseTransport, flow: _Flow, upward: bool, done: asyncio.Future[None]
+    ):
+        self.peer: Any = peer
+        self.flow = flow
+        self.upward = upward
+        self.done = done
+        self.other: _Forward | None = None
+        self.eof = False
+
+    def data_received(self, data: bytes) -> None:
+        self.peer.write(data)
+        if self.upward:
+            self.flow.up += len(data)
+        else:
+            self.flow.down += len(data)
+        self.flow.last = time.monotonic()
+
+    def eof_received(self) -> bool:
+        self.eof = True
+        with contextlib.suppress(OSError, RuntimeError, AttributeError):
+            if self.peer.can_write_eof():
+                self.peer.write_eof()
+        if self.other is not None and self.other.eof:
+            self._finish()
+        return True  # keep the transport: the other direction may still be running
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.peer.close()
+        self._finish()
+
+    def pause_writing(self) -> None:  # this side's send buffer is full: stop reading the other
+        if self.other is not None:
+            with contextlib.suppress(RuntimeError):
+                self.other._source().pause_reading()
+
+    def resume_writing(self) -> None:
+        if self.other is not None:
+            with contextlib.suppress(RuntimeError):
+                self.other._source().resume_reading()
+
+    def _source(self) -> Any:
+        """The transport this protocol reads: the peer of the other direction."""
+        assert self.other is not None
+        return self.other.peer
+
+    def _finish(self) -> None:
+        if not self.done.done():
+            self.done.set_result(None)
+
+
+def _take_buffered(reader: asyncio.StreamReader) -> bytes:
+    """Bytes a StreamReader already holds beyond what was read (asyncio keeps them in its
+    private buffer; there is no public way to take them without awaiting)."""
+    buffer = getattr(reader, "_buffer", None)
+    if not buffer:
+        return b""
+    data = bytes(buffer)
+    buffer.clear()
+    return data
 
 
 def _why(decision: Decision) -> str:
