@@ -142,6 +142,17 @@ async def scenario(base: Path) -> dict[str, Any]:
                 found["admin_answer"] = await command(fake, f"network allow {rule}", ADMIN)
                 await command(fake, f"network allow rebind.test:{port}", ADMIN)
                 found["show"] = await command(fake, "network show", PLAIN)
+                # the same in a thread, by mention: a plain user may look, not change
+                await fake.user_message(
+                    CHANNEL, "<@UBOT> network deny pypi.org", user=PLAIN, thread_ts=ts
+                )
+                await fake.user_message(CHANNEL, "<@UBOT> network show", user=PLAIN, thread_ts=ts)
+                await fake.wait_for(
+                    lambda: any(t.startswith("*Network for") for t in texts(fake, ts)), timeout=30
+                )
+                found["thread_answers"] = [
+                    t for t in texts(fake, ts) if "network rules" in t or "*Network for" in t
+                ]
 
                 # 3. The same kernel (x survives: no restart) now installs and imports.
                 src = f"{pip_install(port)}\nimport demo_pkg\nprint(demo_pkg.VALUE, x)"

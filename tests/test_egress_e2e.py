@@ -101,6 +101,8 @@ def test_only_admins_change_the_policy_and_it_applies_without_a_restart(
     assert egress["rules_after_plain"] == []
     assert "is now allowed in this channel" in egress["admin_answer"]
     assert "fakepypi.test" in egress["show"] and "rebind.test" in egress["show"]
+    refused, shown = egress["thread_answers"]  # `@interp network …` in a thread
+    assert refused.startswith("Only workspace admins") and "fakepypi.test" in shown
     # same kernel: x from the first cell is still there, the package installed and imported
     installed = egress["installed_cell"]
     assert "Successfully installed demo-pkg-0.1" in installed

@@ -30,6 +30,16 @@ _LINK = re.compile(r"<(?:[a-z]+://)?([^|>]*)(?:\|([^>]*))?>")
 USAGE = "network show | network allow RULE | network deny RULE | network reset"
 
 
+ACTIONS = ("show", "allow", "deny", "reset")
+
+
+def is_network_command(words: list[str]) -> bool:
+    """`network` alone or with an action: "network analysis of …" stays a question."""
+    if not words or words[0].lower() != "network":
+        return False
+    return len(words) == 1 or words[1].lower() in ACTIONS
+
+
 def unlink(text: str) -> str:
     return _LINK.sub(lambda m: m.group(2) or m.group(1), text)
 
