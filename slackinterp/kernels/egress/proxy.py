@@ -278,6 +278,7 @@ class EgressProxy:
                 len(listener.tasks),
             )
             await _answer(writer, 503, "too-many-tunnels", "too many open connections; try later")
+            writer.close()
             return
         self.active += 1
         flow = _Flow()
