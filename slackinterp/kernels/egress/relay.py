@@ -71,6 +71,37 @@ def __si_egress():
             dst.shutdown(socket.SHUT_WR)
         except OSError:
             pass
+    # Workers are kept for the next connection (a new thread per connection costs more than
+    # the proxy's whole decision); each job gets a worker of its own, reserved when submitted.
+    lock = threading.Lock()
+    idle = [0]
+    jobs = []
+    wake = threading.Condition(lock)
+    def work(job):
+        while True:
+            try:
+                job[0](*job[1:])
+            except Exception:
+                pass
+            with lock:
+                if idle[0] >= 8:
+                    return
+                idle[0] += 1
+                while not jobs:
+                    wake.wait()
+                job = jobs.pop()
+    def submit(*job):
+        with lock:
+            if idle[0]:
+                idle[0] -= 1
+                jobs.append(job)
+                wake.notify()
+                return
+        old = threading.stack_size(262144)  # small stacks: RLIMIT_AS counts them
+        try:
+            threading.Thread(target=work, args=(job,), daemon=True).start()
+        finally:
+            threading.stack_size(old)
     def pair(client):
         upstream = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
@@ -79,10 +110,13 @@ def __si_egress():
             client.close()
             upstream.close()
             return
-        back = threading.Thread(target=copy, args=(upstream, client), daemon=True)
-        back.start()
+        done = threading.Event()
+        def back():
+            copy(upstream, client)
+            done.set()
+        submit(back)
         copy(client, upstream)
-        back.join()
+        done.wait()
         client.close()
         upstream.close()
     def serve(server):
@@ -92,7 +126,7 @@ def __si_egress():
             except OSError:
                 return
             client.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-            threading.Thread(target=pair, args=(client,), daemon=True).start()
+            submit(pair, client)
     server = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
     try:
         server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
