@@ -181,3 +181,32 @@ async def test_network_off_means_no_listener_at_all(tmp_path: Path) -> None:
         assert not (runtime_dir / "egress.sock").exists()
     finally:
         await rt.stop()
+
+
+@pytest.mark.asyncio
+async def test_a_restarted_kernel_gets_a_new_listener(tmp_path: Path) -> None:
+    settings = make_settings(tmp_path, sandbox="bwrap", network="allowlist")
+    rt = await Runtime.open(settings)
+    await rt.start()
+    try:
+        key = ThreadKey("T", "C", "1.1")
+        probe = (
+            "```python\nimport urllib.request\ntry:\n"
+            "    urllib.request.urlopen('https://blocked.test/', timeout=20)\n"
+            "except Exception as exc:\n    print(exc)\n```"
+        )
+        before = last_text(await run_turn(rt.engine, key, probe))
+        assert "Tunnel connection failed: 403" in before
+        slot = rt.registry.slot(key.id)
+        assert slot is not None
+        listener = slot.kernel.egress  # type: ignore[attr-defined]
+        server = listener.server
+        await slot.kernel.restart()
+        assert listener.server is not None and listener.server is not server
+        assert listener.path.exists() and listener.thread == key.id
+        after = last_text(await run_turn(rt.engine, key, probe))
+        assert "Tunnel connection failed: 403" in after  # the new process's relay, new listener
+        await rt.engine.reset(key)  # shut down: the listener goes with the kernel
+        assert listener.server is None and not listener.path.exists()
+    finally:
+        await rt.stop()
