@@ -66,7 +66,7 @@ def manifest(name: str = "interp", command: str = "/interp") -> dict[str, Any]:
                 {
                     "command": command,
                     "description": "Reset, stop, inspect or export a thread's kernel",
-                    "usage_hint": "reset|stop|status|files|export|help [thread link]",
+                    "usage_hint": "reset|stop|status|files|export|network|help [thread link]",
                     "should_escape": False,
                 }
             ],
