@@ -112,6 +112,7 @@ class SlackBot:
             replica=runtime.registry.replica_id,
         )
         listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher, schedules)
+        listeners.egress = runtime.egress
         listeners.register()
         return cls(settings, runtime, app, listeners, fetcher, http, schedules)
 

@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Annotated, Any
 from urllib.parse import urlsplit
 
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator, model_validator
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
@@ -26,6 +26,12 @@ class SandboxMode(StrEnum):
     AUTO = "auto"
     BWRAP = "bwrap"
     NONE = "none"
+
+
+class NetworkMode(StrEnum):
+    OFF = "off"  # no network at all (a private network namespace, nothing in it)
+    ALLOWLIST = "allowlist"  # only through the filtering egress proxy
+    OPEN = "open"  # the host's network
 
 
 class StreamingMode(StrEnum):
@@ -330,9 +336,28 @@ class Settings(BaseSettings):
         description="Thread messages older than this many hours are not read "
         "(the thread's first message always is).",
     )
+    # Network of sandboxed kernels (issue 26; rules: docs/SECURITY.md "Network egress")
+    network: NetworkMode = Field(
+        NetworkMode.OFF,
+        description="What sandboxed kernels may reach: off (nothing), allowlist (only "
+        "SLACKINTERP_NETWORK_ALLOW and channel rules, through a filtering proxy; `%pip install` "
+        "works once python-packages is allowed), or open (the host's network). Without a "
+        "sandbox kernels use the host's network whatever this says.",
+    )
+    network_allow: CommaList = Field(
+        default_factory=list,
+        description="Comma-separated rules for allowlist mode: host (port 443), *.host "
+        "(subdomains), host:port, host:*, IP or CIDR, +private to allow private addresses "
+        "(internal APIs), or the preset python-packages (pypi.org, files.pythonhosted.org).",
+    )
+    network_deny: CommaList = Field(
+        default_factory=list,
+        description="Comma-separated rules no channel may allow (same syntax; without a port "
+        "every port).",
+    )
     kernel_network: bool = Field(
         False,
-        description="Let sandboxed kernels use the network (without a sandbox they always can).",
+        description="Deprecated: true means SLACKINTERP_NETWORK=open.",
     )
     system_prompt: str | None = Field(
         None, description="Replaces the built-in system prompt (text, or @path to a file)."
@@ -375,12 +400,37 @@ class Settings(BaseSettings):
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="text or json.")
 
-    @field_validator("allowed_channels", "allowed_users", "admins", mode="before")
+    @field_validator(
+        "allowed_channels",
+        "allowed_users",
+        "admins",
+        "network_allow",
+        "network_deny",
+        mode="before",
+    )
     @classmethod
     def _split_commas(cls, value: object) -> object:
         if isinstance(value, str):
             return [part.strip() for part in value.split(",") if part.strip()]
         return value
+
+    @field_validator("network_allow", "network_deny")
+    @classmethod
+    def _rules(cls, value: list[str]) -> list[str]:
+        from slackinterp.kernels.egress.policy import BadRule, parse_rules  # pure, no I/O
+
+        try:
+            parse_rules(value)
+        except BadRule as exc:
+            raise ValueError(str(exc)) from None
+        return value
+
+    @model_validator(mode="after")
+    def _old_network_name(self) -> Settings:
+        """SLACKINTERP_KERNEL_NETWORK=true keeps working as SLACKINTERP_NETWORK=open."""
+        if self.kernel_network and "network" not in self.model_fields_set:
+            self.network = NetworkMode.OPEN
+        return self
 
     @field_validator("reasoning_effort", "max_completion_tokens", mode="before")
     @classmethod

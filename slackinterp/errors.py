@@ -25,6 +25,7 @@ class NoticeKind(StrEnum):
     CUT = "cut"  # the model's answer hit its length limit
     VISION = "vision"  # the model server refused images
     TOOL = "tool"  # the model misused its tool
+    NETWORK = "network"  # the egress proxy refused a request of the cell
 
 
 class FailureKind(StrEnum):

@@ -41,6 +41,14 @@ SCHEDULED_RUNS = Counter(  # issue 28
     "Scheduled runs this replica claimed, by outcome (ok, failed, refused, missed)",
     ["outcome"],
 )
+EGRESS_REQUESTS = Counter(
+    "slackinterp_egress_requests_total",
+    "Kernel network requests through the egress proxy, by decision and reason",
+    ["decision", "reason"],
+)
+EGRESS_BYTES = Counter(
+    "slackinterp_egress_bytes_total", "Bytes through the egress proxy", ["direction"]
+)
 
 
 def track_kernels(live: Callable[[], float], pool: Callable[[], float]) -> None:

@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
-from slackinterp.config import SandboxMode, Settings
+from slackinterp.config import NetworkMode, SandboxMode, Settings
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels import packages, privileges, sandbox
 from slackinterp.kernels.backend import KernelBackend, LocalBackend, ProcessRecorder
+from slackinterp.kernels.egress.service import Egress
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
 from slackinterp.kernels.sandbox import MIB, Limits
@@ -60,6 +61,7 @@ class Runtime:
             cache_dir=(settings.data_dir / "cache").resolve(),
             runtime_dir=_runtime_dir(settings),
             recorder=store,
+            egress=egress_for(settings, store, bwrap),
         )
         return await cls._with_backend(settings, store, backend, bwrap)
 
@@ -92,10 +94,12 @@ class Runtime:
         if settings.model_configured:
             from slackinterp.llm.agent import Agent
 
-            # Remote kernels: the deployment decides; SLACKINTERP_KERNEL_NETWORK says which.
+            # Remote kernels: the deployment decides; SLACKINTERP_NETWORK says which.
             contained = bwrap is not None or bool(settings.gateway_url)
             agent = Agent.from_settings(
-                settings, store, network=network_allowed(settings, contained)
+                settings,
+                store,
+                network=network_allowed(settings, contained, local=bwrap is not None),
             )
         if backend.shared_kernels and store.dialect == "postgresql":
             # Replicas share the database and the gateway: any of them can serve a thread
@@ -122,6 +126,13 @@ class Runtime:
         found = await packages.installed(python)
         agent.config.packages = tuple(found)
         log.info("kernel.packages count=%d", len(found))
+
+    @property
+    def egress(self) -> Egress | None:
+        """Sandboxed local kernels' egress proxy and policies (None: no proxy in this mode
+        or no sandbox)."""
+        egress = getattr(self.registry.backend, "egress", None)
+        return egress if isinstance(egress, Egress) else None
 
     def kernel_pids(self) -> list[int]:
         """Local kernel processes (sandbox included) this runtime holds, pooled ones too."""
@@ -173,15 +184,25 @@ class SandboxUnavailable(StoreError):
 
 
 def resolve_sandbox(settings: Settings) -> str | None:
-    """The bwrap binary to wrap kernels with, or None for no sandbox."""
+    """The bwrap binary to wrap kernels with, or None for no sandbox.
+
+    SLACKINTERP_NETWORK=allowlist needs the sandbox like SLACKINTERP_SANDBOX=bwrap does:
+    without it kernels would use the host's network, the opposite of what was asked."""
+    allowlist = settings.network is NetworkMode.ALLOWLIST
     if settings.sandbox == SandboxMode.NONE:
+        if allowlist:
+            raise SandboxUnavailable(
+                "SLACKINTERP_NETWORK=allowlist needs the sandbox, but SLACKINTERP_SANDBOX=none"
+            )
         return None
     works, detail = sandbox.bwrap_works()
     if works:
-        log.info("sandbox.enabled kind=bwrap network=%s", settings.kernel_network)
+        log.info("sandbox.enabled kind=bwrap network=%s", settings.network.value)
         return detail
     if settings.sandbox == SandboxMode.BWRAP:
         raise SandboxUnavailable(f"SLACKINTERP_SANDBOX=bwrap, but {detail}")
+    if allowlist:
+        raise SandboxUnavailable(f"SLACKINTERP_NETWORK=allowlist needs the sandbox, but {detail}")
     log.warning("sandbox.disabled reason=%s", detail.replace(" ", "_")[:80])
     return None
 
@@ -204,6 +225,7 @@ def local_backend(
     cache_dir: Path,
     runtime_dir: Path,
     recorder: ProcessRecorder | None = None,
+    egress: Egress | None = None,
 ) -> LocalBackend:
     """Local kernels as the bot starts them: spec, limits, sandbox, hidden paths, user. doctor
     builds its test kernel here too, so it checks what will really run."""
@@ -218,9 +240,10 @@ def local_backend(
         ),
         recorder=recorder,
         bwrap=bwrap,
-        network=settings.kernel_network,
+        network=settings.network,
         hidden=hidden_paths(settings),
         kernel_user=kernel_user,
+        egress=egress,
     )
 
 
@@ -235,9 +258,23 @@ def gateway_backend(settings: Settings) -> Any:
     )
 
 
-def network_allowed(settings: Settings, sandboxed: bool) -> bool:
-    """Without a sandbox nothing stops a kernel from using the network."""
-    return settings.kernel_network or not sandboxed
+def network_allowed(settings: Settings, sandboxed: bool, *, local: bool = True) -> bool | str:
+    """What the model is told about the network: True, False or "allowlist". Without a
+    sandbox nothing stops a kernel from using the network; the allowlist's proxy serves
+    local sandboxed kernels only (a gateway's kernels: the deployment decides)."""
+    if not sandboxed or settings.network is NetworkMode.OPEN:
+        return True
+    if settings.network is NetworkMode.ALLOWLIST and local:
+        return "allowlist"
+    return False
+
+
+def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | None:
+    """The proxy and the policies for sandboxed local kernels; None without a sandbox (no
+    isolation to enforce: kernels use the host's network, and doctor says so)."""
+    if bwrap is None:  # resolve_sandbox refused allowlist mode without one
+        return None
+    return Egress.from_settings(settings, store)
 
 
 def _runtime_dir(settings: Settings) -> Path:

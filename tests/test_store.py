@@ -583,3 +583,40 @@ async def test_version_1_databases_gain_the_kernel_directory(db_url: str) -> Non
     finally:
         await store.close()
     assert await schema_version(db_url) == str(SCHEMA_VERSION)
+
+
+async def test_version_4_databases_gain_channel_network_rules(db_url: str) -> None:
+    """Schema 5 (issue 26): per-channel egress rules, added to a version-4 database on open."""
+    from sqlalchemy import update
+
+    from slackinterp.store import channel_network_rules
+
+    store = await Store.open(db_url)
+    await store.close()
+    engine = create_async_engine(normalize_database_url(db_url))
+    try:
+        async with engine.begin() as conn:  # make it look like schema 4
+            await conn.run_sync(lambda c: channel_network_rules.drop(c))
+            await conn.execute(update(meta).values(value="4"))
+    finally:
+        await engine.dispose()
+    store = await Store.open(db_url)
+    try:
+        assert await store.network_rules("C1") == []
+        assert await store.add_network_rule("C1", "allow", "data.internal:8443", "U1")
+        assert not await store.add_network_rule("C1", "allow", "data.internal:8443", "U2")
+        assert await store.add_network_rule("C1", "deny", "evil.example", "U1")
+        assert await store.add_network_rule("C2", "allow", "pypi.org", "U1")
+        assert await store.network_rules("C1") == [
+            ("allow", "data.internal:8443"),
+            ("deny", "evil.example"),
+        ]
+        # the same rule moved from allow to deny leaves the allow list
+        assert await store.add_network_rule("C1", "deny", "data.internal:8443", "U1")
+        assert ("allow", "data.internal:8443") not in await store.network_rules("C1")
+        assert await store.clear_network_rules("C1") == 2
+        assert await store.network_rules("C1") == []
+        assert await store.network_rules("C2") == [("allow", "pypi.org")]
+    finally:
+        await store.close()
+    assert await schema_version(db_url) == "5"

@@ -114,20 +114,58 @@ async def check_sandbox(settings: Settings) -> Check:
         who = _kernel_user_text(settings)
     except ValueError as exc:  # SLACKINTERP_KERNEL_USER names no user here
         return failed(SANDBOX, str(exc), "set SLACKINTERP_KERNEL_USER to an existing user")
+    allowlist = settings.network.value == "allowlist"
     if works and mode == "none":
+        if allowlist:
+            return failed(
+                SANDBOX,
+                f"{env_name('network')}=allowlist, but {env_name('sandbox')}=none: without the "
+                "sandbox there is no isolation to enforce a network policy with",
+                f"set {env_name('sandbox')} to auto or bwrap",
+            )
         return passed(
-            SANDBOX, f"{what}, but {env_name('sandbox')}=none keeps kernels out of it; {who}"
+            SANDBOX,
+            f"{what}, but {env_name('sandbox')}=none keeps kernels out of it; {who}; {NO_POLICY}",
         )
     if works:
-        return passed(SANDBOX, f"{what}; {env_name('sandbox')}={mode} uses it; {who}")
-    if mode == "bwrap":
+        return passed(
+            SANDBOX,
+            f"{what}; {env_name('sandbox')}={mode} uses it; {who}; {network_text(settings)}",
+        )
+    if mode == "bwrap" or allowlist:
         fix = (
             "apt-get install bubblewrap"
             if "not installed" in what
             else "allow unprivileged user namespaces (e.g. sysctl "
             "kernel.unprivileged_userns_clone=1; in Docker, a seccomp profile that permits them)"
         )
-        return failed(
-            SANDBOX, f"{env_name('sandbox')}=bwrap, but {what}", f"{fix}, or set it to none"
+        asked = (
+            f"{env_name('sandbox')}=bwrap"
+            if mode == "bwrap"
+            else (f"{env_name('network')}=allowlist")
         )
-    return skipped(SANDBOX, f"{what}; kernels run without a sandbox ({env_name('sandbox')}={mode})")
+        return failed(SANDBOX, f"{asked}, but {what}", f"{fix}, or set it to none")
+    return skipped(
+        SANDBOX,
+        f"{what}; kernels run without a sandbox ({env_name('sandbox')}={mode}); {NO_POLICY}",
+    )
+
+
+NO_POLICY = (
+    "kernels use the host's network: without a sandbox there is no isolation to enforce a "
+    "network policy"
+)
+
+
+def network_text(settings: Settings) -> str:
+    """The network policy in force for sandboxed kernels, in one clause."""
+    mode = settings.network.value
+    if mode == "off":
+        return f"network: off ({env_name('network')}), kernels reach nothing"
+    if mode == "open":
+        return f"network: open ({env_name('network')}), kernels use the host's network"
+    allow = ", ".join(settings.network_allow) or "nothing"
+    text = f"network: allowlist of {allow}"
+    if settings.network_deny:
+        text += "; denied: " + ", ".join(settings.network_deny)
+    return text + "; admins add channel rules with `network allow`"

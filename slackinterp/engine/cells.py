@@ -119,8 +119,11 @@ class CellRunner:
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
             result = await self._execute(session, lease, cell_id, code, emit, source)
-            produced = await self._after_cell(session, files, cell_id, code, before, result, emit)
-            return CellRun(result, tuple(produced))
+            notes = self._network_notes(lease)
+            produced = await self._after_cell(
+                session, files, cell_id, code, before, result, emit, notes
+            )
+            return CellRun(result, tuple(produced), notes)
         except BaseException as exc:
             if cell_id is not None and result is None:
                 # Never leave a cell message on "running…": say it failed on our side.
@@ -172,6 +175,16 @@ class CellRunner:
         finally:
             lease.kernel.control = None
 
+    def _network_notes(self, lease: Lease) -> tuple[str, ...]:
+        """What the egress proxy refused for this thread's kernel since its last cell, one
+        line per host and port (kernels/egress)."""
+        listener = getattr(lease.kernel, "egress", None)
+        if listener is None:
+            return ()
+        return tuple(
+            notices.network_blocked(b, self.settings.command) for b in listener.take_blocked()
+        )
+
     async def _after_cell(
         self,
         session: ThreadSession,
@@ -181,6 +194,7 @@ class CellRunner:
         before: workspace.Measured,
         result: CellResult,
         emit: Emit,
+        network: tuple[str, ...] = (),
     ) -> list[str]:
         """Count, record and report a finished cell; the files it produced."""
         key = session.key.id
@@ -213,6 +227,8 @@ class CellRunner:
             result.status.value,
             result.duration,
         )
+        for line in network:  # under the cell, before its files
+            emit(Notice(NoticeKind.NETWORK, line))
         lifecycle = notices.cell_lifecycle(result)
         if lifecycle is not None:
             emit(lifecycle)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from slackinterp.engine.events import Notice
 from slackinterp.engine.workspace import USAGE_SECONDS, Usage, human_size
 from slackinterp.errors import NoticeKind, RestoreReason
+from slackinterp.kernels.egress.proxy import Blocked
 from slackinterp.kernels.execution import CellResult, Status
 from slackinterp.kernels.registry import RestoreReport
 
@@ -163,3 +164,37 @@ def restore_notice(report: RestoreReport) -> Notice:
             " The replay ran out of time (SLACKINTERP_RESTORE_TIMEOUT); later cells were skipped."
         )
     return Notice(NoticeKind.RESTORED, text)
+
+
+# --- the network -------------------------------------------------------------------------
+NETWORK_ADMINS = "workspace admins and owners, and the users in SLACKINTERP_ADMINS"
+
+
+def network_blocked(blocked: Blocked, command: str = "/interp") -> str:
+    """One line under the cell (and in the model's view of it) per refused host: clients
+    hide the proxy's answer ("No matching distribution", "Tunnel connection failed: 403")."""
+    host = f"[{blocked.host}]" if ":" in blocked.host else blocked.host
+    where = f"{host}:{blocked.port}"
+    rule = host if blocked.port == 443 else where
+    lead = f"🔒 Network request blocked: `{where}`"
+    if blocked.reason == "blocked-by-denylist":
+        return (
+            f"{lead} is denied by the rule `{blocked.rule}`. A channel's deny rules are "
+            f"removed with `{command} network reset`, by {NETWORK_ADMINS}; "
+            "SLACKINTERP_NETWORK_DENY is the operator's."
+        )
+    if blocked.reason == "blocked-address":
+        return (
+            f"{lead} resolves only to private or local addresses. {_who()} can allow that "
+            f"with `{command} network allow {rule}+private`."
+        )
+    if blocked.reason == "bad-host":
+        return f"{lead} is not a valid host name."
+    return (
+        f"{lead} is not on this channel's network allowlist. {_who()} can allow it with "
+        f"`{command} network allow {rule}` (or the operator with SLACKINTERP_NETWORK_ALLOW)."
+    )
+
+
+def _who() -> str:
+    return NETWORK_ADMINS[0].upper() + NETWORK_ADMINS[1:]

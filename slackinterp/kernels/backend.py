@@ -20,8 +20,11 @@ from typing import Any, Protocol
 import psutil
 from jupyter_client.manager import AsyncKernelManager
 
+from slackinterp.config import NetworkMode
 from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels import cgroups, privileges, sandbox, workdir
+from slackinterp.kernels.egress.proxy import KernelListener
+from slackinterp.kernels.egress.service import Egress
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.localfiles import LocalFiles
@@ -185,6 +188,7 @@ class LocalKernel:
         self._recorded_pid: int | None = None
         self.runtime_subdir: Path | None = None
         self.cgroup: cgroups.KernelCgroup | None = None
+        self.egress: KernelListener | None = None  # allowlist mode: this kernel's proxy socket
 
     @property
     def client(self) -> Any:
@@ -231,6 +235,8 @@ class LocalKernel:
 
     async def restart(self) -> None:
         """A fresh process with the same connection; its cwd is reapplied."""
+        if self.egress is not None:  # the old process's connections end with it
+            await self.egress.restart()
         await self.km.restart_kernel(now=True)
         await self._client.wait_for_ready(timeout=READY_TIMEOUT)
         if not self.sandboxed:
@@ -284,6 +290,8 @@ class LocalKernel:
             kill_group(pid)
         if isinstance(self.km, SandboxedKernelManager):
             self.km.close_args()
+        if self.egress is not None:
+            await self.egress.close()
         if self._recorder is not None and self._recorded_pid is not None:
             await self._recorder.forget_kernel(self._recorded_pid)
             self._recorded_pid = None
@@ -308,10 +316,11 @@ class LocalBackend:
         runtime_dir: Path,
         recorder: ProcessRecorder | None = None,
         bwrap: str | None = None,
-        network: bool = True,
+        network: NetworkMode | bool = True,
         hidden: list[Path] | None = None,
         use_cgroups: bool = True,
         kernel_user: privileges.KernelUser | None = None,
+        egress: Egress | None = None,
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
@@ -319,7 +328,8 @@ class LocalBackend:
         self.recorder = recorder
         self.runtime_dir = runtime_dir
         self.bwrap = bwrap
-        self.network = network
+        self.network = network  # off | allowlist | open (sandbox.shares_host_network)
+        self.egress = egress  # sandboxed kernels' proxy and environment (kernels/egress)
         self.hidden = hidden or []
         self.user = kernel_user  # None: kernels run as the bot's own user (it is not root)
         self._user_checked = kernel_user is None or bwrap is not None
@@ -351,7 +361,7 @@ class LocalBackend:
             runtime_dir=runtime,
             hidden=self.hidden,
             readonly=sandbox.python_prefixes(argv0),
-            network=self.network,
+            network=sandbox.shares_host_network(self.network),
             user=self.user,
             setpriv=self._setpriv,
             seccomp_fd=privileges.seccomp_fd(),
@@ -410,10 +420,15 @@ class LocalBackend:
             group = cgroups.KernelCgroup.create(
                 self.pids_root, runtime.name.removeprefix("k"), self.limits.max_processes
             )
+        listener: KernelListener | None = None
         try:
             if self.bwrap is not None:
                 await self._prepare_sandbox(km, cwd, runtime)
                 env = sandbox.sandbox_env()
+                if self.egress is not None:  # the one hook: its socket and variables
+                    listener = await self.egress.open(runtime, self.user)
+                    inside = f"{sandbox.SANDBOX_RUNTIME}/{listener.path.name}" if listener else None
+                    env.update(self.egress.kernel_env(inside, sandbox.SANDBOX_HOME))
             await km.start_kernel(
                 cwd=str(cwd),
                 stdout=subprocess.DEVNULL,
@@ -433,6 +448,8 @@ class LocalBackend:
             )
         except Exception as exc:
             km.close_args()
+            if listener is not None:
+                await listener.close()
             raise KernelStartError(
                 f"could not start a '{self.kernel_name}' kernel: {exc}. "
                 "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
@@ -441,6 +458,7 @@ class LocalBackend:
         kernel = LocalKernel(km, cwd, self.recorder, self.user)
         kernel.runtime_subdir = runtime
         kernel.cgroup = group
+        kernel.egress = listener
         try:
             await kernel.connect()
         except BaseException:

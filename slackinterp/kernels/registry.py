@@ -303,6 +303,9 @@ class KernelRegistry:
             await self.replicas.claim(key, kernel)
         slot.last_used = time.monotonic()
         slot.busy_since = time.monotonic()  # leased: not evictable until mark_idle
+        egress = getattr(slot.kernel, "egress", None)
+        if egress is not None:  # its requests (replay included) speak for this thread now
+            egress.thread = key
         restore = None
         if slot.needs_restore:
             if not fresh:

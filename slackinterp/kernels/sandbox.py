@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp.kernels import figure_alt
+from slackinterp.kernels.egress import relay as egress_relay
 from slackinterp.kernels.privileges import KernelUser, drop_privileges
 
 MIB = 1024 * 1024
@@ -109,12 +110,22 @@ def limiter(
 
 
 # IPython's history database is a shared SQLite file; concurrent kernels would contend on it.
-# The exec_lines entry gives plots their title as alt text (kernels/figure_alt.py).
+# The exec_lines entries give plots their title as alt text (kernels/figure_alt.py) and start
+# the egress relay and the thread's package directory when the environment asks
+# (kernels/egress/relay.py).
 KERNEL_ARGUMENTS = [
     "--HistoryManager.enabled=False",
     "--HistoryManager.hist_file=:memory:",
     f"--IPKernelApp.exec_lines={figure_alt.exec_line()}",
+    f"--IPKernelApp.exec_lines={egress_relay.exec_line()}",
 ]
+
+
+def shares_host_network(mode: object) -> bool:
+    """Whether kernels in this network mode use the host's network namespace: `open` (or the
+    old boolean True). `off` and `allowlist` get a private one (allowlist: with the proxy's
+    socket and relay, kernels/egress)."""
+    return mode is True or str(mode) == "open"
 
 
 # --- bubblewrap ----------------------------------------------------------------------------

@@ -60,7 +60,9 @@ class Agent:
         self.vision_refused = False
 
     @classmethod
-    def from_settings(cls, settings: Settings, history: HistoryStore, *, network: bool) -> Agent:
+    def from_settings(
+        cls, settings: Settings, history: HistoryStore, *, network: bool | str
+    ) -> Agent:
         client = openai_client(settings)
         config = AgentConfig(
             model=settings.openai_model,

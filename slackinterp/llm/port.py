@@ -40,6 +40,9 @@ class CellRun:
 
     result: CellResult
     produced: tuple[str, ...] = field(default_factory=tuple)
+    # Lines the thread was also told about this cell (blocked network requests): the model
+    # sees them with the result, so it stops retrying.
+    notes: tuple[str, ...] = field(default_factory=tuple)
 
 
 class TurnPort(Protocol):

@@ -12,7 +12,7 @@ class AgentConfig:
     model: str
     max_rounds: int = 8
     exec_timeout: float = 120
-    network: bool = True
+    network: bool | str = True  # or "allowlist"
     history_budget: int = 60000
     system_prompt: str = prompts.SYSTEM_PROMPT
     stream: bool = True

@@ -104,14 +104,15 @@ async def run_tool(
         )
     run = await port.run_python(code, source)
     result = run.result
-    text = tool_result_text(result, run.produced)
+    text = tool_result_text(result, run.produced, run.notes)
     if result.status.value == "stopped":
         return ToolOutcome(text, code, True, STOPPED, result)
     return ToolOutcome(text, code, not result.ok, "", result)
 
 
-def tool_result_text(result: CellResult, produced: Sequence[str]) -> str:
-    """What the model sees of a cell: status, output head and tail, traceback, files."""
+def tool_result_text(result: CellResult, produced: Sequence[str], notes: Sequence[str] = ()) -> str:
+    """What the model sees of a cell: status, output head and tail, traceback, files, and
+    what the thread was told besides (blocked network requests)."""
     status = result.status.value
     lines = [f"status: {status} ({result.duration:.1f} s)"]
     if result.restarted:
@@ -144,4 +145,5 @@ def tool_result_text(result: CellResult, produced: Sequence[str]) -> str:
         lines += ["traceback:", tb[-4000:]]
     for name in produced:
         lines.append(f"[file saved and uploaded to the thread: {name}]")
+    lines += [f"[{note}]" for note in notes]
     return "\n".join(lines)

@@ -1,20 +1,27 @@
-"""The slash command (`/interp reset|stop|status|files|export|help [thread link]`).
+"""The slash command (`/interp reset|stop|status|files|export|help [thread link]`, and
+`/interp network …` for the channel's network rules).
 
 Slack sends a command no thread, so without a link it answers with the channel's kernels and a
 button for each; with a link it acts on that thread, if the thread is in this channel."""
 
 from __future__ import annotations
 
+import functools
 import logging
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp.slack import controls
 from slackinterp.slack import text as t
+from slackinterp.slack.admins import Admins
 from slackinterp.slack.listener_base import ListenerBase
+from slackinterp.slack.network import NetworkCommand
 from slackinterp.slack.render import buttons
 from slackinterp.slack.schedules import SlackSchedules
+
+if TYPE_CHECKING:
+    from slackinterp.kernels.egress.service import Egress
 
 log = logging.getLogger(__name__)
 
@@ -23,6 +30,11 @@ class CommandListeners(ListenerBase):
     """The slash command's listener."""
 
     schedules: SlackSchedules | None = None  # issue 28: set by SlackListeners when enabled
+    egress: Egress | None = None  # the runtime's (app.py), for `network`
+
+    @functools.cached_property
+    def network(self) -> NetworkCommand:
+        return NetworkCommand(self.settings, self.store, self.egress, Admins(self.settings.admins))
 
     async def on_command(
         self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
@@ -35,6 +47,12 @@ class CommandListeners(ListenerBase):
             await ack()
             listing = await self.schedules.listing(client, channel, body.get("user_id") or "")
             await respond(response_type="ephemeral", **listing)
+            return
+        if word == "network":  # the channel's egress rules (slack/network.py)
+            await ack()
+            user = body.get("user_id", "")
+            answer = await self.network.handle(client, user, channel, words[1:])
+            await respond(response_type="ephemeral", text=answer)
             return
         if word not in controls.WORDS:
             await ack(

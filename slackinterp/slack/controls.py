@@ -41,6 +41,8 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             f"the results (`{mention} schedules` lists them, `{mention} unschedule` stops it).",
             f"• `{command} reset|stop|status|files|export [thread link]` does the same from "
             "anywhere in the channel; without a link it lists the channel's kernels.",
+            f"• `{command} network show|allow RULE|deny RULE|reset`: the hosts this channel's "
+            "kernels may reach (admins change them).",
         ]
     )
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -33,6 +34,7 @@ from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.listener_base import installation_team
+from slackinterp.slack.network import is_network_command
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer
 from slackinterp.slack.thread import Own, clean_text, trimmed
 from slackinterp.store import Store
@@ -233,6 +235,11 @@ class SlackListeners(CommandListeners, ButtonListeners):
             if control is not None:
                 self.spawn(self._control(client, key, *control), f"control-{key.id}")
                 return
+            words = text.split()
+            if is_network_command(words):  # `@interp network allow HOST` (slack/network.py)
+                answer = self.network.handle(client, user, channel, words[1:])
+                self.spawn(self._answer(client, key, answer), f"network-{key.id}")
+                return
         if len(text) > MAX_TEXT:
             await self._reply(
                 client,
@@ -300,6 +307,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
         )
         async for event in self.engine.submit(request):
             await renderer.handle(event)
+
+    async def _answer(self, client: AsyncWebClient, key: ThreadKey, answer: Awaitable[str]) -> None:
+        await self._reply(client, key, await answer)
 
     async def _control(self, client: AsyncWebClient, key: ThreadKey, word: str, arg: str) -> None:
         if word == "export":

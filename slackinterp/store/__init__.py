@@ -10,7 +10,7 @@ One module per concept: `schema` (tables), `migrations` (versions), `connection`
 `locks` (the per-thread lock across replicas), then one mixin per group of tables — `threads`
 (turns in flight), `replay` (cells and model history), `transcript` (notebook export), `seen`
 (events and thread context), `kernels` (gateway directory, kernel processes), `recurring`
-(recurring analyses and their run claims). `Store` is their
+(recurring analyses and their run claims), `network` (per-channel egress rules). `Store` is their
 union.
 """
 
@@ -32,11 +32,13 @@ from slackinterp.store.migrations import (
     Migration,
     migrate,
 )
+from slackinterp.store.network import NetworkRules
 from slackinterp.store.recurring import Schedules, StoredSchedule
 from slackinterp.store.replay import Replay, StoredCell
 from slackinterp.store.schema import (
     PENDING_LIMIT,
     cells,
+    channel_network_rules,
     context_files,
     context_pending,
     history,
@@ -70,6 +72,7 @@ __all__ = [
     "TurnStart",
     "advisory_key",
     "cells",
+    "channel_network_rules",
     "context_files",
     "context_pending",
     "history",
@@ -90,7 +93,7 @@ __all__ = [
 ]
 
 
-class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules):
+class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules):
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
 
     @classmethod

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from slackinterp.store.base import StoreError, advisory_key
 from slackinterp.store.schema import (
+    channel_network_rules,
     context_files,
     context_pending,
     meta,
@@ -56,9 +57,9 @@ def _v4(conn: Connection) -> None:
     transcript.create(conn, checkfirst=True)
 
 
-def _v5_placeholder(conn: Connection) -> None:
-    """PLACEHOLDER for issue 26 (egress), which owns version 5: a no-op so that the steps stay
-    contiguous on this branch. The lead replaces it with issue 26's step at merge."""
+def _v5(conn: Connection) -> None:
+    """Version 5: per-channel network rules set by admins from Slack (egress allowlist)."""
+    channel_network_rules.create(conn, checkfirst=True)
 
 
 def _v6(conn: Connection) -> None:
@@ -67,7 +68,7 @@ def _v6(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5_placeholder, 6: _v6}
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")

@@ -173,3 +173,15 @@ schedule_runs = Table(
     Column("claimed_at", Float, nullable=False),
     Column("finished_at", Float),
 )
+
+# Per-channel network rules (schema version 5): what admins allowed or denied from Slack, on top
+# of SLACKINTERP_NETWORK_ALLOW / _DENY. Read by the egress proxy, so every replica applies them.
+channel_network_rules = Table(
+    "channel_network_rules",
+    metadata,
+    Column("channel", String(100), primary_key=True),
+    Column("kind", String(8), primary_key=True),  # allow | deny
+    Column("rule", String(300), primary_key=True),  # as written
+    Column("added_by", String(100), nullable=False),
+    Column("created_at", Float, nullable=False),
+)

@@ -1,0 +1,173 @@
+"""The bot's egress: the policy in force per channel, the proxy, and what kernels are told.
+
+One `Egress` per bot. The local backend calls `open` for each sandboxed kernel it starts (a
+listener at `<runtime>/egress.sock`, before the kernel process exists) and `kernel_env` for the
+variables the kernel gets (the seam with the fork-server kernels, /work/wt/SEAM.md). The
+policy of a channel is the settings' rules plus the channel's own rules from the store, read
+again on the next connection after a change (cached for a few seconds otherwise, so that a
+change made on another replica arrives too).
+"""
+
+from __future__ import annotations
+
+import logging
+import sysconfig
+import time
+from collections import OrderedDict
+from pathlib import Path
+from typing import TYPE_CHECKING, Protocol
+
+from slackinterp.kernels.egress import relay
+from slackinterp.kernels.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
+from slackinterp.kernels.egress.proxy import EgressProxy, KernelListener, ProxyLimits, Resolver
+
+if TYPE_CHECKING:
+    from slackinterp.config import Settings
+    from slackinterp.kernels.privileges import KernelUser
+
+log = logging.getLogger(__name__)
+
+PROXY_URL = f"http://127.0.0.1:{relay.PORT}"  # a literal address: `localhost` may resolve to ::1
+NO_PROXY = "localhost,127.0.0.1,::1"
+CACHE_SECONDS = 5.0
+CACHE_SIZE = 1024
+SOCKET_NAME = "egress.sock"
+
+
+class ChannelRules(Protocol):
+    """The store's per-channel rules (store/network.py)."""
+
+    async def network_rules(self, channel: str) -> list[tuple[str, str]]: ...
+
+
+def packages_env(home: str) -> dict[str, str]:
+    """Where `%pip install` puts a thread's packages: a hidden directory of its working
+    directory (counted by its quota, kept across reaps, seen by no other thread), on
+    PYTHONPATH from the start, so a replayed `%pip install` finds them ("Requirement already
+    satisfied") without downloading. pip reads no host configuration (PIP_CONFIG_FILE)."""
+    prefix = f"{home}/.local"
+    site = sysconfig.get_path("purelib", "posix_prefix", vars={"base": prefix, "platbase": prefix})
+    return {
+        "PIP_PREFIX": prefix,
+        "PYTHONPATH": site,
+        relay.PACKAGES_VARIABLE: site,
+        "PIP_CONFIG_FILE": "/dev/null",
+        "PIP_DISABLE_PIP_VERSION_CHECK": "1",
+        "PIP_NO_INPUT": "1",
+        "PIP_ROOT_USER_ACTION": "ignore",
+    }
+
+
+def proxy_env(socket_inside: str) -> dict[str, str]:
+    """Proxy variables in both cases (curl reads only lowercase http_proxy; Python prefers
+    lowercase), NO_PROXY limited to loopback, and never a SOCKS ALL_PROXY (pip crashes)."""
+    return {
+        "HTTP_PROXY": PROXY_URL,
+        "HTTPS_PROXY": PROXY_URL,
+        "http_proxy": PROXY_URL,
+        "https_proxy": PROXY_URL,
+        "NO_PROXY": NO_PROXY,
+        "no_proxy": NO_PROXY,
+        "NODE_USE_ENV_PROXY": "1",
+        relay.SOCKET_VARIABLE: socket_inside,
+    }
+
+
+class Egress:
+    """Policies and listeners for one bot."""
+
+    def __init__(
+        self,
+        mode: NetworkMode,
+        allow: list[str] | tuple[str, ...] = (),
+        deny: list[str] | tuple[str, ...] = (),
+        *,
+        channel_rules: ChannelRules | None = None,
+        limits: ProxyLimits | None = None,
+        resolver: Resolver | None = None,
+    ):
+        self.mode = NetworkMode(mode)
+        self.allow = parse_rules(list(allow))
+        self.deny = parse_rules(list(deny))
+        self.channel_rules = channel_rules
+        self.proxy = EgressProxy(self.policy_for, limits=limits, resolver=resolver)
+        self._cache: OrderedDict[str, tuple[float, Policy]] = OrderedDict()
+
+    @classmethod
+    def from_settings(cls, settings: Settings, channel_rules: ChannelRules | None) -> Egress:
+        if settings.kernel_network:
+            log.warning(
+                "config.deprecated setting=SLACKINTERP_KERNEL_NETWORK use=SLACKINTERP_NETWORK "
+                "network=%s",
+                settings.network.value,
+            )
+        return cls(
+            settings.network,
+            settings.network_allow,
+            settings.network_deny,
+            channel_rules=channel_rules,
+        )
+
+    @property
+    def enforcing(self) -> bool:
+        """Kernels get a listener (allowlist mode); off and open need none."""
+        return self.mode is NetworkMode.ALLOWLIST
+
+    # --- policies ----------------------------------------------------------------------------
+    def base_policy(self) -> Policy:
+        return Policy(self.mode, self.allow, self.deny, ("settings",))
+
+    async def policy_for(self, channel: str | None) -> Policy:
+        """The settings' rules plus the channel's (deny rules of the settings stay absolute)."""
+        if channel is None or self.channel_rules is None or self.mode is not NetworkMode.ALLOWLIST:
+            return self.base_policy()
+        hit = self._cache.get(channel)
+        now = time.monotonic()
+        if hit is not None and now - hit[0] < CACHE_SECONDS:
+            return hit[1]
+        try:
+            rows = await self.channel_rules.network_rules(channel)
+        except Exception as exc:  # fail closed to the settings' policy
+            log.warning("egress.channel_rules_failed channel=%s error=%s", channel, exc)
+            return self.base_policy()
+        policy = self.combine(rows)
+        self._cache[channel] = (now, policy)
+        self._cache.move_to_end(channel)
+        while len(self._cache) > CACHE_SIZE:
+            self._cache.popitem(last=False)
+        return policy
+
+    def combine(self, rows: list[tuple[str, str]]) -> Policy:
+        allow: list[Rule] = list(self.allow)
+        deny: list[Rule] = list(self.deny)
+        for kind, text in rows:
+            try:
+                rules = parse_rules(text)
+            except BadRule as exc:  # stored by an older version, say: skip it, loudly
+                log.warning("egress.bad_channel_rule rule=%s error=%s", text, exc)
+                continue
+            (allow if kind == "allow" else deny).extend(rules)
+        sources = ("settings", "channel") if rows else ("settings",)
+        return Policy(self.mode, tuple(allow), tuple(deny), sources)
+
+    def changed(self, channel: str) -> None:
+        """A channel's rules changed here: the next connection reads them again."""
+        self._cache.pop(channel, None)
+
+    # --- kernels -----------------------------------------------------------------------------
+    async def open(self, runtime: Path, user: KernelUser | None) -> KernelListener | None:
+        """The kernel's listener in its runtime directory, before the kernel starts; None
+        when the mode needs none."""
+        if not self.enforcing:
+            return None
+        path = runtime / SOCKET_NAME
+        uid = user.uid if user is not None else None
+        gid = user.gid if user is not None else None
+        return await self.proxy.listen(path, uid, gid)
+
+    def kernel_env(self, socket_inside: str | None, home: str) -> dict[str, str]:
+        """What a sandboxed kernel gets on top of its minimal environment."""
+        env = packages_env(home)
+        if socket_inside is not None:
+            env.update(proxy_env(socket_inside))
+        return env

@@ -1,0 +1,126 @@
+"""`/interp network show|allow RULE|deny RULE|reset`: a channel's egress rules from Slack.
+
+Anyone may look; only admins (slack/admins.py) may change them. Rules are stored (every
+replica and restart applies them) and take effect on the kernels' next connection, with no
+kernel restart. The operator's SLACKINTERP_NETWORK_DENY stays absolute: a channel's allow
+cannot lift it.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+from typing import TYPE_CHECKING
+
+from slack_sdk.web.async_client import AsyncWebClient
+
+from slackinterp.config import NetworkMode, Settings
+from slackinterp.kernels.egress.policy import BadRule, parse_rules
+from slackinterp.slack import text as t
+from slackinterp.slack.admins import WHO_MAY, Admins
+from slackinterp.store import Store
+
+if TYPE_CHECKING:
+    from slackinterp.kernels.egress.service import Egress
+
+log = logging.getLogger(__name__)
+
+# Slack formats what looks like a link: <http://pypi.org|pypi.org>, <http://pypi.org>.
+_LINK = re.compile(r"<(?:[a-z]+://)?([^|>]*)(?:\|([^>]*))?>")
+USAGE = "network show | network allow RULE | network deny RULE | network reset"
+
+
+ACTIONS = ("show", "allow", "deny", "reset")
+
+
+def is_network_command(words: list[str]) -> bool:
+    """`network` alone or with an action: "network analysis of …" stays a question."""
+    if not words or words[0].lower() != "network":
+        return False
+    return len(words) == 1 or words[1].lower() in ACTIONS
+
+
+def unlink(text: str) -> str:
+    return _LINK.sub(lambda m: m.group(2) or m.group(1), text)
+
+
+class NetworkCommand:
+    def __init__(self, settings: Settings, store: Store, egress: Egress | None, admins: Admins):
+        self.settings = settings
+        self.store = store
+        self.egress = egress
+        self.admins = admins
+
+    async def handle(
+        self, client: AsyncWebClient, user: str, channel: str, words: list[str]
+    ) -> str:
+        """The answer for the user (ephemeral)."""
+        command = self.settings.command
+        action = words[0].lower() if words else "show"
+        if action == "show":
+            return await self.show(channel)
+        if action not in ("allow", "deny", "reset") or (action != "reset" and len(words) != 2):
+            return f"Usage: `{command} {USAGE}`. Rules: docs/SECURITY.md (Network egress)."
+        if not await self.admins.is_admin(client, user):
+            log.info("network.change_refused channel=%s user=%s action=%s", channel, user, action)
+            return f"Only {WHO_MAY} may change this channel's network rules."
+        if action == "reset":
+            removed = await self.store.clear_network_rules(channel)
+            self._changed(channel)
+            log.info("network.rules_reset channel=%s user=%s removed=%d", channel, user, removed)
+            return (
+                f"Removed this channel's {removed} network rule(s); the bot's settings apply. "
+                "Kernels use the change from their next connection."
+            )
+        rule = unlink(words[1]).strip()
+        try:
+            parse_rules(rule)
+        except BadRule as exc:
+            return f"Not a rule: {t.escape(str(exc))}"
+        added = await self.store.add_network_rule(channel, action, rule, user)
+        self._changed(channel)
+        log.info(
+            "network.rule_added channel=%s user=%s kind=%s rule=%s new=%s",
+            channel,
+            user,
+            action,
+            rule,
+            added,
+        )
+        verb = "allowed" if action == "allow" else "denied"
+        text = (
+            f"{t.inline_code(rule)} is now {verb} in this channel"
+            if added
+            else f"{t.inline_code(rule)} was already {verb} in this channel"
+        )
+        return text + ". Kernels use it from their next connection.\n" + await self.show(channel)
+
+    def _changed(self, channel: str) -> None:
+        if self.egress is not None:
+            self.egress.changed(channel)
+
+    async def show(self, channel: str) -> str:
+        rows = await self.store.network_rules(channel)
+        mode = self.settings.network
+        lines = [f"*Network for this channel's kernels:* `{mode.value}`"]
+        if self.egress is None and mode is not NetworkMode.OFF:
+            lines.append(
+                "Not enforced: kernels here run without a sandbox (or on a gateway), so they "
+                "use the host's network."
+            )
+        if mode is NetworkMode.ALLOWLIST:
+            settings_allow = ", ".join(self.settings.network_allow) or "nothing"
+            lines.append(f"• allowed by the settings: {t.escape(settings_allow)}")
+            if self.settings.network_deny:
+                denied = ", ".join(self.settings.network_deny)
+                lines.append(f"• denied by the settings: {t.escape(denied)}")
+        allow = [r for k, r in rows if k == "allow"]
+        deny = [r for k, r in rows if k == "deny"]
+        if allow:
+            lines.append("• allowed in this channel: " + ", ".join(map(t.inline_code, allow)))
+        if deny:
+            lines.append("• denied in this channel: " + ", ".join(map(t.inline_code, deny)))
+        if mode is not NetworkMode.ALLOWLIST and rows:
+            lines.append("(channel rules apply only when SLACKINTERP_NETWORK=allowlist)")
+        lines.append(f"Changed by {WHO_MAY}: `{self.settings.command} network allow RULE`.")
+        return "\n".join(lines)
