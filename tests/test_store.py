@@ -619,4 +619,4 @@ async def test_version_4_databases_gain_channel_network_rules(db_url: str) -> No
         assert await store.network_rules("C2") == [("allow", "pypi.org")]
     finally:
         await store.close()
-    assert await schema_version(db_url) == "5"
+    assert await schema_version(db_url) == str(SCHEMA_VERSION)
