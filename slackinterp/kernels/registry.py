@@ -333,6 +333,7 @@ class KernelRegistry:
             slot = None
         else:
             reason = RestoreReason.REAPED if key in self._known else RestoreReason.NEW_PROCESS
+        new = slot is None
         if slot is None:
             kernel = await self.new_kernel(cwd)
             # No await since new_kernel returned: no pool start slips in before this.
@@ -349,7 +350,7 @@ class KernelRegistry:
                 restore = await self._restore(slot, slot.needs_restore)
             slot.needs_restore = None
         self._known.add(key)
-        if key in self._first_cells:
+        if new:
             # Not now: a kernel starting up competes for the CPU and the event loop, and this
             # thread's first cell should not wait behind it (mark_idle ends the wait).
             self._first_cells[key] = time.monotonic() + REFILL_DURING_CELL
