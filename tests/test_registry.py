@@ -324,6 +324,7 @@ async def test_the_pool_refills_after_every_handout() -> None:
     reg = await pooled(backend, pool_size=2, max_kernels=20)
     for i in range(6):
         in_pool = list(reg.pool)
+        handed_out = loop.time()
         lease = await reg.acquire(f"t{i}", Path(f"/nowhere/t{i}"))
         assert lease.kernel in in_pool  # every new thread got a warm kernel
         await asyncio.sleep(0.1)  # its first cell
@@ -331,7 +332,9 @@ async def test_the_pool_refills_after_every_handout() -> None:
         reg.mark_idle(f"t{i}")
         await until(lambda: len(reg.pool) == 2)
         assert len(pool_starts(backend)) == 2 + i + 1  # one refill per handout
-        assert pool_starts(backend)[-1][1] >= cell_ended  # … after the first cell
+        # … after the first cell, unless that had run REFILL_DURING_CELL (a slow machine)
+        began = pool_starts(backend)[-1][1]
+        assert began >= min(cell_ended, handed_out + REFILL_DURING_CELL)
     await reg.shutdown()
     assert backend.running == 0
 
