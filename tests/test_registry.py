@@ -297,3 +297,128 @@ async def test_each_start_is_timed_in_the_log_and_the_metrics(
         assert 0.15 <= seconds < 2
     for purpose in ("pool", "thread"):
         assert total(purpose) - before[purpose] >= 0.15
+
+
+# --- the pool refills after every handout ----------------------------------------------------
+
+
+async def until(predicate, timeout: float = 30.0) -> None:
+    """Wait for a condition the registry brings about on its own (generous: a busy machine)."""
+    end = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > end:
+            raise AssertionError("the condition did not come about in time")
+        await asyncio.sleep(0.01)
+
+
+def pool_starts(backend: FakeBackend) -> list[tuple[Path, float, float]]:
+    return [s for s in backend.starts if s[0].parent == Path("/nowhere/pool")]
+
+
+async def test_the_pool_refills_after_every_handout() -> None:
+    """New threads one after another, each taking a pooled kernel and running a short first
+    cell: the pool is full again after each one, and no refill began before that cell ended
+    (the handout had planned one, and the timer of the last refill had already fired)."""
+    loop = asyncio.get_running_loop()
+    backend = FakeBackend(start_seconds=0.05)
+    reg = await pooled(backend, pool_size=2, max_kernels=20)
+    for i in range(6):
+        in_pool = list(reg.pool)
+        handed_out = loop.time()
+        lease = await reg.acquire(f"t{i}", Path(f"/nowhere/t{i}"))
+        assert lease.kernel in in_pool  # every new thread got a warm kernel
+        await asyncio.sleep(0.1)  # its first cell
+        cell_ended = loop.time()
+        reg.mark_idle(f"t{i}")
+        await until(lambda: len(reg.pool) == 2)
+        assert len(pool_starts(backend)) == 2 + i + 1  # one refill per handout
+        # … after the first cell, unless that had run REFILL_DURING_CELL (a slow machine)
+        began = pool_starts(backend)[-1][1]
+        assert began >= min(cell_ended, handed_out + REFILL_DURING_CELL)
+    await reg.shutdown()
+    assert backend.running == 0
+
+
+async def test_the_pool_refills_after_a_drain_by_threads_closer_than_a_start() -> None:
+    """More new threads than pooled kernels, faster than kernels start: the later ones start
+    their own, and once the burst is over the pool is full again."""
+    backend = FakeBackend(start_seconds=0.2)
+    reg = await pooled(backend, pool_size=2, max_kernels=20)
+    for round_ in range(3):
+        for i in range(4):
+            key = f"r{round_}-{i}"
+            await reg.acquire(key, Path(f"/nowhere/{key}"))
+            reg.mark_idle(key)
+        await until(lambda: len(reg.pool) == 2)
+    assert len(reg.slots) == 12
+    await reg.shutdown()
+
+
+async def test_a_refill_waits_for_every_first_cell_running() -> None:
+    """Two threads take the two pooled kernels back to back: the refill the first one's
+    finished cell planned waits for the second one's first cell too."""
+    loop = asyncio.get_running_loop()
+    backend = FakeBackend(start_seconds=0.05)
+    reg = await pooled(backend, pool_size=2, max_kernels=20)
+    await reg.acquire("a", Path("/nowhere/a"))
+    reg.mark_idle("a")  # a refill is due in REFILL_AFTER_CELL …
+    b_began = loop.time()
+    await reg.acquire("b", Path("/nowhere/b"))  # … but b's first cell now runs
+    await asyncio.sleep(REFILL_AFTER_CELL + 0.2)
+    b_ended = loop.time()
+    reg.mark_idle("b")
+    await until(lambda: len(reg.pool) == 2)
+    refills = pool_starts(backend)[2:]
+    assert len(refills) == 2
+    # Each began after b's cell, unless that cell had run REFILL_DURING_CELL (a slow machine).
+    assert all(began >= min(b_ended, b_began + REFILL_DURING_CELL) for _, began, _ in refills)
+    await reg.shutdown()
+
+
+async def test_a_failed_refill_is_tried_again_after_its_back_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A pool start that fails once (a kernel killed at start-up, a full disk) is retried
+    when the back-off ends, with no traffic to set it off."""
+    from slackinterp.kernels import registry as registry_module
+
+    monkeypatch.setattr(registry_module, "POOL_BACKOFF_FIRST", 0.2)
+
+    class FailsOnce(FakeBackend):
+        failed = False
+
+        async def start_kernel(self, cwd: Path) -> FakeKernel:
+            if not self.failed:
+                self.failed = True
+                raise RuntimeError("killed at start-up")
+            return await super().start_kernel(cwd)
+
+    backend = FailsOnce(start_seconds=0.05)
+    reg = registry(backend, pool_size=2, max_kernels=20)
+    await reg.start()
+    await until(lambda: len(reg.pool) == 2)
+    await reg.shutdown()
+
+
+async def test_a_released_seat_refills_a_pool_held_back_by_the_cap() -> None:
+    backend = FakeBackend(start_seconds=0.05)
+    reg = await pooled(backend, pool_size=1, max_kernels=2)
+    await reg.acquire("a", Path("/nowhere/a"))  # the pooled kernel; the pool refills
+    reg.mark_idle("a")
+    await until(lambda: len(reg.pool) == 1)
+    await reg.acquire("b", Path("/nowhere/b"))  # the pooled kernel: now every seat is taken
+    reg.mark_idle("b")
+    assert reg.pool == [] and reg.live_count == 2
+    await reg.release("a", why="reaped")
+    await until(lambda: len(reg.pool) == 1)
+    await reg.shutdown()
+
+
+async def test_nothing_is_planned_after_shutdown() -> None:
+    backend = FakeBackend(start_seconds=0.05)
+    reg = await pooled(backend, pool_size=2, max_kernels=20)
+    await reg.acquire("a", Path("/nowhere/a"))  # a refill is planned for after a's first cell
+    await reg.shutdown()
+    reg.mark_idle("a")
+    reg.refill_pool()
+    assert reg._refill_timer is None and backend.running == 0

@@ -2,8 +2,10 @@
 
 Every attack runs through the real engine and a real sandboxed kernel (tests/sandbox_attacks.py),
 twice: as the user running the tests (root in CI) and, when that is root, as an unprivileged
-user (`setpriv` to nobody; this host's interpreter lives under /root, 0700, so that child gets
-the same view of the host with only the interpreter made readable). Not root: the first run is
+user (`setpriv` to nobody). That child gets the same view of the host, except that a directory
+it cannot enter above the interpreter or this checkout (/root is 0700, and so is a `mktemp -d`
+folder) is replaced by a 0755 one holding just the way down to them (python_view). A checkout
+whose own files others cannot read skips those runs, saying so. Not root: the first run is
 already the unprivileged case, and the second is skipped with that reason.
 """
 
@@ -49,21 +51,78 @@ def _nobody() -> pwd.struct_passwd | None:
         return None
 
 
-def python_view() -> list[str]:
+def _can_enter(directory: Path, user: pwd.struct_passwd) -> bool:
+    """Whether `user` (its own group only: the children run with --clear-groups) may pass
+    through `directory`."""
+    info = directory.stat()
+    if info.st_uid == user.pw_uid:
+        return bool(info.st_mode & 0o100)
+    if info.st_gid == user.pw_gid:
+        return bool(info.st_mode & 0o010)
+    return bool(info.st_mode & 0o001)
+
+
+def _outermost(paths: list[Path]) -> list[Path]:
+    """`paths` without those inside another of them."""
+    unique = sorted(set(paths))
+    return [p for p in unique if not any(other in p.parents for other in unique)]
+
+
+def python_view(user: pwd.struct_passwd) -> list[str]:
     """bwrap options for a child: the host as it is (own mount namespace only), except that
-    an interpreter kept under /root becomes readable for any user."""
+    what the child needs, the interpreter and this checkout, becomes reachable for `user`
+    when a directory above it shuts that user out (/root is 0700, and so is a checkout made
+    in `mktemp -d`). Each such directory is replaced by an empty one, 0755, holding only
+    the way down to what is needed, which is bound read-only: the same paths, the same
+    files, nothing else of that directory."""
+    needed = _outermost([*sandbox.python_prefixes(), REPO])
+    blocked: list[Path] = []  # above each needed path, the first that `user` cannot enter
+    for path in needed:
+        for parent in reversed(path.parents):  # from / down
+            if not _can_enter(parent, user):
+                blocked.append(parent)
+                break
+    blocked = _outermost(blocked)
     args = ["--dev-bind", "/", "/"]
-    inside_root = [p for p in sandbox.python_prefixes() if str(p).startswith("/root/")]
-    if inside_root:
-        args += ["--tmpfs", "/root"]
-        made: set[str] = set()
-        for prefix in inside_root:
-            for parent in reversed(prefix.parents):
-                if str(parent).startswith("/root/") and str(parent) not in made:
-                    made.add(str(parent))
-                    args += ["--perms", "0755", "--dir", str(parent)]
-            args += ["--ro-bind", str(prefix), str(prefix)]
+    for directory in blocked:
+        args += ["--tmpfs", str(directory)]
+    made: set[Path] = set()
+    for path in needed:
+        top = next((b for b in blocked if b in path.parents), None)
+        if top is None:
+            continue
+        for parent in reversed(path.parents):
+            if top in parent.parents and parent not in made:
+                made.add(parent)
+                args += ["--perms", "0755", "--dir", str(parent)]
+        args += ["--ro-bind", str(path), str(path)]
     return args
+
+
+# Run in the staged view as the unprivileged user: can it read this checkout and run Python?
+_READABLE = """import os, sys
+for path in sys.argv[1:]:
+    os.listdir(path)
+    for name in ("slackinterp/__init__.py", "tests/sandbox_attacks.py"):
+        open(os.path.join(path, name)).close()
+"""
+
+
+def unreadable_checkout(wrapper: list[str]) -> str | None:
+    """Why the unprivileged child cannot run this checkout even in its staged view (files
+    or the checkout itself not readable by others, e.g. a clone made under umask 077), or
+    None. The view only replaces directories above the checkout; it changes no mode."""
+    probe = subprocess.run(
+        [*wrapper, sys.executable, "-I", "-S", "-c", _READABLE, str(REPO)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    if probe.returncode == 0:
+        return None
+    lines = probe.stderr.strip().splitlines() or [f"exit status {probe.returncode}"]
+    return lines[-1][:300]
 
 
 def run_child(targets: Targets, wrapper: list[str]) -> dict[str, Any]:
@@ -133,9 +192,12 @@ def attacks(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
         nobody = _nobody()
         if nobody is None:
             pytest.skip("no 'nobody' user to run the unprivileged case as")
-        host = Host(nobody)
         drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
-        wrapper = ["bwrap", *python_view(), "--", *drop, "--clear-groups", "--"]
+        wrapper = ["bwrap", *python_view(nobody), "--", *drop, "--clear-groups", "--"]
+        why = unreadable_checkout(wrapper)
+        if why is not None:
+            pytest.skip(f"'nobody' cannot read this checkout or its interpreter: {why}")
+        host = Host(nobody)
     else:
         host = Host(None)
         wrapper = []
@@ -262,10 +324,15 @@ def test_1_without_the_sandbox_a_root_bot_still_runs_kernels_unprivileged() -> N
     nobody = _nobody()
     if nobody is None:
         pytest.skip("no 'nobody' user to run kernels as")
+    wrapper = ["bwrap", *python_view(nobody), "--"]
+    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}", "--clear-groups"]
+    why = unreadable_checkout([*wrapper, *drop, "--"])
+    if why is not None:
+        pytest.skip(f"'nobody' cannot read this checkout or its interpreter: {why}")
     host = Host(None)
     os.chmod(host.base, 0o755)  # the kernel user must reach its directories
     try:
-        got = run_child(host.targets("none"), ["bwrap", *python_view(), "--"])
+        got = run_child(host.targets("none"), wrapper)
     finally:
         host.remove()
     kernel = got["privileges"]

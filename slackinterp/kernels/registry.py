@@ -21,15 +21,17 @@ from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
+from slackinterp.kernels.slots import Slot
 
 log = logging.getLogger(__name__)
 
 # A failing pool start is tried again after 5 s, then 10, 20 … at most 5 min.
 POOL_BACKOFF_FIRST = 5
 POOL_BACKOFF_MAX = 300
-# When the pool refills after a handout (see KernelRegistry._refill_later): a kernel starting
-# up takes a core and the event loop for about a second, so it waits until the cell that took
-# the pooled kernel has finished (and its output is on its way), or has run this long.
+# When the pool refills after a handout (see KernelRegistry.refill_pool): a kernel starting
+# up takes a core and the event loop for about a second, so it waits until the first cell of
+# every thread that just got a kernel has finished (and its output is on its way), or has run
+# this long.
 REFILL_AFTER_CELL = 0.2
 REFILL_DURING_CELL = 1.0
 # Run in every pooled kernel once it started (see KernelRegistry._warm).
@@ -70,21 +72,6 @@ class Lease:
         return self.kernel.files(max_files)
 
 
-@dataclass
-class Slot:
-    """One thread's kernel and what the reaper needs to know about it."""
-
-    key: str
-    kernel: Kernel
-    last_used: float
-    busy_since: float | None = None
-    needs_restore: RestoreReason | None = None  # state was lost, and why
-
-    @property
-    def busy(self) -> bool:
-        return self.busy_since is not None
-
-
 ReplaySource = Callable[[str], Awaitable[list[str]]]
 LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
 
@@ -120,7 +107,13 @@ class KernelRegistry:
         self.capacity_wait = capacity_wait
         self._lock = asyncio.Lock()
         self._refill_task: asyncio.Task[None] | None = None
+        # The planned refill (see refill_pool): cleared when it fires or is cancelled.
         self._refill_timer: asyncio.TimerHandle | None = None
+        self._pool_starting = 0  # pool kernels being started or warmed
+        # Threads that just got a new kernel and whose first cell has not finished: thread key
+        # → when a pool start may go ahead anyway (monotonic). See _refill_due.
+        self._first_cells: dict[str, float] = {}
+        self._quiet_until = 0.0  # a first cell just finished: its output goes out first
         self._thread_starts = 0  # kernels being started for a waiting thread (not the pool)
         self._no_thread_starts = asyncio.Event()
         self._no_thread_starts.set()
@@ -153,19 +146,21 @@ class KernelRegistry:
         return orphans
 
     async def wait_pool_ready(self, timeout: float = 60.0) -> None:
+        """Wait until the pool is full. It only waits: the refill is the registry's own doing
+        (refill_pool), so a caller never papers over a refill that was not planned."""
         end = time.monotonic() + timeout
         while len(self.pool) < min(self.pool_size, self.max_kernels) and time.monotonic() < end:
             if time.monotonic() < self._pool_retry_at:
                 return  # starting kernels fails for now: nothing to wait for
-            if self._refill_task is None or self._refill_task.done():
-                self.refill_pool()
-            await asyncio.sleep(0.02)
+            freed = self._freed  # set when a pooled kernel is ready (among other things)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(freed.wait(), min(0.5, max(0.0, end - time.monotonic())))
 
     async def shutdown(self) -> None:
         """Stop every kernel; nothing outlives the bot."""
         self._closed = True
-        if self._refill_timer is not None:
-            self._refill_timer.cancel()
+        self._cancel_refill_timer()
+        self._first_cells.clear()
         if self._refill_task is not None:
             self._refill_task.cancel()
             try:
@@ -189,35 +184,76 @@ class KernelRegistry:
 
     # --- the pool ------------------------------------------------------------------------
     def refill_pool(self) -> None:
-        if self._closed or self.pool_size == 0:
+        """Refill the pool as soon as the rules allow: at once, or once every thread that just
+        got a kernel has finished its first cell (or run it REFILL_DURING_CELL s), or once a
+        failed start's back-off has ended. Called whenever any of that may have changed: at
+        start-up, on a handout, at the end of a cell, when a seat frees, after each refill."""
+        due = self._refill_due()
+        if due is None:
+            self._cancel_refill_timer()
             return
-        if time.monotonic() < self._pool_retry_at:
-            return  # the last start failed: not again before the back-off ends
-        if self._refill_task is None or self._refill_task.done():
-            self._refill_task = asyncio.create_task(self._refill(), name="kernel-pool-refill")
-
-    def _refill_later(self, delay: float) -> None:
-        """Refill the pool after `delay` s, or sooner if already planned sooner."""
-        if self._closed or self.pool_size == 0:
-            return
+        delay = due - time.monotonic()
+        if delay <= 0:
+            self._cancel_refill_timer()
+            if self._refill_task is None or self._refill_task.done():
+                task = asyncio.create_task(self._refill(), name="kernel-pool-refill")
+                task.add_done_callback(self._refill_ended)
+                self._refill_task = task
+            return  # a running refill checks the rules again before each start
         loop = asyncio.get_running_loop()
         timer = self._refill_timer
-        if timer is not None and not timer.cancelled() and timer.when() <= loop.time() + delay:
+        when = loop.time() + delay
+        if timer is not None and abs(timer.when() - when) < 0.001:
+            return  # already planned for then
+        self._cancel_refill_timer()
+        self._refill_timer = loop.call_at(when, self._refill_timer_fired)
+
+    def _refill_due(self) -> float | None:
+        """When the next pool start may begin (monotonic), or None: nothing to plan (closed,
+        no pool, the pool full or filling, every seat taken — a freed seat plans again)."""
+        if self._closed or self.pool_size == 0:
+            return None
+        if len(self.pool) + self._pool_starting >= self.pool_size:
+            return None
+        if self.live_count >= self.max_kernels:
+            return None
+        now = time.monotonic()
+        for key, deadline in list(self._first_cells.items()):
+            if deadline <= now:  # it has run long enough (or its lease never ended)
+                del self._first_cells[key]
+        return max(self._pool_retry_at, self._quiet_until, *self._first_cells.values())
+
+    def _refill_timer_fired(self) -> None:
+        self._refill_timer = None  # fired: it must never count as planned again
+        self.refill_pool()
+
+    def _cancel_refill_timer(self) -> None:
+        if self._refill_timer is not None:
+            self._refill_timer.cancel()
+            self._refill_timer = None
+
+    def _refill_ended(self, task: asyncio.Task[None]) -> None:
+        """A refill stopped (the pool full, a first cell began, a start failed): plan the
+        next one, if any is due, from the rules as they are now."""
+        if self._closed:
             return
-        if timer is not None:
-            timer.cancel()
-        self._refill_timer = loop.call_later(delay, self.refill_pool)
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            # Not expected (a failing start backs off inside _refill); back off all the same
+            # rather than trying again in a loop.
+            self._pool_retry_at = time.monotonic() + self._pool_backoff
+            log.error("kernels.pool_refill_failed retry_in=%ds error=%s", self._pool_backoff, exc)
+        self.refill_pool()
 
     async def _refill(self) -> None:
-        while not self._closed and len(self.pool) + self._starting < self.pool_size:
+        while True:
             # A thread waiting for its kernel comes first: a pool start would take a core
             # (and a start slot) from it.
             await self._no_thread_starts.wait()
-            if self._closed or len(self.pool) + self._starting >= self.pool_size:
-                return
-            if self.live_count >= self.max_kernels:
-                return
+            due = self._refill_due()
+            if due is None or due > time.monotonic():
+                return  # full, at the cap, or not now (_refill_ended plans what is next)
             self._starting += 1
+            self._pool_starting += 1
             try:
                 # Each pooled kernel gets its own directory (a sandboxed one keeps it).
                 kernel = await self._start(self.pool_dir / uuid.uuid4().hex[:12], "pool")
@@ -237,6 +273,7 @@ class KernelRegistry:
                 return
             finally:
                 self._starting -= 1
+                self._pool_starting -= 1
             if self._closed:
                 await kernel.shutdown()
                 return
@@ -296,8 +333,12 @@ class KernelRegistry:
             slot = None
         else:
             reason = RestoreReason.REAPED if key in self._known else RestoreReason.NEW_PROCESS
+        new = slot is None
         if slot is None:
             kernel = await self.new_kernel(cwd)
+            # No await since new_kernel returned: no pool start slips in before this.
+            self._first_cells[key] = time.monotonic() + REFILL_DURING_CELL
+            self.refill_pool()  # planned now, so that a lease that fails still refills
             slot = self.insert(key, kernel)
             slot.needs_restore = reason
             await self.replicas.claim(key, kernel)
@@ -312,9 +353,11 @@ class KernelRegistry:
                 restore = await self._restore(slot, slot.needs_restore)
             slot.needs_restore = None
         self._known.add(key)
-        # Not now: a kernel starting up competes for the CPU and the event loop, and this
-        # thread's first cell should not wait behind it (mark_idle brings the refill forward).
-        self._refill_later(REFILL_DURING_CELL)
+        if new:
+            # Not now: a kernel starting up competes for the CPU and the event loop, and this
+            # thread's first cell should not wait behind it (mark_idle ends the wait).
+            self._first_cells[key] = time.monotonic() + REFILL_DURING_CELL
+            self.refill_pool()
         return Lease(slot.kernel, restore)
 
     def insert(self, key: str, kernel: Kernel) -> Slot:
@@ -432,8 +475,9 @@ class KernelRegistry:
             if state_lost is not None:
                 slot.needs_restore = state_lost
             self.notify_freed()
-        if len(self.pool) < self.pool_size:
-            self._refill_later(REFILL_AFTER_CELL)
+        if self._first_cells.pop(key, None) is not None:
+            self._quiet_until = time.monotonic() + REFILL_AFTER_CELL
+        self.refill_pool()
 
     def slot(self, key: str) -> Slot | None:
         return self.slots.get(key)
@@ -441,6 +485,7 @@ class KernelRegistry:
     async def release(self, key: str, *, why: str = "reset") -> bool:
         """Shut the thread's kernel down (files stay). True if there was one."""
         slot = self.slots.pop(key, None)
+        self._first_cells.pop(key, None)
         if slot is None:
             return why == "reset" and await self.replicas.reset_elsewhere(key)
         self._stopping += 1  # still counts against the cap until it is gone

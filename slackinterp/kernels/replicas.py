@@ -4,18 +4,19 @@ With a gateway and a shared database, any replica can serve a thread with the ke
 replica started: a directory (store/kernels.py) says which kernel serves a thread and which replica
 owns it. A single process has nothing to share, and `SingleProcess` does nothing, so the
 registry never asks which of the two it has.
+
+This module sits below the registry: `Shared` works on the registry through `Seats`, the few
+things it needs of it, so the two never import each other.
 """
 
 from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from slackinterp.kernels.backend import Kernel
-
-if TYPE_CHECKING:
-    from slackinterp.kernels.registry import KernelRegistry, Slot
+from slackinterp.kernels.backend import Kernel, KernelBackend
+from slackinterp.kernels.slots import Slot
 
 log = logging.getLogger(__name__)
 
@@ -59,6 +60,21 @@ class Replicas(Protocol):
         ...
 
 
+class Seats(Protocol):
+    """What `Shared` needs of the registry that owns it (KernelRegistry is one)."""
+
+    backend: KernelBackend
+    pool_dir: Path
+    replica_id: str
+    slots: dict[str, Slot]
+
+    async def new_kernel(self, cwd: Path, *, attach_to: str | None = None) -> Kernel: ...
+
+    def insert(self, key: str, kernel: Kernel) -> Slot: ...
+
+    def notify_freed(self) -> None: ...
+
+
 class SingleProcess:
     """One bot process: every kernel is ours and nothing is shared."""
 
@@ -85,7 +101,7 @@ class Shared:
     """Replicas sharing a gateway and a database. The caller holds the thread's
     cross-replica lock whenever a thread's kernel is adopted, so no one else uses it."""
 
-    def __init__(self, registry: KernelRegistry, directory: KernelDirectory):
+    def __init__(self, registry: Seats, directory: KernelDirectory):
         self.registry = registry
         self.directory = directory
 
