@@ -70,7 +70,7 @@ def egress(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
             pytest.skip("no 'nobody' user to run the unprivileged case as")
         os.chown(base, nobody.pw_uid, nobody.pw_gid)
         drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
-        view, tail = python_view(), [*drop, "--clear-groups", "--"]
+        view, tail = python_view(nobody), [*drop, "--clear-groups", "--"]
     else:
         tail = []
     wrapper = ["bwrap", *view, "--ro-bind", str(hosts), "/etc/hosts", "--", *tail]
