@@ -21,7 +21,7 @@ import psutil
 from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.errors import FailureKind, SlackinterpError
-from slackinterp.kernels import cgroups, privileges, sandbox, workdir
+from slackinterp.kernels import cgroups, privileges, ready, sandbox, workdir
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.localfiles import LocalFiles
@@ -195,11 +195,12 @@ class LocalKernel:
         provisioner = self.km.provisioner
         return getattr(provisioner, "pid", None) if provisioner else None
 
-    async def connect(self) -> None:
+    async def connect(self, timeout: float = READY_TIMEOUT) -> None:
+        ready.fast_reconnect(self.km.context)
         self._client = self.km.client()
         self._client.start_channels(stdin=False)
         try:
-            await self._client.wait_for_ready(timeout=READY_TIMEOUT)
+            await ready.wait_ready(self._client, timeout, self.is_alive)
         except RuntimeError as exc:  # the kernel died during start-up
             raise KernelStartError(f"the kernel died while starting: {exc}") from None
         await self._record()
@@ -232,7 +233,8 @@ class LocalKernel:
     async def restart(self) -> None:
         """A fresh process with the same connection; its cwd is reapplied."""
         await self.km.restart_kernel(now=True)
-        await self._client.wait_for_ready(timeout=READY_TIMEOUT)
+        await ready.drain_iopub(self._client)
+        await ready.wait_ready(self._client, READY_TIMEOUT, self.is_alive)
         if not self.sandboxed:
             await self._apply_cwd()
         await self._record()
@@ -312,6 +314,7 @@ class LocalBackend:
         hidden: list[Path] | None = None,
         use_cgroups: bool = True,
         kernel_user: privileges.KernelUser | None = None,
+        start_mode: str = "spawn",
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
@@ -334,6 +337,15 @@ class LocalBackend:
         sandbox.prepare_cache(cache_dir, kernel_user if bwrap is None else None)
         if kernel_user is not None:
             log.info("kernels.user name=%s uid=%d", kernel_user.name, kernel_user.uid)
+        from slackinterp.kernels.forked import ForkStarter  # it builds on this module
+
+        # Fork from the warm template or spawn (SLACKINTERP_KERNEL_START; kernels/forked.py).
+        self.forks = ForkStarter(start_mode, bwrap is not None, cache_dir)
+
+    @property
+    def start_mode(self) -> str:
+        """How kernels start now: fork (from the warm template) or spawn."""
+        return self.forks.in_use
 
     async def _prepare_sandbox(self, km: SandboxedKernelManager, cwd: Path, runtime: Path) -> None:
         if not self._font_cache_ready:
@@ -397,6 +409,15 @@ class LocalBackend:
         # sees only its own, so it cannot read another kernel's key and drive it.
         runtime = self.runtime_dir / f"k{os.getpid()}-{next(_serial)}"
         runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.forks.forking:
+            from slackinterp.kernels import forked
+
+            try:
+                return await self._start_forked(cwd, runtime)
+            except forked.ForkFailed as exc:
+                await asyncio.to_thread(shutil.rmtree, runtime, True)
+                self.forks.give_up(str(exc))  # fork mode: raises; auto: spawns from now on
+                return await self._start_kernel(cwd)
         km = SandboxedKernelManager(
             kernel_name=self.kernel_name,
             transport="ipc",
@@ -448,6 +469,61 @@ class LocalBackend:
             raise
         return kernel
 
+    async def _start_forked(self, cwd: Path, runtime: Path) -> LocalKernel:
+        """A kernel forked from the warm template, in the same sandbox a spawned one gets."""
+        import uuid
+
+        from slackinterp.kernels import forked, forkspawn
+
+        km = forked.ForkedKernelManager(
+            kernel_name=self.kernel_name,
+            transport="ipc",
+            ip=str(runtime / "s"),
+            connection_file=str(runtime / "kernel.json"),
+        )
+        km.kernel_user = self.user
+        km.kernel_id = str(uuid.uuid4())
+        spec = km.kernel_spec
+        python = forkspawn.kernel_python(list(spec.argv)) if spec is not None else None
+        template = await self.forks.ready_template(python)
+        if template is None:
+            raise forked.ForkFailed(self.forks.reason or "no template")
+        group = None
+        if self.pids_root is not None:
+            group = cgroups.KernelCgroup.create(
+                self.pids_root, runtime.name.removeprefix("k"), self.limits.max_processes
+            )
+        await self._prepare_sandbox(km, cwd, runtime)
+        km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
+        km.limits = self.limits
+        km.cgroup_procs = group.procs_file if group else None
+        provisioner = forkspawn.ForkProvisioner(
+            kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
+        )
+        provisioner.template = template
+        km.provisioner = provisioner
+        kernel = LocalKernel(km, cwd, self.recorder, self.user)
+        kernel.runtime_subdir = runtime
+        kernel.cgroup = group
+        try:
+            await km.start_kernel(
+                cwd=str(cwd),
+                env=sandbox.sandbox_env(),
+                extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
+            )
+            await kernel.connect(timeout=forked.FORK_READY_TIMEOUT)
+        except forkspawn.TemplateError as exc:
+            await kernel.shutdown()
+            if exc.why == "stale" and await self.forks.refresh():
+                return await self._start_forked(cwd, runtime)
+            raise forked.ForkFailed(str(exc)) from None
+        except (KernelStartError, TimeoutError) as exc:
+            error = getattr(provisioner.process, "error", "") if provisioner.process else ""
+            await kernel.shutdown()
+            detail = error.strip().splitlines()[-1] if error.strip() else str(exc)
+            raise forked.ForkFailed(f"a forked kernel did not become ready: {detail}") from None
+        return kernel
+
     async def kernel_exists(self, kernel_id: str) -> bool:
         return False  # no other replica's kernel is ever local
 
@@ -455,7 +531,8 @@ class LocalBackend:
         raise KernelStartError("local kernels cannot be shared between bot processes")
 
     async def close(self) -> None:
-        return None  # each kernel is shut down by the registry; nothing else is held
+        """Each kernel is shut down by the registry; the template (if any) goes last."""
+        await self.forks.close()
 
     def workdir_files(self, workdir: Path) -> LocalFiles:
         return LocalFiles(workdir)
