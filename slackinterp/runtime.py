@@ -221,6 +221,7 @@ def local_backend(
         network=settings.kernel_network,
         hidden=hidden_paths(settings),
         kernel_user=kernel_user,
+        start_mode=settings.kernel_start.value,
     )
 
 

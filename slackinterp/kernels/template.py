@@ -364,6 +364,7 @@ def reaper_main(request: dict, status_w: int, alive_r: int) -> None:
         if select.select([alive_r], [], [], 0)[0]:  # P died before the line above
             os._exit(1)
         os.close(alive_r)
+        _retitle(["slackinterp-kernel-init"])
         sandbox(request)
         pid = os.fork()
         if pid == 0:
@@ -388,7 +389,7 @@ def kernel_main(request: dict, status_w: int) -> None:
         if request["env"].get("PYTHONDONTWRITEBYTECODE"):
             sys.dont_write_bytecode = True
         _reseed()
-        _retitle(request["argv"])
+        _retitle(["python", "-m", "ipykernel_launcher", *request["argv"]])
         sys.argv = ["ipykernel_launcher", *request["argv"]]
         gc.enable()  # the template's objects stay frozen: collecting them would un-share them
         from ipykernel.kernelapp import IPKernelApp
@@ -723,12 +724,12 @@ def _reseed() -> None:
 
 def _retitle(argv: list[str]) -> None:
     """What /proc/<pid>/cmdline and environ show: the template's were inherited. The command
-    line becomes the kernel's (orphan cleanup looks for its connection file there), the
-    template's environment block is wiped (the kernel's own is in os.environ)."""
+    line becomes `argv` (a kernel's names its connection file, which orphan cleanup looks
+    for), the template's environment block is wiped (a kernel's own is in os.environ)."""
     with open("/proc/self/stat") as handle:
         fields = handle.read().rsplit(")", 1)[1].split()
     arg_start, arg_end, env_start, env_end = (int(fields[n - 3]) for n in (48, 49, 50, 51))
-    text = "\0".join(["python", "-m", "ipykernel_launcher", *argv]).encode()
+    text = "\0".join(argv).encode()
     room = arg_end - arg_start
     if room > 1:
         ctypes.memset(arg_start, 0, room)
