@@ -454,11 +454,7 @@ class LocalBackend:
             )
         except Exception as exc:
             km.close_args()
-            raise KernelStartError(
-                f"could not start a '{self.kernel_name}' kernel: {exc}. "
-                "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
-                "is installed in that environment."
-            ) from exc
+            raise self._start_error(exc) from exc
         kernel = LocalKernel(km, cwd, self.recorder, self.user)
         kernel.runtime_subdir = runtime
         kernel.cgroup = group
@@ -468,6 +464,13 @@ class LocalBackend:
             await kernel.shutdown()
             raise
         return kernel
+
+    def _start_error(self, exc: Exception) -> KernelStartError:
+        return KernelStartError(
+            f"could not start a '{self.kernel_name}' kernel: {exc}. "
+            "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
+            "is installed in that environment."
+        )
 
     async def _start_forked(self, cwd: Path, runtime: Path) -> LocalKernel:
         """A kernel forked from the warm template, in the same sandbox a spawned one gets."""
@@ -483,7 +486,10 @@ class LocalBackend:
         )
         km.kernel_user = self.user
         km.kernel_id = str(uuid.uuid4())
-        spec = km.kernel_spec
+        try:
+            spec = km.kernel_spec
+        except Exception as exc:  # no such kernel spec: the same message as a spawn gives
+            raise self._start_error(exc) from exc
         python = forkspawn.kernel_python(list(spec.argv)) if spec is not None else None
         template = await self.forks.ready_template(python)
         if template is None:

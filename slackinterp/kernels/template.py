@@ -339,11 +339,19 @@ def child_main(request: dict, status_w: int, *inherited: int) -> None:
         if os.getppid() != template_pid:
             os._exit(1)
         os.setsid()
+        # On the host this process stands for the kernel: name it so (orphan cleanup finds a
+        # kernel by its connection file), and drop the template's environment block.
+        _retitle(["slackinterp-kernel", "ipykernel", *request["argv"][:2]])
         _null_stdio()
         os.closerange(3, status_w)
         os.closerange(status_w + 1, 65536)
         _limit(request)
         _unshare(request)
+        # Any change of credentials (a user namespace's full capabilities too) clears the
+        # parent-death signal: set it again, and check the template did not go meanwhile.
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != template_pid:
+            os._exit(1)
         # R's parent-death check: when P goes, the read end sees a hangup.
         alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
         pid = os.fork()
@@ -363,9 +371,14 @@ def reaper_main(request: dict, status_w: int, alive_r: int) -> None:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
         if select.select([alive_r], [], [], 0)[0]:  # P died before the line above
             os._exit(1)
-        os.close(alive_r)
         _retitle(["slackinterp-kernel-init"])
         sandbox(request)
+        # The user switch cleared the parent-death signal (see child_main): again, and P
+        # must still be there.
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if select.select([alive_r], [], [], 0)[0]:
+            os._exit(1)
+        os.close(alive_r)
         pid = os.fork()
         if pid == 0:
             kernel_main(request, status_w)
