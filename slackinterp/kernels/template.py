@@ -383,6 +383,9 @@ def reaper_main(request: dict, status_w: int, alive_r: int) -> None:
         if pid == 0:
             kernel_main(request, status_w)
         os.close(status_w)
+        # Not dumpable: the kernel (same uid) cannot open this process's /proc/1/mem and
+        # change how its namespace is reaped. The kernel keeps its own flag.
+        prctl(PR_SET_DUMPABLE, 0)
         _wait_and_forward(pid, reap_all=True)
     except BaseException:
         _fail(status_w)
