@@ -226,3 +226,43 @@ async def test_the_template_gets_no_inherited_descriptor() -> None:
         keep.close()
         await template.close()
     await asyncio.sleep(0)
+
+
+async def test_packages_changed_under_the_template_make_a_new_one(tmp_path: Path) -> None:
+    """A package installed after the template imported its own (site-packages changes): the
+    next start forks from a new template; kernels of the old one keep working."""
+    import site
+
+    from slackinterp.kernels.backend import LocalBackend
+    from slackinterp.kernels.execution import run_cell
+    from slackinterp.kernels.privileges import kernel_user
+
+    backend = LocalBackend(
+        kernel_name="python3",
+        cache_dir=tmp_path / "cache",
+        limits=sandbox.Limits(2048 * 1024 * 1024, 512, 1 << 30),
+        runtime_dir=tmp_path / "run",
+        bwrap=sandbox.bwrap_path(),
+        hidden=[tmp_path],
+        kernel_user=kernel_user("nobody"),
+        start_mode="fork",
+    )
+    kernels = []
+    try:
+        kernels.append(await backend.start_kernel(tmp_path / "w0"))
+        first = backend.forks.template
+        assert first is not None
+        for directory in site.getsitepackages():  # what `pip install` does to it
+            if Path(directory).is_dir():
+                os.utime(directory)
+        kernels.append(await backend.start_kernel(tmp_path / "w1"))
+        second = backend.forks.template
+        assert second is not None and second is not first and second.pid != first.pid
+        assert backend.start_mode == "fork"
+        for kernel in kernels:
+            result = await run_cell(kernel, "1+1", timeout=60, grace=1.0, max_output_chars=100)
+            assert result.result is not None and result.result.data["text/plain"] == "2"
+    finally:
+        for kernel in kernels:
+            await kernel.shutdown()
+        await backend.close()

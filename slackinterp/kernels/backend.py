@@ -521,6 +521,7 @@ class LocalBackend:
         except forkspawn.TemplateError as exc:
             await kernel.shutdown()
             if exc.why == "stale" and await self.forks.refresh():
+                runtime.mkdir(mode=0o700, parents=True, exist_ok=True)  # shutdown removed it
                 return await self._start_forked(cwd, runtime)
             raise forked.ForkFailed(str(exc)) from None
         except (KernelStartError, TimeoutError) as exc:

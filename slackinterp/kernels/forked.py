@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import resource
+import time
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -26,6 +27,7 @@ log = logging.getLogger(__name__)
 # A forked kernel not ready in this long means the template is unhealthy (a start takes
 # ~0.1 s; a busy 2-core machine can stretch it tenfold, never a hundredfold).
 FORK_READY_TIMEOUT = 20.0
+REFRESH_INTERVAL = 60.0
 
 
 class StartMode(StrEnum):
@@ -69,13 +71,22 @@ class ForkedKernelManager(SandboxedKernelManager):
             "argv": forkspawn.kernel_argv(cmd),
             "mounts": spec.mount_options(),
             "chdir": sandbox.SANDBOX_HOME,
-            "share_net": bool(spec.network),
+            "share_net": shares_host_network(spec.network),
             "user": {"uid": user.uid, "gid": user.gid} if user is not None else None,
             "limits": rlimits(self.limits, self.cgroup_procs, user),
             "nice": sandbox.KERNEL_NICE,
             "cgroup_procs": self.cgroup_procs,
             "seccomp": program.hex() if program is not None else None,
         }
+
+
+def shares_host_network(mode: object) -> bool:
+    """Whether the kernel uses the host's network namespace (SEAM §5: the egress work makes
+    the setting three-valued, off/allowlist/open, and adds sandbox.shares_host_network)."""
+    helper = getattr(sandbox, "shares_host_network", None)
+    if helper is not None:
+        return bool(helper(mode))
+    return mode is True or mode == "open"
 
 
 def rlimits(
@@ -106,7 +117,7 @@ class ForkStarter:
         self.template: forkspawn.Template | None = None
         self.reason = ""  # why kernels are spawned (auto), for doctor and the log
         self._lock = asyncio.Lock()
-        self._refreshed = False
+        self._refreshed_at = -REFRESH_INTERVAL
         # Templates no longer forked from: their kernels still serve threads, and go with
         # them at close.
         self._retired: list[forkspawn.Template] = []
@@ -172,10 +183,12 @@ class ForkStarter:
             return template
 
     async def refresh(self) -> bool:
-        """Packages changed under the template: start a new one, once."""
-        if self._refreshed:
+        """Packages changed under the template: start a new one (at most once a minute; a
+        template stale again at once means something keeps changing: spawn instead)."""
+        now = time.monotonic()
+        if now - self._refreshed_at < REFRESH_INTERVAL:
             return False
-        self._refreshed = True
+        self._refreshed_at = now
         if self.template is not None:
             self._retired.append(self.template)
             self.template = None

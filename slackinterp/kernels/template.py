@@ -185,11 +185,14 @@ def preload() -> list[str]:
 
 
 def package_stamps() -> dict[str, float]:
-    """Modification times of the directories imports come from: a package installed or
-    removed under the template changes one, and the template is then stale."""
+    """Modification times of the directories packages are installed in: installing or
+    removing one changes its directory's, and the template is then stale. (Not every sys.path
+    entry: a source checkout on it changes whenever a file is saved.)"""
     stamps = {}
     for entry in sys.path:
-        if entry and os.path.isdir(entry):
+        if os.path.basename(entry) not in ("site-packages", "dist-packages"):
+            continue
+        if os.path.isdir(entry):
             try:
                 stamps[entry] = os.stat(entry).st_mtime
             except OSError:
