@@ -9,8 +9,9 @@ Three ways to get a kernel, all measured the same way:
 Ready = kernel_info_reply plus an IOPub message (ipykernel 7's welcome), for all three (never
 `wait_for_ready()`, which idles ~0.2 s). CPU = user+system seconds of the kernel's whole
 process tree at ready, plus, for fork, what the template spent forking. Burst = 16 starts at
-once until all are ready. First cell = `import pandas, matplotlib.pyplot` and a plot. PSS =
-the kernel's process tree after that cell (a forked kernel shares the template's pages).
+once until all are ready. First cell = `import pandas, matplotlib.pyplot` and a plot, in each
+of 8 kernels alive together; PSS per kernel = the PSS of all their process trees (and of the
+template, for fork) after that cell, divided by 8.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from slackinterp.kernels.execution import run_cell
 MIB = 1024 * 1024
 TIMEOUT = 120.0
 BURST = 16
+MEMORY_KERNELS = 8
 FIRST_CELL = (
     "import pandas, matplotlib.pyplot as plt\n"
     "plt.plot([1, 2, 3], [3, 1, 2]); plt.title('t'); plt.show()"
@@ -63,6 +65,10 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
 
 def pss(pid: int) -> float:
     return sum(p.memory_full_info().pss for p in tree_of(pid)) / MIB
+
+
+def pss_one(pid: int) -> float:
+    return psutil.Process(pid).memory_full_info().pss / MIB
 
 
 class RawStart:
@@ -143,20 +149,28 @@ async def one_way(way: str, base: Path, runs: int) -> dict[str, Any]:
         burst_s = time.perf_counter() - began
         for kernel in burst:
             await kernel.shutdown()
-        first_cell, pss_after = [], []
-        for _ in range(max(3, runs // 3)):
+        # The first cell in each of MEMORY_KERNELS kernels alive together, then their memory:
+        # PSS splits a shared page among its sharers, so the template's pages are charged to
+        # the kernels in proportion, as they would be on a busy bot.
+        first_cell = []
+        alive = []
+        for _ in range(MEMORY_KERNELS):
             kernel = await start()
+            alive.append(kernel)
             began = time.perf_counter()
             result = await run_cell(
                 kernel, FIRST_CELL, timeout=TIMEOUT, grace=1.0, max_output_chars=1000
             )
             first_cell.append(time.perf_counter() - began)
-            if result.error is not None or not any(
-                "image/png" in getattr(o, "data", {}) for o in result.outputs
-            ):
+            pngs = [o for o in result.outputs if "image/png" in getattr(o, "data", {})]
+            if result.error is not None or not pngs:
                 raise RuntimeError(f"{way}: the first cell gave no plot: {result.error}")
-            await asyncio.sleep(0.5)
-            pss_after.append(pss(kernel.pid))
+        await asyncio.sleep(1.0)
+        total = sum(pss(k.pid) for k in alive)
+        if backend is not None and backend.forks.template is not None:
+            total += pss_one(backend.forks.template.pid)
+        pss_per_kernel = total / len(alive)
+        for kernel in alive:
             await kernel.shutdown()
         mode = backend.start_mode if backend is not None else "raw"
     finally:
@@ -170,7 +184,7 @@ async def one_way(way: str, base: Path, runs: int) -> dict[str, Any]:
         "burst_seconds": burst_s,
         "burst_starts_per_s": BURST / burst_s,
         "first_cell_ms": pct([s * 1000 for s in first_cell], 50),
-        "pss_mib": statistics.median(pss_after),
+        "pss_mib": pss_per_kernel,
     }
 
 

@@ -347,14 +347,17 @@ class LocalBackend:
         """How kernels start now: fork (from the warm template) or spawn."""
         return self.forks.in_use
 
-    async def _prepare_sandbox(self, km: SandboxedKernelManager, cwd: Path, runtime: Path) -> None:
+    async def _prepare_sandbox(
+        self, km: SandboxedKernelManager, cwd: Path, runtime: Path, seed_fonts: bool = True
+    ) -> None:
         if not self._font_cache_ready:
             await asyncio.to_thread(sandbox.build_font_cache, self.cache_dir / "matplotlib")
             await asyncio.to_thread(sandbox.world_writable_dirs)  # scanned once, off the loop
             self._font_cache_ready = True
-        await asyncio.to_thread(
-            sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd, self.user
-        )
+        if seed_fonts:  # a forked kernel has matplotlib's font list loaded already
+            await asyncio.to_thread(
+                sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd, self.user
+            )
         argv0 = km.kernel_spec.argv[0] if km.kernel_spec and km.kernel_spec.argv else None
         km.bwrap_bin = self.bwrap or "bwrap"
         km.args_fd = sandbox.args_fd()
@@ -499,7 +502,7 @@ class LocalBackend:
             group = cgroups.KernelCgroup.create(
                 self.pids_root, runtime.name.removeprefix("k"), self.limits.max_processes
             )
-        await self._prepare_sandbox(km, cwd, runtime)
+        await self._prepare_sandbox(km, cwd, runtime, seed_fonts=False)
         km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
         km.limits = self.limits
         km.cgroup_procs = group.procs_file if group else None

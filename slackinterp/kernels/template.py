@@ -92,7 +92,13 @@ PRELOAD = [
     "IPython.core.pylabtools",
     "IPython.core.formatters",
     "IPython.display",
-    "IPython.terminal.embed",
+    "IPython.core.completerlib",
+    "IPython.core.logger",
+    "IPython.core.oinspect",
+    "IPython.extensions.storemagic",
+    "IPython.utils.wildcard",
+    "faulthandler",
+    "tornado.platform.asyncio",
     "ipykernel",
     "ipykernel.kernelapp",
     "ipykernel.ipkernel",
@@ -182,6 +188,25 @@ def preload() -> list[str]:
         except Exception:
             missing.append(name)
     return missing
+
+
+def warm_matplotlib() -> None:
+    """Draw one figure to PNG without pyplot (which would pick a backend here): fonts, the
+    Agg renderer and the PNG encoder are then loaded once for every kernel."""
+    try:
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        figure = Figure()
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        axes.plot([1, 2, 3], [3, 1, 2])
+        axes.set_title("warm")
+        figure.savefig(io.BytesIO(), format="png", bbox_inches="tight")
+    except Exception:
+        pass
 
 
 def package_stamps() -> dict[str, float]:
@@ -315,6 +340,7 @@ def template_main(argv: list[str]) -> None:
     os.chdir("/")
     gc.disable()
     missing = preload()
+    warm_matplotlib()
     template = Template(control, bot_pid)
     template.stamps = package_stamps()
     gc.collect()
