@@ -437,7 +437,7 @@ class LocalBackend:
         try:
             if self.bwrap is not None:
                 await self._prepare_sandbox(km, cwd, runtime)
-                env = sandbox.sandbox_env()
+                env = self.sandboxed_env()
             await km.start_kernel(
                 cwd=str(cwd),
                 stdout=subprocess.DEVNULL,
@@ -467,6 +467,11 @@ class LocalBackend:
             await kernel.shutdown()
             raise
         return kernel
+
+    def sandboxed_env(self) -> dict[str, str]:
+        """A sandboxed kernel's complete environment, computed once per start and the same
+        for both start modes (a forked kernel gets exactly this dict, nothing of the template)."""
+        return sandbox.sandbox_env()
 
     def _start_error(self, exc: Exception) -> KernelStartError:
         return KernelStartError(
@@ -517,7 +522,7 @@ class LocalBackend:
         try:
             await km.start_kernel(
                 cwd=str(cwd),
-                env=sandbox.sandbox_env(),
+                env=self.sandboxed_env(),
                 extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
             )
             await kernel.connect(timeout=forked.FORK_READY_TIMEOUT)
