@@ -36,6 +36,9 @@ READY_TIMEOUT = 60.0
 # Measured (bench/slack_turn.py, 20 new threads at once, 2 cores): one per core 6.2 s,
 # two per core 5.0 s, against 5.6 s for a bot that starts all at once.
 START_SLOTS_PER_CORE = 2
+# A forked start costs a quarter of the CPU (no interpreter start, no imports: bench/kernels.py
+# section e), so four times as many keep the cores as busy.
+FORK_SLOTS_PER_CORE = 8
 _serial = itertools.count(1)
 
 
@@ -328,6 +331,7 @@ class LocalBackend:
         self._user_checked = kernel_user is None or bwrap is not None
         self._font_cache_ready = False
         self._starting = asyncio.Semaphore(START_SLOTS_PER_CORE * (os.cpu_count() or 1))
+        self._forking = asyncio.Semaphore(FORK_SLOTS_PER_CORE * (os.cpu_count() or 1))
         self.pids_root = cgroups.pids_root() if use_cgroups else None
         if self.pids_root is None:
             log.info("kernels.process_limit kind=rlimit_nproc")
@@ -377,8 +381,8 @@ class LocalBackend:
         spec.interrupt_mode = "message"
 
     async def start_kernel(self, cwd: Path) -> LocalKernel:
-        # Bounded: see START_SLOTS_PER_CORE.
-        async with self._starting:
+        # Bounded: see START_SLOTS_PER_CORE and FORK_SLOTS_PER_CORE.
+        async with self._forking if self.forks.forking else self._starting:
             return await self._start_kernel(cwd)
 
     @property
@@ -420,7 +424,8 @@ class LocalBackend:
             except forked.ForkFailed as exc:
                 await asyncio.to_thread(shutil.rmtree, runtime, True)
                 self.forks.give_up(str(exc))  # fork mode: raises; auto: spawns from now on
-                return await self._start_kernel(cwd)
+                async with self._starting:  # a spawn's slot, not the fork's
+                    return await self._start_kernel(cwd)
         km = SandboxedKernelManager(
             kernel_name=self.kernel_name,
             transport="ipc",
