@@ -26,6 +26,7 @@ import fcntl
 import gc
 import json
 import os
+import resource
 import select
 import signal
 import socket
@@ -499,8 +500,6 @@ def _wait_and_forward(child: int, reap_all: bool = False) -> None:
 def _limit(request: dict) -> None:
     """The pids cgroup, rlimits and niceness, as sandbox.limiter applies them to spawned
     kernels (inherited by everything below)."""
-    import resource
-
     procs = request.get("cgroup_procs")
     if procs:
         with open(procs, "w") as handle:
