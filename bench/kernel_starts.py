@@ -64,7 +64,16 @@ def cpu_seconds(processes: list[psutil.Process]) -> float:
 
 
 def pss(pid: int) -> float:
-    return sum(p.memory_full_info().pss for p in tree_of(pid)) / MIB
+    """PSS of the process tree; a process this user may not read (a forked kernel's PID 1 is
+    not dumpable: an unprivileged bot cannot read its smaps) counts by its RSS instead, an
+    upper bound."""
+    total = 0
+    for process in tree_of(pid):
+        try:
+            total += process.memory_full_info().pss
+        except psutil.AccessDenied:
+            total += process.memory_info().rss
+    return total / MIB
 
 
 def pss_one(pid: int) -> float:
