@@ -420,7 +420,7 @@ class LocalBackend:
             from slackinterp.kernels import forked
 
             try:
-                return await self._start_forked(cwd, runtime)
+                return await forked.start(self, cwd, runtime)
             except forked.ForkFailed as exc:
                 await asyncio.to_thread(shutil.rmtree, runtime, True)
                 self.forks.give_up(str(exc))  # fork mode: raises; auto: spawns from now on
@@ -484,65 +484,6 @@ class LocalBackend:
             "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
             "is installed in that environment."
         )
-
-    async def _start_forked(self, cwd: Path, runtime: Path) -> LocalKernel:
-        """A kernel forked from the warm template, in the same sandbox a spawned one gets."""
-        import uuid
-
-        from slackinterp.kernels import forked, forkspawn
-
-        km = forked.ForkedKernelManager(
-            kernel_name=self.kernel_name,
-            transport="ipc",
-            ip=str(runtime / "s"),
-            connection_file=str(runtime / "kernel.json"),
-        )
-        km.kernel_user = self.user
-        km.kernel_id = str(uuid.uuid4())
-        try:
-            spec = km.kernel_spec
-        except Exception as exc:  # no such kernel spec: the same message as a spawn gives
-            raise self._start_error(exc) from exc
-        python = forkspawn.kernel_python(list(spec.argv)) if spec is not None else None
-        template = await self.forks.ready_template(python)
-        if template is None:
-            raise forked.ForkFailed(self.forks.reason or "no template")
-        group = None
-        if self.pids_root is not None:
-            group = cgroups.KernelCgroup.create(
-                self.pids_root, runtime.name.removeprefix("k"), self.limits.max_processes
-            )
-        await self._prepare_sandbox(km, cwd, runtime, seed_fonts=False)
-        km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
-        km.limits = self.limits
-        km.cgroup_procs = group.procs_file if group else None
-        provisioner = forkspawn.ForkProvisioner(
-            kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
-        )
-        provisioner.template = template
-        km.provisioner = provisioner
-        kernel = LocalKernel(km, cwd, self.recorder, self.user)
-        kernel.runtime_subdir = runtime
-        kernel.cgroup = group
-        try:
-            await km.start_kernel(
-                cwd=str(cwd),
-                env=self.sandboxed_env(),
-                extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
-            )
-            await kernel.connect(timeout=forked.FORK_READY_TIMEOUT)
-        except forkspawn.TemplateError as exc:
-            await kernel.shutdown()
-            if exc.why == "stale" and await self.forks.refresh():
-                runtime.mkdir(mode=0o700, parents=True, exist_ok=True)  # shutdown removed it
-                return await self._start_forked(cwd, runtime)
-            raise forked.ForkFailed(str(exc)) from None
-        except (KernelStartError, TimeoutError) as exc:
-            error = getattr(provisioner.process, "error", "") if provisioner.process else ""
-            await kernel.shutdown()
-            detail = error.strip().splitlines()[-1] if error.strip() else str(exc)
-            raise forked.ForkFailed(f"a forked kernel did not become ready: {detail}") from None
-        return kernel
 
     async def kernel_exists(self, kernel_id: str) -> bool:
         return False  # no other replica's kernel is ever local

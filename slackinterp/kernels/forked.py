@@ -13,14 +13,20 @@ import asyncio
 import logging
 import resource
 import time
+import uuid
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
-from slackinterp.kernels import forkspawn, privileges, sandbox
-from slackinterp.kernels.backend import KernelStartError, SandboxedKernelManager
+from slackinterp.kernels import cgroups, forkspawn, privileges, sandbox
+from slackinterp.kernels.backend import (
+    KernelStartError,
+    LocalBackend,
+    LocalKernel,
+    SandboxedKernelManager,
+)
 
 log = logging.getLogger(__name__)
 
@@ -200,3 +206,59 @@ class ForkStarter:
         self._retired, self.template = [], None
         for template in templates:
             await template.close()
+
+
+async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
+    """A kernel forked from the warm template, in the same sandbox a spawned one gets."""
+    km = ForkedKernelManager(
+        kernel_name=backend.kernel_name,
+        transport="ipc",
+        ip=str(runtime / "s"),
+        connection_file=str(runtime / "kernel.json"),
+    )
+    km.kernel_user = backend.user
+    km.kernel_id = str(uuid.uuid4())
+    try:
+        spec = km.kernel_spec
+    except Exception as exc:  # no such kernel spec: the same message as a spawn gives
+        raise backend._start_error(exc) from exc
+    python = forkspawn.kernel_python(list(spec.argv)) if spec is not None else None
+    template = await backend.forks.ready_template(python)
+    if template is None:
+        raise ForkFailed(backend.forks.reason or "no template")
+    group = None
+    if backend.pids_root is not None:
+        group = cgroups.KernelCgroup.create(
+            backend.pids_root, runtime.name.removeprefix("k"), backend.limits.max_processes
+        )
+    await backend._prepare_sandbox(km, cwd, runtime, seed_fonts=False)
+    km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
+    km.limits = backend.limits
+    km.cgroup_procs = group.procs_file if group else None
+    provisioner = forkspawn.ForkProvisioner(
+        kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
+    )
+    provisioner.template = template
+    km.provisioner = provisioner
+    kernel = LocalKernel(km, cwd, backend.recorder, backend.user)
+    kernel.runtime_subdir = runtime
+    kernel.cgroup = group
+    try:
+        await km.start_kernel(
+            cwd=str(cwd),
+            env=backend.sandboxed_env(),
+            extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
+        )
+        await kernel.connect(timeout=FORK_READY_TIMEOUT)
+    except forkspawn.TemplateError as exc:
+        await kernel.shutdown()
+        if exc.why == "stale" and await backend.forks.refresh():
+            runtime.mkdir(mode=0o700, parents=True, exist_ok=True)  # shutdown removed it
+            return await start(backend, cwd, runtime)
+        raise ForkFailed(str(exc)) from None
+    except (KernelStartError, TimeoutError) as exc:
+        error = getattr(provisioner.process, "error", "") if provisioner.process else ""
+        await kernel.shutdown()
+        detail = error.strip().splitlines()[-1] if error.strip() else str(exc)
+        raise ForkFailed(f"a forked kernel did not become ready: {detail}") from None
+    return kernel
