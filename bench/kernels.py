@@ -30,6 +30,11 @@ Every figure is measured in the same run as its baseline, which uses raw jupyter
 (d) memory    PSS (psutil memory_full_info().pss) of each idle pooled kernel and of an idle raw
               kernel, measured at the same moment; a kernel counts with its whole process tree
               (bwrap + ipykernel when sandboxed).
+(e) starts    One kernel start forked from the warm template, spawned under bubblewrap, and by
+              raw jupyter_client: ready p50, CPU per start, a burst of 16, the first
+              `import pandas, matplotlib.pyplot` + plot cell, PSS after it (bench/kernel_starts.py).
+              Targets for fork: <= 80 ms, <= 0.15 s, >= 15 starts/s, <= 150 ms, <= 60 MiB.
+              `--only starts` runs this section alone.
 
 It prints a table and, last, one JSON line with every figure. Everything runs in a temporary
 data directory; at the end every kernel is shut down and the script checks with psutil that no
@@ -66,6 +71,7 @@ if str(ROOT) not in sys.path:  # `python bench/kernels.py` from anywhere
     sys.path.insert(0, str(ROOT))
 
 from bench.common import pct  # noqa: E402
+from bench.kernel_starts import bench_starts, print_starts  # noqa: E402
 
 POOL_SIZE = 3
 SETTLE_SECONDS = 0.5  # a kernel that just became ready gets this long to go quiet
@@ -577,12 +583,17 @@ async def measure(runs: int, iters: int, scratch: Path, sandbox: str | None) -> 
     }
 
 
-async def main(runs: int, iters: int, sandbox: str | None) -> int:
+async def main(runs: int, iters: int, sandbox: str | None, only: str | None = None) -> int:
     began = time.perf_counter()
     load_before = psutil.getloadavg()[0]
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-"))
+    starts: dict[str, Any] | None = None
     try:
-        results = await measure(runs, iters, scratch, sandbox)
+        if only == "starts":
+            results: dict[str, Any] = {}
+        else:
+            results = await measure(runs, iters, scratch, sandbox)
+        starts = results["starts"] = await bench_starts(scratch, runs)
     finally:
         leftovers = await leftover_kernels()
         shutil.rmtree(scratch, ignore_errors=True)
@@ -595,8 +606,11 @@ async def main(runs: int, iters: int, sandbox: str | None) -> int:
         load_before=load_before,
         load_after=psutil.getloadavg()[0],
     )
-    results["targets_met"] = verdicts(results)
-    print_table(results)
+    if only != "starts":
+        results["targets_met"] = verdicts(results)
+        print_table(results)
+    if starts is not None:
+        print_starts(starts)
     print(json.dumps(results, separators=(",", ":"), default=float))
     return 1 if leftovers else 0
 
@@ -608,9 +622,10 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--sandbox", choices=("auto", "bwrap", "none"), help="SLACKINTERP_SANDBOX for this run"
     )
+    parser.add_argument("--only", choices=("starts",), help="run one section alone")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     args = parse_args()
-    sys.exit(asyncio.run(main(max(2, args.runs), max(10, args.iters), args.sandbox)))
+    sys.exit(asyncio.run(main(max(2, args.runs), max(10, args.iters), args.sandbox, args.only)))

@@ -454,7 +454,11 @@ def sample_tree(root_pid: int, out: Path, interval: float) -> None:
                 total += pss
                 if proc.pid == root_pid:
                     bot = pss
-                elif name != "bwrap" and "ipykernel" in cmdline:
+                elif (
+                    name != "bwrap"  # bubblewrap's processes around a spawned kernel
+                    and not cmdline.startswith("slackinterp-kernel")  # a forked one's host side
+                    and "ipykernel" in cmdline
+                ):
                     kernels += 1
             row = {"t": time.time(), "pss": total, "bot": bot, "kernels": kernels, "cpu": cpu}
             sink.write(json.dumps(row) + "\n")

@@ -34,6 +34,12 @@ class NetworkMode(StrEnum):
     OPEN = "open"  # the host's network
 
 
+class KernelStart(StrEnum):
+    AUTO = "auto"
+    FORK = "fork"
+    SPAWN = "spawn"
+
+
 class StreamingMode(StrEnum):
     AUTO = "auto"
     OFF = "off"
@@ -174,6 +180,12 @@ class Settings(BaseSettings):
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
         description="auto (bubblewrap when it works), bwrap (required) or none.",
+    )
+    kernel_start: KernelStart = Field(
+        KernelStart.AUTO,
+        description="How sandboxed kernels start: fork (from a warm template that has "
+        "imported ipykernel, numpy, pandas and matplotlib), spawn (a new bubblewrap process "
+        "each), or auto (fork while the template is healthy, else spawn).",
     )
     kernel_user: str = Field(
         "nobody",

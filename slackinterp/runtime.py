@@ -244,6 +244,7 @@ def local_backend(
         hidden=hidden_paths(settings),
         kernel_user=kernel_user,
         egress=egress,
+        start_mode=settings.kernel_start.value,
     )
 
 

@@ -38,6 +38,7 @@ class Targets:
     plant_dir: str  # a directory the bot may write, which a planted link points at
     sockets: list[str]  # listening Unix sockets in world-writable host directories
     sandbox: str = "bwrap"
+    kernel_start: str = "spawn"  # SLACKINTERP_KERNEL_START: spawn (bubblewrap) or fork
 
 
 def code(src: str) -> str:
@@ -193,6 +194,7 @@ async def run_attacks(targets: Targets) -> dict[str, Any]:
     settings = make_settings(
         base,
         sandbox=targets.sandbox,
+        kernel_start=targets.kernel_start,
         workspace_quota_mb=QUOTA_MB,
         workspace_max_files=MAX_FILES,
     )
@@ -213,6 +215,7 @@ async def run_attacks(targets: Targets) -> dict[str, Any]:
         await LocalFiles(workdir).put(upload, "upload.csv")
         probe = f"DATA = {data!r}\nSECRET = {targets.secret!r}\n" + PRIVILEGES
         found["privileges"] = json.loads(last_text(await run_turn(engine, key, code(probe))))
+        found["start_mode"] = getattr(rt.registry.backend, "start_mode", None)
         if targets.sandbox == "none":
             return found
 

@@ -7,6 +7,7 @@ the one check concerned (cheap); the full runs (run_checks / main) start a real 
 from __future__ import annotations
 
 import asyncio
+import shutil
 import socket
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -92,7 +93,19 @@ async def test_green_run_passes_every_check(tmp_path: Path, good: dict[str, Any]
     assert "@slackinterp" in found[doctor.BOT_TOKEN].detail
     assert "'test-model'" in found[doctor.MODEL].detail
     assert "1+1 = 2" in found[doctor.KERNEL].detail
+    # It says how kernels start (SLACKINTERP_KERNEL_START; forked only under the sandbox).
+    kernel = found[doctor.KERNEL].detail
+    assert "(forked from the warm template)" in kernel or "(spawned: " in kernel
+    if shutil.which("bwrap") and not found[doctor.SANDBOX].skipped:
+        assert "forked" in kernel, kernel
     assert kernel_children() == []  # the test kernel was shut down
+
+
+async def test_kernel_check_names_the_spawn_mode_and_why(
+    tmp_path: Path, good: dict[str, Any]
+) -> None:
+    check = await doctor.check_kernel(configured(tmp_path, good, kernel_start="spawn"))
+    assert check.ok and "(spawned: SLACKINTERP_KERNEL_START=spawn)" in check.detail
 
 
 async def test_main_prints_a_line_per_check_and_exits_0(

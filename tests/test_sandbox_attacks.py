@@ -165,13 +165,14 @@ class Host:
             for path in (self.base, self.plant):
                 os.chown(path, owner.pw_uid, owner.pw_gid)
 
-    def targets(self, sandbox_mode: str = "bwrap") -> Targets:
+    def targets(self, sandbox_mode: str = "bwrap", kernel_start: str = "spawn") -> Targets:
         return Targets(
             base=str(self.base),
             secret=str(self.secret) if self.secret else None,
             plant_dir=str(self.plant),
             sockets=self.socket_paths,
             sandbox=sandbox_mode,
+            kernel_start=kernel_start,
         )
 
     def remove(self) -> None:
@@ -184,9 +185,22 @@ class Host:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-@pytest.fixture(scope="module", params=["bot_user", "unprivileged"])
+@pytest.fixture(
+    scope="module",
+    params=[
+        ("bot_user", "spawn"),
+        ("unprivileged", "spawn"),
+        ("bot_user", "fork"),
+        ("unprivileged", "fork"),
+    ],
+    ids=lambda p: "-".join(p),
+)
 def attacks(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
-    if request.param == "unprivileged":
+    """Each attack against both start modes: kernels spawned under bubblewrap, and kernels
+    forked from the warm template (SLACKINTERP_KERNEL_START=fork, which fails rather than
+    falling back, so the fork runs really are forked)."""
+    who, start = request.param
+    if who == "unprivileged":
         if not ROOT:
             pytest.skip("not root: the bot_user run already ran as an unprivileged user")
         nobody = _nobody()
@@ -202,7 +216,9 @@ def attacks(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
         host = Host(None)
         wrapper = []
     try:
-        yield run_child(host.targets(), wrapper)
+        found = run_child(host.targets(kernel_start=start), wrapper)
+        assert found["start_mode"] == start
+        yield found
     finally:
         host.remove()
 

@@ -28,6 +28,7 @@ from slackinterp.doctor.checks import (
 
 if TYPE_CHECKING:
     from slackinterp.kernels.execution import CellResult, ExecutableKernel
+    from slackinterp.kernels.forked import ForkStarter
     from slackinterp.kernels.privileges import KernelUser
 
 
@@ -50,7 +51,9 @@ def _plot_fix(result: CellResult) -> str:
     )
 
 
-async def _exercise(kernel: ExecutableKernel, settings: Settings, started_in: float) -> Check:
+async def _exercise(
+    kernel: ExecutableKernel, settings: Settings, started_in: float, how: str = ""
+) -> Check:
     """`1+1` must give 2 and a plot must arrive as an image/png display."""
     from slackinterp.kernels.execution import Display, run_cell
 
@@ -72,7 +75,7 @@ async def _exercise(kernel: ExecutableKernel, settings: Settings, started_in: fl
         )
     return passed(
         KERNEL,
-        f"'{settings.kernel_name}' started in {started_in:.1f} s; 1+1 = 2; a plot gives a PNG",
+        f"'{settings.kernel_name}' started in {started_in:.1f} s{how}; 1+1 = 2; a plot gives a PNG",
     )
 
 
@@ -107,9 +110,19 @@ async def check_kernel(settings: Settings) -> Check:
                 KERNEL, f"cannot start a '{settings.kernel_name}' kernel: {cause}", FIX_KERNEL_NAME
             )
         try:
-            return await _exercise(kernel, settings, time.monotonic() - start)
+            return await _exercise(
+                kernel, settings, time.monotonic() - start, _start_mode(backend.forks)
+            )
         finally:
             await kernel.shutdown()
+            await backend.close()
+
+
+def _start_mode(forks: ForkStarter) -> str:
+    """How the bot will start kernels (SLACKINTERP_KERNEL_START), and why when it spawns."""
+    if forks.forking:
+        return " (forked from the warm template)"
+    return f" (spawned: {forks.reason})"
 
 
 async def _check_gateway_kernel(settings: Settings) -> Check:

@@ -22,7 +22,7 @@ from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.config import NetworkMode
 from slackinterp.errors import FailureKind, SlackinterpError
-from slackinterp.kernels import cgroups, privileges, sandbox, workdir
+from slackinterp.kernels import cgroups, privileges, ready, sandbox, workdir
 from slackinterp.kernels.egress.proxy import KernelListener
 from slackinterp.kernels.egress.service import Egress
 from slackinterp.kernels.execution import CellControl
@@ -39,6 +39,9 @@ READY_TIMEOUT = 60.0
 # Measured (bench/slack_turn.py, 20 new threads at once, 2 cores): one per core 6.2 s,
 # two per core 5.0 s, against 5.6 s for a bot that starts all at once.
 START_SLOTS_PER_CORE = 2
+# A forked start costs a quarter of the CPU (no interpreter start, no imports: bench/kernels.py
+# section e), so four times as many keep the cores as busy.
+FORK_SLOTS_PER_CORE = 8
 _serial = itertools.count(1)
 
 
@@ -199,11 +202,12 @@ class LocalKernel:
         provisioner = self.km.provisioner
         return getattr(provisioner, "pid", None) if provisioner else None
 
-    async def connect(self) -> None:
+    async def connect(self, timeout: float = READY_TIMEOUT) -> None:
+        ready.fast_reconnect(self.km.context)
         self._client = self.km.client()
         self._client.start_channels(stdin=False)
         try:
-            await self._client.wait_for_ready(timeout=READY_TIMEOUT)
+            await ready.wait_ready(self._client, timeout, self.is_alive)
         except RuntimeError as exc:  # the kernel died during start-up
             raise KernelStartError(f"the kernel died while starting: {exc}") from None
         await self._record()
@@ -238,7 +242,8 @@ class LocalKernel:
         if self.egress is not None:  # the old process's connections end with it
             await self.egress.restart()
         await self.km.restart_kernel(now=True)
-        await self._client.wait_for_ready(timeout=READY_TIMEOUT)
+        await ready.drain_iopub(self._client)
+        await ready.wait_ready(self._client, READY_TIMEOUT, self.is_alive)
         if not self.sandboxed:
             await self._apply_cwd()
         await self._record()
@@ -321,6 +326,7 @@ class LocalBackend:
         use_cgroups: bool = True,
         kernel_user: privileges.KernelUser | None = None,
         egress: Egress | None = None,
+        start_mode: str = "spawn",
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
@@ -335,6 +341,7 @@ class LocalBackend:
         self._user_checked = kernel_user is None or bwrap is not None
         self._font_cache_ready = False
         self._starting = asyncio.Semaphore(START_SLOTS_PER_CORE * (os.cpu_count() or 1))
+        self._forking = asyncio.Semaphore(FORK_SLOTS_PER_CORE * (os.cpu_count() or 1))
         self.pids_root = cgroups.pids_root() if use_cgroups else None
         if self.pids_root is None:
             log.info("kernels.process_limit kind=rlimit_nproc")
@@ -344,15 +351,27 @@ class LocalBackend:
         sandbox.prepare_cache(cache_dir, kernel_user if bwrap is None else None)
         if kernel_user is not None:
             log.info("kernels.user name=%s uid=%d", kernel_user.name, kernel_user.uid)
+        from slackinterp.kernels.forked import ForkStarter  # it builds on this module
 
-    async def _prepare_sandbox(self, km: SandboxedKernelManager, cwd: Path, runtime: Path) -> None:
+        # Fork from the warm template or spawn (SLACKINTERP_KERNEL_START; kernels/forked.py).
+        self.forks = ForkStarter(start_mode, bwrap is not None, cache_dir)
+
+    @property
+    def start_mode(self) -> str:
+        """How kernels start now: fork (from the warm template) or spawn."""
+        return self.forks.in_use
+
+    async def _prepare_sandbox(
+        self, km: SandboxedKernelManager, cwd: Path, runtime: Path, seed_fonts: bool = True
+    ) -> None:
         if not self._font_cache_ready:
             await asyncio.to_thread(sandbox.build_font_cache, self.cache_dir / "matplotlib")
             await asyncio.to_thread(sandbox.world_writable_dirs)  # scanned once, off the loop
             self._font_cache_ready = True
-        await asyncio.to_thread(
-            sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd, self.user
-        )
+        if seed_fonts:  # a forked kernel has matplotlib's font list loaded already
+            await asyncio.to_thread(
+                sandbox.seed_font_cache, self.cache_dir / "matplotlib", cwd, self.user
+            )
         argv0 = km.kernel_spec.argv[0] if km.kernel_spec and km.kernel_spec.argv else None
         km.bwrap_bin = self.bwrap or "bwrap"
         km.args_fd = sandbox.args_fd()
@@ -372,8 +391,8 @@ class LocalBackend:
         spec.interrupt_mode = "message"
 
     async def start_kernel(self, cwd: Path) -> LocalKernel:
-        # Bounded: see START_SLOTS_PER_CORE.
-        async with self._starting:
+        # Bounded: see START_SLOTS_PER_CORE and FORK_SLOTS_PER_CORE.
+        async with self._forking if self.forks.forking else self._starting:
             return await self._start_kernel(cwd)
 
     @property
@@ -407,6 +426,16 @@ class LocalBackend:
         # sees only its own, so it cannot read another kernel's key and drive it.
         runtime = self.runtime_dir / f"k{os.getpid()}-{next(_serial)}"
         runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if self.forks.forking:
+            from slackinterp.kernels import forked
+
+            try:
+                return await forked.start(self, cwd, runtime)
+            except forked.ForkFailed as exc:
+                await asyncio.to_thread(shutil.rmtree, runtime, True)
+                self.forks.give_up(str(exc))  # fork mode: raises; auto: spawns from now on
+                async with self._starting:  # a spawn's slot, not the fork's
+                    return await self._start_kernel(cwd)
         km = SandboxedKernelManager(
             kernel_name=self.kernel_name,
             transport="ipc",
@@ -424,11 +453,7 @@ class LocalBackend:
         try:
             if self.bwrap is not None:
                 await self._prepare_sandbox(km, cwd, runtime)
-                env = sandbox.sandbox_env()
-                if self.egress is not None:  # the one hook: its socket and variables
-                    listener = await self.egress.open(runtime, self.user)
-                    inside = f"{sandbox.SANDBOX_RUNTIME}/{listener.path.name}" if listener else None
-                    env.update(self.egress.kernel_env(inside, sandbox.SANDBOX_HOME))
+                env, listener = await self.sandboxed_env(runtime)
             await km.start_kernel(
                 cwd=str(cwd),
                 stdout=subprocess.DEVNULL,
@@ -450,11 +475,7 @@ class LocalBackend:
             km.close_args()
             if listener is not None:
                 await listener.close()
-            raise KernelStartError(
-                f"could not start a '{self.kernel_name}' kernel: {exc}. "
-                "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
-                "is installed in that environment."
-            ) from exc
+            raise self._start_error(exc) from exc
         kernel = LocalKernel(km, cwd, self.recorder, self.user)
         kernel.runtime_subdir = runtime
         kernel.cgroup = group
@@ -466,6 +487,26 @@ class LocalBackend:
             raise
         return kernel
 
+    async def sandboxed_env(self, runtime: Path) -> tuple[dict[str, str], KernelListener | None]:
+        """A sandboxed kernel's complete environment, computed once per start and the same
+        for both start modes (a forked kernel gets exactly this dict, nothing of the template),
+        and, with SLACKINTERP_NETWORK=allowlist, its egress listener: the one hook through
+        which egress adds its socket (in `runtime`, made before the kernel) and variables."""
+        env = sandbox.sandbox_env()
+        if self.egress is None:
+            return env, None
+        listener = await self.egress.open(runtime, self.user)
+        inside = f"{sandbox.SANDBOX_RUNTIME}/{listener.path.name}" if listener else None
+        env.update(self.egress.kernel_env(inside, sandbox.SANDBOX_HOME))
+        return env, listener
+
+    def _start_error(self, exc: Exception) -> KernelStartError:
+        return KernelStartError(
+            f"could not start a '{self.kernel_name}' kernel: {exc}. "
+            "Check SLACKINTERP_KERNEL_NAME (`jupyter kernelspec list`) and that ipykernel "
+            "is installed in that environment."
+        )
+
     async def kernel_exists(self, kernel_id: str) -> bool:
         return False  # no other replica's kernel is ever local
 
@@ -473,7 +514,8 @@ class LocalBackend:
         raise KernelStartError("local kernels cannot be shared between bot processes")
 
     async def close(self) -> None:
-        return None  # each kernel is shut down by the registry; nothing else is held
+        """Each kernel is shut down by the registry; the template (if any) goes last."""
+        await self.forks.close()
 
     def workdir_files(self, workdir: Path) -> LocalFiles:
         return LocalFiles(workdir)

@@ -230,6 +230,11 @@ class BwrapSpec:
     def options(self) -> list[str]:
         """bubblewrap's options, passed through a file descriptor (`--args`), so that the
         host paths in them never appear in a command line the kernel can read."""
+        return self.mount_options() + self.namespace_options()
+
+    def mount_options(self) -> list[str]:
+        """The kernel's view of the file system, as bubblewrap options (the forked kernels
+        of kernels/template.py carry out the same list)."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for sub, inside in SCRATCH_DIRS.items():
             args += ["--bind", str(self.runtime_dir / sub), inside]
@@ -253,6 +258,11 @@ class BwrapSpec:
         # fill RAM. (Not recursive: the binds inside them, /dev/shm among them, stay writable.)
         for path in ["/dev", "/home", *hiding]:
             args += ["--remount-ro", path]
+        return args
+
+    def namespace_options(self) -> list[str]:
+        """Namespaces, privileges and seccomp: what follows the mounts."""
+        args: list[str] = []
         if self.user is None:
             args += ["--unshare-all"]
         else:

@@ -1,0 +1,256 @@
+"""Forked kernels for LocalBackend: which start mode is in use, and the manager of one kernel.
+
+SLACKINTERP_KERNEL_START: `spawn` starts every kernel as before (bubblewrap + jupyter_client);
+`fork` forks every kernel from the warm template (kernels/template.py) and fails loudly when
+it cannot; `auto` forks while the template is healthy and otherwise spawns, saying why in one
+log line. Forking needs the sandbox: the forked child builds the same view bubblewrap would
+(BwrapSpec.mount_options), in its own namespaces.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import resource
+import time
+import uuid
+from enum import StrEnum
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.manager import AsyncKernelManager
+
+from slackinterp.kernels import cgroups, forkspawn, privileges, sandbox
+from slackinterp.kernels.backend import (
+    KernelStartError,
+    LocalBackend,
+    LocalKernel,
+    SandboxedKernelManager,
+)
+
+log = logging.getLogger(__name__)
+
+# A forked kernel not ready in this long means the template is unhealthy (a start takes
+# ~0.1 s; a busy 2-core machine can stretch it tenfold, never a hundredfold).
+FORK_READY_TIMEOUT = 20.0
+REFRESH_INTERVAL = 60.0
+
+
+class StartMode(StrEnum):
+    AUTO = "auto"
+    FORK = "fork"
+    SPAWN = "spawn"
+
+
+class ForkFailed(Exception):
+    """This start could not be forked; the message says why (for the one log line)."""
+
+
+class ForkedKernelManager(SandboxedKernelManager):
+    """A kernel manager whose provisioner forks the template (forkspawn.ForkProvisioner).
+
+    The connection file is prepared as for bubblewrap (inside paths), and every (re)start
+    sends the template the view, limits and user the spawned kernel would get."""
+
+    limits: sandbox.Limits | None = None
+    cgroup_procs: str | None = None
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        cmd = AsyncKernelManager.format_kernel_cmd(self, extra_arguments)
+        connection_file = Path(self.connection_file)
+        user = self.kernel_user
+        if user is not None:
+            import os
+
+            os.chown(connection_file.parent, user.uid, user.gid, follow_symlinks=False)
+        assert self.bwrap_spec is not None
+        inside = self.bwrap_spec.prepare_runtime(connection_file, self.kernel_id or "k")
+        return [inside if arg == self.connection_file else arg for arg in cmd]
+
+    def fork_request(self, cmd: list[str], env: dict[str, str]) -> dict[str, Any]:
+        spec = self.bwrap_spec
+        assert spec is not None and self.limits is not None
+        program = privileges.seccomp_program()
+        user = spec.user
+        return {
+            "env": dict(env),
+            "argv": forkspawn.kernel_argv(cmd),
+            "mounts": spec.mount_options(),
+            "chdir": sandbox.SANDBOX_HOME,
+            "share_net": sandbox.shares_host_network(spec.network),
+            "user": {"uid": user.uid, "gid": user.gid} if user is not None else None,
+            "limits": rlimits(self.limits, self.cgroup_procs, user),
+            "nice": sandbox.KERNEL_NICE,
+            "cgroup_procs": self.cgroup_procs,
+            "seccomp": program.hex() if program is not None else None,
+        }
+
+
+def rlimits(
+    limits: sandbox.Limits, cgroup_procs: str | None, user: privileges.KernelUser | None
+) -> dict[str, int]:
+    """The rlimits sandbox.limiter sets on a spawned kernel, by resource name."""
+    found = {
+        "RLIMIT_AS": limits.memory_bytes,
+        "RLIMIT_FSIZE": limits.max_file_bytes,
+        "RLIMIT_CORE": 0,
+    }
+    if user is None or cgroup_procs is None:  # see sandbox.limiter
+        _soft, hard = resource.getrlimit(resource.RLIMIT_NPROC)
+        found["RLIMIT_NPROC"] = (
+            limits.max_processes
+            if hard == resource.RLIM_INFINITY
+            else min(limits.max_processes, hard)
+        )
+    return found
+
+
+class ForkStarter:
+    """Owns the template of one LocalBackend and decides, per start, fork or spawn."""
+
+    def __init__(self, mode: StartMode | str, sandboxed: bool, cache_dir: Path):
+        self.mode = StartMode(mode)
+        self.cache_dir = cache_dir
+        self.template: forkspawn.Template | None = None
+        self.reason = ""  # why kernels are spawned (auto), for doctor and the log
+        self._lock = asyncio.Lock()
+        self._refreshed_at = -REFRESH_INTERVAL
+        # Templates no longer forked from: their kernels still serve threads, and go with
+        # them at close.
+        self._retired: list[forkspawn.Template] = []
+        if self.mode == StartMode.SPAWN:
+            self.reason = "SLACKINTERP_KERNEL_START=spawn"
+        elif not sandboxed:
+            self.reason = "forked kernels need the sandbox (SLACKINTERP_SANDBOX)"
+            if self.mode == StartMode.FORK:
+                raise KernelStartError(
+                    "SLACKINTERP_KERNEL_START=fork needs the sandbox: forked kernels build "
+                    "their isolation like bubblewrap does. Enable SLACKINTERP_SANDBOX or set "
+                    "SLACKINTERP_KERNEL_START=auto or spawn."
+                )
+
+    @property
+    def forking(self) -> bool:
+        return not self.reason
+
+    @property
+    def in_use(self) -> str:
+        """The start mode kernels get now: fork or spawn."""
+        return "fork" if self.forking else "spawn"
+
+    def give_up(self, reason: str) -> None:
+        """The template cannot serve: auto spawns from now on (one log line), fork fails."""
+        if self.mode == StartMode.FORK:
+            raise KernelStartError(
+                f"a kernel could not be forked from the template ({reason}). "
+                "Set SLACKINTERP_KERNEL_START=auto (or spawn) to start kernels with "
+                "bubblewrap instead."
+            )
+        if not self.reason:
+            self.reason = reason
+            log.warning("kernels.start_mode mode=spawn reason=%s", reason.replace(" ", "_")[:160])
+        if self.template is not None:
+            self._retired.append(self.template)
+            self.template = None
+
+    async def ready_template(self, python: str | None) -> forkspawn.Template | None:
+        """The running template, started on first use; None when kernels are spawned."""
+        if not self.forking:
+            return None
+        async with self._lock:
+            template = self.template
+            if template is not None and not template.gone:
+                return template
+            if python is None:
+                self.give_up("the kernel spec is not a plain ipykernel one")
+                return None
+            env = forkspawn.template_env(
+                {**sandbox.sandbox_env(), "MPLCONFIGDIR": str(self.cache_dir / "matplotlib")}
+            )
+            template = forkspawn.Template(python, env)
+            try:
+                ready = await template.start()
+            except forkspawn.TemplateError as exc:
+                self.give_up(f"the template did not start: {exc}")
+                return None
+            log.info(
+                "kernels.template_ready pid=%s missing=%s", ready.get("pid"), ready.get("missing")
+            )
+            self.template = template
+            return template
+
+    async def refresh(self) -> bool:
+        """Packages changed under the template: start a new one (at most once a minute; a
+        template stale again at once means something keeps changing: spawn instead)."""
+        now = time.monotonic()
+        if now - self._refreshed_at < REFRESH_INTERVAL:
+            return False
+        self._refreshed_at = now
+        if self.template is not None:
+            self._retired.append(self.template)
+            self.template = None
+        log.info("kernels.template_refresh reason=packages_changed")
+        return True
+
+    async def close(self) -> None:
+        templates = [*self._retired, *([self.template] if self.template else [])]
+        self._retired, self.template = [], None
+        for template in templates:
+            await template.close()
+
+
+async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
+    """A kernel forked from the warm template, in the same sandbox a spawned one gets."""
+    km = ForkedKernelManager(
+        kernel_name=backend.kernel_name,
+        transport="ipc",
+        ip=str(runtime / "s"),
+        connection_file=str(runtime / "kernel.json"),
+    )
+    km.kernel_user = backend.user
+    km.kernel_id = str(uuid.uuid4())
+    try:
+        spec = km.kernel_spec
+    except Exception as exc:  # no such kernel spec: the same message as a spawn gives
+        raise backend._start_error(exc) from exc
+    python = forkspawn.kernel_python(list(spec.argv)) if spec is not None else None
+    template = await backend.forks.ready_template(python)
+    if template is None:
+        raise ForkFailed(backend.forks.reason or "no template")
+    group = None
+    if backend.pids_root is not None:
+        group = cgroups.KernelCgroup.create(
+            backend.pids_root, runtime.name.removeprefix("k"), backend.limits.max_processes
+        )
+    await backend._prepare_sandbox(km, cwd, runtime, seed_fonts=False)
+    km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
+    km.limits = backend.limits
+    km.cgroup_procs = group.procs_file if group else None
+    provisioner = forkspawn.ForkProvisioner(
+        kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
+    )
+    provisioner.template = template
+    km.provisioner = provisioner
+    kernel = LocalKernel(km, cwd, backend.recorder, backend.user)
+    kernel.runtime_subdir = runtime
+    kernel.cgroup = group
+    try:
+        env, kernel.egress = await backend.sandboxed_env(runtime)  # closed by shutdown
+        await km.start_kernel(
+            cwd=str(cwd),
+            env=env,
+            extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
+        )
+        await kernel.connect(timeout=FORK_READY_TIMEOUT)
+    except forkspawn.TemplateError as exc:
+        await kernel.shutdown()
+        if exc.why == "stale" and await backend.forks.refresh():
+            runtime.mkdir(mode=0o700, parents=True, exist_ok=True)  # shutdown removed it
+            return await start(backend, cwd, runtime)
+        raise ForkFailed(str(exc)) from None
+    except (KernelStartError, TimeoutError) as exc:
+        error = getattr(provisioner.process, "error", "") if provisioner.process else ""
+        await kernel.shutdown()
+        detail = error.strip().splitlines()[-1] if error.strip() else str(exc)
+        raise ForkFailed(f"a forked kernel did not become ready: {detail}") from None
+    return kernel

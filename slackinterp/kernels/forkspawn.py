@@ -1,0 +1,277 @@
+"""The bot's side of the warm template (kernels/template.py): start it, ask it for kernels.
+
+The template is a separate process started with an explicit minimal environment (no secret
+of the bot is ever in it) and a private socketpair as its only link to the bot; kernels close
+their copy right after the fork. It dies with the bot (PR_SET_PDEATHSIG and the socket's end),
+and every kernel dies with it (each level of a kernel's process tree has PR_SET_PDEATHSIG, and
+the kernel's PID 1 takes its pid namespace along).
+
+`ForkProvisioner` is a jupyter_client provisioner, so a forked kernel is driven by the same
+AsyncKernelManager calls (start, restart, interrupt by message, shutdown) as a spawned one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+
+log = logging.getLogger(__name__)
+
+TEMPLATE_FILE = Path(__file__).with_name("template.py")
+START_TIMEOUT = 120.0  # the imports, on a busy machine
+REQUEST_TIMEOUT = 30.0
+# Room in the template's command line: a forked kernel rewrites it to name its own
+# connection file (what /proc/<pid>/cmdline shows, and what orphan cleanup looks for).
+CMDLINE_ROOM = 200
+# The template must stay single-threaded: libraries that start threads at import are told not to.
+SINGLE_THREADED = {
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "NUMEXPR_NUM_THREADS": "1",
+    "VECLIB_MAXIMUM_THREADS": "1",
+    "JE_ARROW_MALLOC_CONF": "background_thread:false",
+    "ARROW_DEFAULT_MEMORY_POOL": "system",
+}
+
+
+class TemplateError(Exception):
+    """The template cannot (or can no longer) fork kernels. `why`: threads, fork, stale,
+    start, gone, setup."""
+
+    def __init__(self, why: str, message: str):
+        super().__init__(message)
+        self.why = why
+
+
+class ForkedProcess:
+    """One forked kernel's host-side process, shaped like the Popen jupyter_client expects."""
+
+    stdin = stdout = stderr = None
+
+    def __init__(self, pid: int, template: Template):
+        self.pid = pid
+        self.template = template
+        self.returncode: int | None = None
+        self.error = ""
+        self.exited = asyncio.Event()
+
+    def poll(self) -> int | None:
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int | None:
+        return self.returncode
+
+    def send_signal(self, signum: int) -> None:
+        if self.returncode is None:
+            self.template.signal(self.pid, signum)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def _exited(self, code: int, error: str) -> None:
+        self.returncode = code
+        self.error = error
+        self.exited.set()
+
+
+def template_env(base: dict[str, str]) -> dict[str, str]:
+    """The template's whole environment: a kernel's (inside paths only) plus what keeps
+    numerical libraries from starting threads. Never anything of the bot's own."""
+    return {**base, **SINGLE_THREADED}
+
+
+class Template:
+    """One running template process and its control socket."""
+
+    def __init__(self, python: str, env: dict[str, str]):
+        self.python = python
+        self.env = env
+        self.pid: int | None = None
+        self._process: asyncio.subprocess.Process | None = None
+        self._writer: asyncio.StreamWriter | None = None
+        self._reader_task: asyncio.Task[None] | None = None
+        self._ready: asyncio.Future[dict[str, Any]] | None = None
+        self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        self._children: dict[int, ForkedProcess] = {}
+        self._ids = itertools.count(1)
+        self.gone = False
+
+    async def start(self, timeout: float = START_TIMEOUT) -> dict[str, Any]:
+        """Start the template and wait until it has imported everything."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        loop = asyncio.get_running_loop()
+        self._ready = loop.create_future()
+        try:
+            self._process = await asyncio.create_subprocess_exec(
+                self.python,
+                str(TEMPLATE_FILE),
+                str(theirs.fileno()),
+                str(os.getpid()),
+                " " * CMDLINE_ROOM,
+                env=self.env,
+                cwd="/",
+                pass_fds=(theirs.fileno(),),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.DEVNULL,
+                stderr=subprocess.DEVNULL,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            ours.close()
+            raise TemplateError("start", f"cannot run {self.python}: {exc.strerror}") from None
+        finally:
+            theirs.close()
+        self.pid = self._process.pid
+        reader, self._writer = await asyncio.open_unix_connection(sock=ours)
+        self._reader_task = asyncio.create_task(self._read(reader), name="kernel-template")
+        try:
+            ready = await asyncio.wait_for(asyncio.shield(self._ready), timeout)
+        except TimeoutError:
+            await self.close()
+            message = f"the template was not ready after {timeout:.0f} s"
+            raise TemplateError("start", message) from None
+        if ready.get("threads") != 1:
+            await self.close()
+            raise TemplateError("threads", f"the template has {ready.get('threads')} threads")
+        return ready
+
+    async def _read(self, reader: asyncio.StreamReader) -> None:
+        try:
+            while line := await reader.readline():
+                self._dispatch(json.loads(line))
+        except (OSError, ValueError) as exc:
+            log.warning("kernels.template_read_failed error=%s", exc)
+        finally:
+            self._lost()
+
+    def _dispatch(self, message: dict[str, Any]) -> None:
+        op = message.get("op")
+        if op == "ready":
+            if self._ready is not None and not self._ready.done():
+                self._ready.set_result(message)
+        elif op == "exit":
+            child = self._children.pop(message["pid"], None)
+            if child is not None:
+                child._exited(message["code"], message.get("error", ""))
+        elif "id" in message:
+            future = self._pending.pop(message["id"], None)
+            if future is not None and not future.done():
+                future.set_result(message)
+
+    def _lost(self) -> None:
+        """The template is gone: so are its kernels (each dies with its parent)."""
+        self.gone = True
+        if self._ready is not None and not self._ready.done():
+            self._ready.set_exception(TemplateError("start", "the template exited while starting"))
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(TemplateError("gone", "the template exited"))
+        self._pending.clear()
+        for child in self._children.values():
+            child._exited(-signal.SIGKILL, "the template exited")
+        self._children.clear()
+
+    def _send(self, message: dict[str, Any]) -> None:
+        if self.gone or self._writer is None:
+            raise TemplateError("gone", "the template is not running")
+        self._writer.write(json.dumps(message).encode() + b"\n")
+
+    async def fork(self, request: dict[str, Any]) -> ForkedProcess:
+        """A new kernel from `request` (see template.py); TemplateError when refused."""
+        request_id = str(next(self._ids))
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        self._send({**request, "op": "fork", "id": request_id})
+        try:
+            reply = await asyncio.wait_for(future, REQUEST_TIMEOUT)
+        except TimeoutError:
+            raise TemplateError("fork", "the template did not answer a fork request") from None
+        finally:
+            self._pending.pop(request_id, None)
+        if "error" in reply:
+            raise TemplateError(reply.get("why", "fork"), reply["error"])
+        child = ForkedProcess(reply["pid"], self)
+        self._children[child.pid] = child
+        return child
+
+    def signal(self, pid: int, signum: int) -> None:
+        with contextlib.suppress(TemplateError):
+            self._send({"op": "signal", "pid": pid, "sig": int(signum)})
+
+    async def close(self) -> None:
+        """Stop the template; its kernels go with it."""
+        self.gone = True
+        if self._writer is not None:
+            self._writer.close()
+        process = self._process
+        if process is not None and process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(process.wait(), 10)
+        if self._reader_task is not None:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self._reader_task, 5)
+
+
+class ForkProvisioner(LocalProvisioner):  # type: ignore[misc]
+    """Launches the kernel by asking the template for a fork instead of running a command.
+
+    The manager (backend.ForkedKernelManager) supplies the request; everything else (the
+    connection file, the restart with the same connection, shutdown) is LocalProvisioner's."""
+
+    template: Template | None = None
+
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
+        km = self.parent
+        assert self.template is not None and km is not None
+        request = km.fork_request(cmd, kwargs.get("env") or {})
+        self.process = await self.template.fork(request)
+        self.pid = self.process.pid
+        self.pgid = None
+        self.cwd = kwargs.get("cwd")
+        return self.connection_info
+
+    async def wait(self) -> int | None:
+        process = self.process
+        if process is None:
+            return 0
+        await process.exited.wait()
+        self.process = None
+        return process.returncode
+
+    async def send_signal(self, signum: int) -> None:
+        if self.process is not None:
+            self.process.send_signal(signum)
+
+
+def kernel_python(argv: list[str]) -> str | None:
+    """The interpreter a kernel spec runs, when it is a plain ipykernel spec a template can
+    stand in for; None otherwise (another language, a wrapper script)."""
+    if len(argv) < 3 or argv[1:3] not in (["-m", "ipykernel_launcher"], ["-m", "ipykernel"]):
+        return None
+    python = argv[0]
+    if python in ("python", "python3", "{python}"):
+        return sys.executable
+    return python if os.path.isabs(python) else None
+
+
+def kernel_argv(cmd: list[str]) -> list[str]:
+    """The kernel's own arguments (after `python -m ipykernel_launcher`)."""
+    return list(cmd[3:])

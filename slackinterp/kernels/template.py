@@ -1,0 +1,807 @@
+"""The warm template that kernels are forked from (SLACKINTERP_KERNEL_START=fork|auto).
+
+Run by the bot as `python -I template.py <control fd> <bot pid>` with an explicit minimal
+environment (never the bot's: it holds the Slack and model secrets). It imports what every
+kernel needs (ipykernel and its lazy imports, IPython, numpy, pandas, matplotlib), freezes the
+GC, and then only waits on its control socket. Each `fork` request makes one kernel:
+
+    template ── P (host side: joins the pids cgroup, limits, unshares the namespaces, waits)
+                └─ R = PID 1 of the kernel's pid namespace (builds the private root, drops
+                   every privilege, reaps, forwards signals)
+                    └─ K = PID 2, the kernel: clean environment, reseeded, then IPKernelApp
+                       is built from scratch (zmq, threads, event loop all after the fork)
+
+The bot computes everything (environment, mounts, limits, seccomp program, user); this file
+only carries it out, with the standard library and ctypes (Python 3.11 has no os.unshare).
+It imports nothing of slackinterp, so it runs in whatever interpreter the kernel spec names.
+Nothing here may start a thread: the template checks /proc/self/task before every fork and
+refuses when it is not alone (a fork copies one thread; locks held by the others stay held).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import gc
+import json
+import os
+import resource
+import select
+import signal
+import socket
+import struct
+import sys
+import traceback
+
+# --- constants (linux uapi) ------------------------------------------------------------------
+
+CLONE_NEWNS = 0x00020000
+CLONE_NEWCGROUP = 0x02000000
+CLONE_NEWUTS = 0x04000000
+CLONE_NEWIPC = 0x08000000
+CLONE_NEWUSER = 0x10000000
+CLONE_NEWPID = 0x20000000
+CLONE_NEWNET = 0x40000000
+
+MS_RDONLY = 1
+MS_NOSUID = 2
+MS_NODEV = 4
+MS_NOEXEC = 8
+MS_REMOUNT = 32
+MS_BIND = 4096
+MS_REC = 16384
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+
+PR_SET_PDEATHSIG = 1
+PR_SET_DUMPABLE = 4
+PR_CAPBSET_DROP = 24
+PR_SET_NO_NEW_PRIVS = 38
+PR_SET_SECCOMP = 22
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+SECCOMP_MODE_FILTER = 2
+
+AT_FDCWD = -100
+AT_RECURSIVE = 0x8000
+MOUNT_ATTR_RDONLY = 0x1
+
+_SYSCALLS = {  # pivot_root, mount_setattr, capset
+    "x86_64": (155, 442, 126),
+    "aarch64": (41, 442, 91),
+}
+
+# Imports every kernel makes: the ones a cell usually starts with, and the ones
+# IPKernelApp.initialize() makes lazily (they halve the child's start when done here).
+# Never matplotlib_inline (its package imports backend_inline, whose module body wires itself
+# into the running shell, which exists only in the child: the sphinx-exec-jupyter trap).
+PRELOAD = [
+    "numpy",
+    "pandas",
+    "matplotlib",
+    "matplotlib.pyplot",
+    "matplotlib.backends.backend_agg",
+    "PIL.Image",
+    "PIL.PngImagePlugin",
+    "IPython",
+    "IPython.core.interactiveshell",
+    "IPython.core.completer",
+    "IPython.core.history",
+    "IPython.core.debugger",
+    "IPython.core.magics",
+    "IPython.core.pylabtools",
+    "IPython.core.formatters",
+    "IPython.display",
+    "IPython.core.completerlib",
+    "IPython.core.logger",
+    "IPython.core.oinspect",
+    "IPython.extensions.storemagic",
+    "IPython.utils.wildcard",
+    "faulthandler",
+    "tornado.platform.asyncio",
+    "ipykernel",
+    "ipykernel.kernelapp",
+    "ipykernel.ipkernel",
+    "ipykernel.zmqshell",
+    "ipykernel.iostream",
+    "ipykernel.heartbeat",
+    "ipykernel.control",
+    "ipykernel.comm",
+    "ipykernel.eventloops",
+    "ipykernel.debugger",
+    "ipykernel.kernelbase",
+    "ipykernel.parentpoller",
+    "ipykernel.subshell_manager",
+    "ipykernel.shellchannel",
+    "ipykernel.thread",
+    "ipykernel.jsonutil",
+    "ipykernel.pickleutil",
+    "ipykernel.serialize",
+    "ipykernel.displayhook",
+    "ipykernel.compiler",
+    "jupyter_client.session",
+    "jupyter_client.connect",
+    "jupyter_core.paths",
+    "zmq",
+    "zmq.asyncio",
+    "zmq.eventloop.zmqstream",
+    "tornado.ioloop",
+    "tornado.queues",
+    "tornado.locks",
+    "asyncio",
+    "sqlite3",
+    "pdb",
+    "debugpy",
+    "comm",
+    "jedi",
+    "psutil",
+    "uuid",
+    "secrets",
+    "decimal",
+    "fractions",
+    "statistics",
+    "csv",
+    "json",
+]
+
+libc = ctypes.CDLL(None, use_errno=True)
+libc.syscall.restype = ctypes.c_long
+libc.mount.argtypes = [
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_char_p,
+    ctypes.c_ulong,
+    ctypes.c_char_p,
+]
+libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
+libc.unshare.argtypes = [ctypes.c_int]
+libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+
+
+class SetupError(Exception):
+    """One step of building a kernel's sandbox failed; the message names it."""
+
+
+def _check(result: int, what: str) -> None:
+    if result != 0:
+        err = ctypes.get_errno()
+        raise SetupError(f"{what}: {os.strerror(err)}")
+
+
+def prctl(option: int, arg: int = 0, arg3: int = 0) -> None:
+    _check(libc.prctl(option, arg, arg3, 0, 0), f"prctl({option})")
+
+
+def threads() -> int:
+    return len(os.listdir("/proc/self/task"))
+
+
+# --- the template ----------------------------------------------------------------------------
+
+
+def preload() -> list[str]:
+    """Import PRELOAD; a missing optional module is skipped (reported, never fatal)."""
+    missing = []
+    for name in PRELOAD:
+        try:
+            __import__(name)
+        except Exception:
+            missing.append(name)
+    return missing
+
+
+def warm_matplotlib() -> None:
+    """Draw one figure to PNG without pyplot (which would pick a backend here): fonts, the
+    Agg renderer and the PNG encoder are then loaded once for every kernel."""
+    try:
+        import io
+
+        from matplotlib.backends.backend_agg import FigureCanvasAgg
+        from matplotlib.figure import Figure
+
+        figure = Figure()
+        FigureCanvasAgg(figure)
+        axes = figure.add_subplot()
+        axes.plot([1, 2, 3], [3, 1, 2])
+        axes.set_title("warm")
+        figure.savefig(io.BytesIO(), format="png", bbox_inches="tight")
+    except Exception:
+        pass
+
+
+def package_stamps() -> dict[str, float]:
+    """Modification times of the directories packages are installed in: installing or
+    removing one changes its directory's, and the template is then stale. (Not every sys.path
+    entry: a source checkout on it changes whenever a file is saved.)"""
+    stamps = {}
+    for entry in sys.path:
+        if os.path.basename(entry) not in ("site-packages", "dist-packages"):
+            continue
+        if os.path.isdir(entry):
+            try:
+                stamps[entry] = os.stat(entry).st_mtime
+            except OSError:
+                pass
+    return stamps
+
+
+class Template:
+    def __init__(self, control: socket.socket, bot_pid: int):
+        self.control = control
+        self.bot_pid = bot_pid
+        self.buffer = b""
+        self.kernels: dict[int, tuple[str, int]] = {}  # pid of P -> (request id, status fd)
+        self.stamps: dict[str, float] = {}
+        wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self.wake_r, self.wake_w = wake_r, wake_w
+
+    def send(self, message: dict) -> None:
+        self.control.sendall(json.dumps(message).encode() + b"\n")
+
+    def run(self) -> None:
+        signal.signal(signal.SIGCHLD, lambda *_: None)
+        signal.set_wakeup_fd(self.wake_w)
+        while True:
+            try:
+                ready, _, _ = select.select([self.control, self.wake_r], [], [])
+            except InterruptedError:
+                continue
+            if self.wake_r in ready:
+                while True:
+                    try:
+                        if not os.read(self.wake_r, 512):
+                            break
+                    except BlockingIOError:
+                        break
+                self.reap()
+            if self.control in ready:
+                data = self.control.recv(1 << 20)
+                if not data:  # the bot is gone: so are its kernels
+                    self.kill_all()
+                    return
+                self.buffer += data
+                while b"\n" in self.buffer:
+                    line, self.buffer = self.buffer.split(b"\n", 1)
+                    self.handle(json.loads(line))
+
+    def handle(self, request: dict) -> None:
+        op = request.get("op")
+        if op == "fork":
+            self.send(self.fork(request))
+        elif op == "signal":
+            self.signal(request["pid"], request["sig"])
+        elif op == "threads":
+            self.send({"op": "threads", "threads": threads()})
+
+    def signal(self, pid: int, signum: int) -> None:
+        if pid in self.kernels:  # still ours, never reaped: the pid cannot have been reused
+            try:
+                os.kill(pid, signum)
+            except OSError:
+                pass
+
+    def kill_all(self) -> None:
+        for pid in list(self.kernels):
+            self.signal(pid, signal.SIGKILL)
+
+    def reap(self) -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, os.WNOHANG)
+            except ChildProcessError:
+                return
+            if pid == 0:
+                return
+            request_id, status_fd = self.kernels.pop(pid, ("", -1))
+            error = ""
+            if status_fd >= 0:
+                try:
+                    error = os.read(status_fd, 4096).decode(errors="replace")
+                except OSError:
+                    pass
+                os.close(status_fd)
+            code = os.waitstatus_to_exitcode(status)
+            self.send({"op": "exit", "id": request_id, "pid": pid, "code": code, "error": error})
+
+    def fork(self, request: dict) -> dict:
+        request_id = request["id"]
+        count = threads()
+        if count != 1:  # refuse: a fork would copy one thread and whatever locks the rest hold
+            error = f"the template has {count} threads"
+            return {"id": request_id, "error": error, "why": "threads"}
+        if package_stamps() != self.stamps:
+            error = "packages changed under the template"
+            return {"id": request_id, "error": error, "why": "stale"}
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
+        os.set_blocking(status_r, False)
+        try:
+            pid = os.fork()
+        except OSError as exc:
+            os.close(status_r)
+            os.close(status_w)
+            return {"id": request_id, "error": f"fork: {exc.strerror}", "why": "fork"}
+        if pid == 0:
+            os.close(status_r)
+            child_main(request, status_w, self.control.fileno(), self.wake_r, self.wake_w)
+            os._exit(127)  # never reached
+        os.close(status_w)
+        self.kernels[pid] = (request_id, status_r)
+        return {"id": request_id, "pid": pid}
+
+
+def template_main(argv: list[str]) -> None:
+    if sys.path and os.path.abspath(sys.path[0]) == os.path.dirname(os.path.abspath(__file__)):
+        del sys.path[0]  # this file's directory is nothing a kernel should import from
+    control = socket.socket(fileno=int(argv[1]))
+    bot_pid = int(argv[2])
+    prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))  # the bot's death is the template's
+    if os.getppid() != bot_pid:
+        os._exit(0)
+    os.chdir("/")
+    gc.disable()
+    missing = preload()
+    warm_matplotlib()
+    template = Template(control, bot_pid)
+    template.stamps = package_stamps()
+    gc.collect()
+    gc.freeze()  # the collector would otherwise touch (and un-share) every inherited object
+    template.send({"op": "ready", "pid": os.getpid(), "threads": threads(), "missing": missing})
+    template.run()
+
+
+# --- a kernel, after the fork ----------------------------------------------------------------
+
+
+def child_main(request: dict, status_w: int, *inherited: int) -> None:
+    """P: runs on the host side; never returns."""
+    try:
+        for fd in inherited:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        signal.set_wakeup_fd(-1)
+        for signum in (signal.SIGCHLD, signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(signum, signal.SIG_DFL)
+        template_pid = os.getppid()
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != template_pid:
+            os._exit(1)
+        os.setsid()
+        # On the host this process stands for the kernel: name it so (orphan cleanup finds a
+        # kernel by its connection file), and drop the template's environment block.
+        _retitle(["slackinterp-kernel", "ipykernel", *request["argv"][:2]])
+        _null_stdio()
+        os.closerange(3, status_w)
+        os.closerange(status_w + 1, 65536)
+        _limit(request)
+        _unshare(request)
+        # Any change of credentials (a user namespace's full capabilities too) clears the
+        # parent-death signal: set it again, and check the template did not go meanwhile.
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != template_pid:
+            os._exit(1)
+        # R's parent-death check: when P goes, the read end sees a hangup.
+        alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
+        pid = os.fork()
+        if pid == 0:
+            os.close(alive_w)
+            reaper_main(request, status_w, alive_r)
+        os.close(alive_r)
+        os.close(status_w)
+        _wait_and_forward(pid)
+    except BaseException:
+        _fail(status_w)
+
+
+def reaper_main(request: dict, status_w: int, alive_r: int) -> None:
+    """R, PID 1 of the kernel's namespace: builds the sandbox, forks the kernel, reaps."""
+    try:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if select.select([alive_r], [], [], 0)[0]:  # P died before the line above
+            os._exit(1)
+        _retitle(["slackinterp-kernel-init"])
+        sandbox(request)
+        # The user switch cleared the parent-death signal (see child_main): again, and P
+        # must still be there.
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if select.select([alive_r], [], [], 0)[0]:
+            os._exit(1)
+        os.close(alive_r)
+        pid = os.fork()
+        if pid == 0:
+            kernel_main(request, status_w)
+        os.close(status_w)
+        # Not dumpable: the kernel (same uid) cannot open this process's /proc/1/mem and
+        # change how its namespace is reaped. The kernel keeps its own flag.
+        prctl(PR_SET_DUMPABLE, 0)
+        _wait_and_forward(pid, reap_all=True)
+    except BaseException:
+        _fail(status_w)
+
+
+def kernel_main(request: dict, status_w: int) -> None:
+    """K, PID 2: the kernel itself. Everything stateful is built here, after the fork."""
+    try:
+        prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
+        if os.getppid() != 1:
+            os._exit(1)
+        os.setsid()  # its own session, as bwrap --new-session gives
+        os.chdir(request["chdir"])
+        os.environ.clear()
+        os.environ.update(request["env"])
+        os.umask(0o022)
+        if request["env"].get("PYTHONDONTWRITEBYTECODE"):
+            sys.dont_write_bytecode = True
+        _reseed()
+        _retitle(["python", "-m", "ipykernel_launcher", *request["argv"]])
+        sys.argv = ["ipykernel_launcher", *request["argv"]]
+        gc.enable()  # the template's objects stay frozen: collecting them would un-share them
+        from ipykernel.kernelapp import IPKernelApp
+
+        IPKernelApp.clear_instance()
+        app = IPKernelApp.instance()
+        app.parent_handle = 0  # its parent is our reaper (PID 1), not the bot
+        os.close(status_w)  # success: the template sees no error text
+        status_w = -1
+        app.initialize(request["argv"])
+        _activate_inline(app)
+        app.start()
+        os._exit(0)
+    except SystemExit as exc:
+        os._exit(exc.code if isinstance(exc.code, int) else 1)
+    except BaseException:
+        if status_w >= 0:
+            _fail(status_w)
+        traceback.print_exc()
+        os._exit(1)
+
+
+def _fail(status_w: int) -> None:
+    try:
+        os.write(status_w, traceback.format_exc(limit=3)[-3000:].encode())
+    finally:
+        os._exit(127)
+
+
+def _null_stdio() -> None:
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    if null > 2:
+        os.close(null)
+
+
+def _wait_and_forward(child: int, reap_all: bool = False) -> None:
+    """Wait for `child`, passing on the signals a kernel is stopped or interrupted with,
+    then exit as it did. As PID 1, also reap every orphan the kernel leaves."""
+
+    def forward(signum: int, _frame: object) -> None:
+        try:
+            os.kill(child, signum)
+        except OSError:
+            pass
+
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(signum, forward)
+    while True:
+        try:
+            pid, status = os.waitpid(-1 if reap_all else child, 0)
+        except InterruptedError:
+            continue
+        except ChildProcessError:
+            os._exit(1)
+        if pid == child:
+            code = os.waitstatus_to_exitcode(status)
+            os._exit(code if code >= 0 else 128 - code)
+
+
+def _limit(request: dict) -> None:
+    """The pids cgroup, rlimits and niceness, as sandbox.limiter applies them to spawned
+    kernels (inherited by everything below)."""
+    procs = request.get("cgroup_procs")
+    if procs:
+        with open(procs, "w") as handle:
+            handle.write(str(os.getpid()))
+    limits = request["limits"]
+    for name, value in limits.items():
+        which = getattr(resource, name)
+        resource.setrlimit(which, (value, value))
+    os.nice(request["nice"])
+
+
+def _unshare(request: dict) -> None:
+    """New namespaces for everything below P. Not root: a user namespace first (mapping the
+    bot's own ids), which gives the rights to make the others."""
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
+    if not request["share_net"]:
+        flags |= CLONE_NEWNET
+    rooted = os.geteuid() == 0
+    if not rooted:
+        flags |= CLONE_NEWUSER
+    uid, gid = os.geteuid(), os.getegid()
+    _check(libc.unshare(flags), "unshare")
+    if libc.unshare(CLONE_NEWCGROUP) != 0:  # as bwrap's --unshare-cgroup-try
+        pass
+    if not rooted:
+        _map_ids(uid, gid)
+
+
+def _map_ids(uid: int, gid: int) -> None:
+    _write("/proc/self/setgroups", "deny")
+    _write("/proc/self/uid_map", f"{uid} {uid} 1")
+    _write("/proc/self/gid_map", f"{gid} {gid} 1")
+
+
+def _write(path: str, text: str) -> None:
+    try:
+        with open(path, "w") as handle:
+            handle.write(text)
+    except OSError as exc:
+        raise SetupError(f"write {path}: {exc.strerror}") from None
+
+
+# --- the sandbox (in R) ----------------------------------------------------------------------
+
+
+def sandbox(request: dict) -> None:
+    """The kernel's world, as bubblewrap builds it from the same options (sandbox.BwrapSpec),
+    then no way back: kernel user, own user namespace with no nested ones, no capabilities,
+    no_new_privs, the seccomp program."""
+    machine = os.uname().machine
+    if machine not in _SYSCALLS:
+        raise SetupError(f"unsupported architecture {machine}")
+    if not request["share_net"]:
+        _loopback_up()
+    chdir = _build_root(request["mounts"])
+    user = request.get("user")
+    if user is not None:  # the bot is root: the kernel never is
+        os.setgroups([])
+        os.setgid(user["gid"])
+        os.setuid(user["uid"])
+        # A uid change makes /proc/self root's (not dumpable): the maps below need it ours,
+        # as any exec'd program has it. ptrace stays denied by the seccomp program.
+        prctl(PR_SET_DUMPABLE, 1)
+        _check(libc.unshare(CLONE_NEWUSER), "unshare(user)")
+        _map_ids(user["uid"], user["gid"])
+    _write("/proc/sys/user/max_user_namespaces", "0")  # no nested user namespaces
+    _drop_capabilities(machine)
+    prctl(PR_SET_NO_NEW_PRIVS, 1)
+    program = request.get("seccomp")
+    if program:
+        _seccomp(bytes.fromhex(program))
+    os.chdir(chdir or "/")
+
+
+def _loopback_up() -> None:
+    """`lo` is down in a new network namespace; bwrap brings it up too."""
+    siocgifflags, siocsifflags, iff_up = 0x8913, 0x8914, 0x1
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        request = struct.pack("16sH14x", b"lo", 0)
+        flags = struct.unpack("16sH14x", fcntl.ioctl(sock, siocgifflags, request))[1]
+        fcntl.ioctl(sock, siocsifflags, struct.pack("16sH14x", b"lo", flags | iff_up))
+
+
+def _mount(source: str | None, target: str, fstype: str | None, flags: int, data: str = "") -> None:
+    result = libc.mount(
+        source.encode() if source else None,
+        target.encode(),
+        fstype.encode() if fstype else None,
+        flags,
+        data.encode() if data else None,
+    )
+    _check(result, f"mount {target}")
+
+
+class _MountAttr(ctypes.Structure):
+    _fields_ = [
+        ("attr_set", ctypes.c_uint64),
+        ("attr_clr", ctypes.c_uint64),
+        ("propagation", ctypes.c_uint64),
+        ("userns_fd", ctypes.c_uint64),
+    ]
+
+
+def _read_only(path: str, recursive: bool) -> None:
+    """mount_setattr(2): read-only, keeping every other (possibly locked) flag."""
+    number = _SYSCALLS[os.uname().machine][1]
+    attr = _MountAttr(MOUNT_ATTR_RDONLY, 0, 0, 0)
+    flags = AT_RECURSIVE if recursive else 0
+    result = libc.syscall(
+        number, AT_FDCWD, path.encode(), flags, ctypes.byref(attr), ctypes.sizeof(attr)
+    )
+    if result != 0:
+        err = ctypes.get_errno()
+        if err != errno.ENOSYS:
+            raise SetupError(f"read-only {path}: {os.strerror(err)}")
+        _mount(None, path, None, MS_REMOUNT | MS_BIND | MS_RDONLY)
+
+
+def _build_root(options: list[str]) -> str | None:
+    """Carry out bubblewrap's mount options (the subset sandbox.BwrapSpec uses) into a fresh
+    tmpfs, then pivot_root into it: the host's root is gone from this namespace."""
+    _mount(None, "/", None, MS_REC | MS_PRIVATE)
+    _mount("tmpfs", "/tmp", "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755")
+    os.chdir("/tmp")
+    os.mkdir("newroot", 0o755)
+    os.mkdir("oldroot", 0o755)
+    _pivot_root("/tmp", "oldroot")
+    os.chdir("/")
+    _mount("tmpfs", "/newroot", "tmpfs", MS_NODEV | MS_NOSUID, "mode=0755")
+    chdir = None
+    perms = 0o755
+    i = 0
+
+    def arg(n: int) -> str:
+        return options[i + n]
+
+    while i < len(options):
+        op = options[i]
+        if op in ("--ro-bind", "--bind", "--dev-bind"):
+            source, dest = "/oldroot" + arg(1), "/newroot" + arg(2)
+            _bind(source, dest, read_only=op == "--ro-bind")
+            i += 3
+        elif op == "--dev":
+            _dev("/newroot" + arg(1))
+            i += 2
+        elif op == "--proc":
+            target = "/newroot" + arg(1)
+            os.makedirs(target, exist_ok=True)
+            _mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+            i += 2
+        elif op == "--tmpfs":
+            target = "/newroot" + arg(1)
+            os.makedirs(target, exist_ok=True)
+            _mount("tmpfs", target, "tmpfs", MS_NODEV | MS_NOSUID, f"mode={perms:o}")
+            perms = 0o755
+            i += 2
+        elif op == "--perms":
+            perms = int(arg(1), 8)
+            i += 2
+        elif op == "--dir":
+            target = "/newroot" + arg(1)
+            os.makedirs(target, exist_ok=True)
+            os.chmod(target, perms)
+            perms = 0o755
+            i += 2
+        elif op == "--remount-ro":
+            _read_only("/newroot" + arg(1), recursive=False)
+            i += 2
+        elif op == "--chdir":
+            chdir = arg(1)
+            i += 2
+        else:
+            raise SetupError(f"unsupported sandbox option {op}")
+    os.chdir("/newroot")
+    _pivot_root(".", ".")
+    _check(libc.umount2(b".", MNT_DETACH), "umount old root")
+    os.chdir("/")
+    return chdir
+
+
+def _pivot_root(new: str, old: str) -> None:
+    number = _SYSCALLS[os.uname().machine][0]
+    _check(libc.syscall(number, new.encode(), old.encode()), "pivot_root")
+
+
+def _bind(source: str, dest: str, read_only: bool) -> None:
+    if os.path.isdir(source):
+        os.makedirs(dest, exist_ok=True)
+    else:
+        os.makedirs(os.path.dirname(dest), exist_ok=True)
+        if not os.path.exists(dest):
+            os.close(os.open(dest, os.O_CREAT | os.O_WRONLY, 0o644))
+    _mount(source, dest, None, MS_BIND | MS_REC)
+    if read_only:
+        _read_only(dest, recursive=True)
+
+
+def _dev(target: str) -> None:
+    """A minimal /dev, as bwrap's --dev: the harmless devices, bound from the host."""
+    os.makedirs(target, exist_ok=True)
+    _mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755")
+    for name in ("null", "zero", "full", "random", "urandom", "tty"):
+        node = f"{target}/{name}"
+        os.close(os.open(node, os.O_CREAT | os.O_WRONLY, 0o666))
+        _mount(f"/oldroot/dev/{name}", node, None, MS_BIND)
+    for name, link in (
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+        ("fd", "/proc/self/fd"),
+        ("core", "/proc/kcore"),
+    ):
+        os.symlink(link, f"{target}/{name}")
+    os.mkdir(f"{target}/shm", 0o755)
+    os.mkdir(f"{target}/pts", 0o755)
+    if (
+        libc.mount(
+            b"devpts",
+            f"{target}/pts".encode(),
+            b"devpts",
+            MS_NOSUID | MS_NOEXEC,
+            b"newinstance,ptmxmode=0666,mode=620",
+        )
+        == 0
+    ):
+        os.symlink("pts/ptmx", f"{target}/ptmx")
+
+
+def _drop_capabilities(machine: str) -> None:
+    with open("/proc/sys/kernel/cap_last_cap") as handle:
+        last = int(handle.read())
+    for cap in range(last + 1):
+        prctl(PR_CAPBSET_DROP, cap)
+    prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL)
+    header = struct.pack("=Ii", 0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = ctypes.create_string_buffer(24)  # two zeroed {effective, permitted, inheritable}
+    number = _SYSCALLS[machine][2]
+    _check(libc.syscall(number, ctypes.c_char_p(header), data), "capset")
+
+
+class _SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def _seccomp(program: bytes) -> None:
+    buffer = ctypes.create_string_buffer(program, len(program))
+    fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
+    _check(
+        libc.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(fprog), 0, 0), "seccomp"
+    )
+
+
+# --- in the kernel ---------------------------------------------------------------------------
+
+
+def _reseed() -> None:
+    """State every fork shares: numpy's global RandomState (the stdlib's random reseeds itself
+    through register_at_fork, and os.urandom/uuid4 read the kernel's entropy)."""
+    import random
+
+    random.seed()
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        numpy.random.seed()
+
+
+def _retitle(argv: list[str]) -> None:
+    """What /proc/<pid>/cmdline and environ show: the template's were inherited. The command
+    line becomes `argv` (a kernel's names its connection file, which orphan cleanup looks
+    for), the template's environment block is wiped (a kernel's own is in os.environ)."""
+    with open("/proc/self/stat") as handle:
+        fields = handle.read().rsplit(")", 1)[1].split()
+    arg_start, arg_end, env_start, env_end = (int(fields[n - 3]) for n in (48, 49, 50, 51))
+    text = "\0".join(argv).encode()
+    room = arg_end - arg_start
+    if room > 1:
+        ctypes.memset(arg_start, 0, room)
+        ctypes.memmove(arg_start, text, min(len(text), room - 1))
+    if env_end > env_start:
+        ctypes.memset(env_start, 0, env_end - env_start)
+
+
+def _activate_inline(app: object) -> None:
+    """matplotlib was imported in the template, before the kernel's MPLBACKEND existed: point
+    it at the inline backend now, as a spawned kernel gets it from the environment. pyplot has
+    resolved no backend yet, so the first plot loads backend_inline, which wires itself into
+    this kernel's shell."""
+    matplotlib = sys.modules.get("matplotlib")
+    backend = os.environ.get("MPLBACKEND") or "module://matplotlib_inline.backend_inline"
+    if matplotlib is None:
+        return
+    matplotlib.rcParams["backend"] = backend
+    inline = sys.modules.get("matplotlib_inline.backend_inline")
+    if inline is not None:  # imported by the template after all: wire it up here
+        inline.configure_inline_support.current_backend = "unset"
+        inline._enable_matplotlib_integration()
+    for name in ("get_configdir", "get_cachedir"):  # memoized with the template's paths
+        cached = getattr(matplotlib, name, None)
+        inner = getattr(cached, "__wrapped__", None)
+        if inner is not None and hasattr(matplotlib, "_logged_cached"):
+            setattr(matplotlib, name, matplotlib._logged_cached(name.upper() + "=%s", inner))
+
+
+if __name__ == "__main__":
+    template_main(sys.argv)
