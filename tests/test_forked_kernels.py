@@ -59,7 +59,7 @@ def forked(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
                 pytest.skip("no 'nobody' user to run the unprivileged case as")
             os.chown(base, nobody.pw_uid, nobody.pw_gid)
             drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
-            wrapper = ["bwrap", *python_view(), "--", *drop, "--clear-groups", "--"]
+            wrapper = ["bwrap", *python_view(nobody), "--", *drop, "--clear-groups", "--"]
         else:
             wrapper = []
         yield run_probe(base, wrapper)

@@ -421,6 +421,14 @@ def reaper_main(request: dict, status_w: int, alive_r: int) -> None:
         _fail(status_w)
 
 
+def _apply_pythonpath(value: str) -> None:
+    """What a starting interpreter does with PYTHONPATH, which the template did before the
+    kernel's environment existed: its entries go right after sys.path[0], before the standard
+    library and site-packages (the thread's own %pip packages, kernels/egress, live there)."""
+    entries = [entry for entry in value.split(os.pathsep) if entry and entry not in sys.path]
+    sys.path[1:1] = entries
+
+
 def kernel_main(request: dict, status_w: int) -> None:
     """K, PID 2: the kernel itself. Everything stateful is built here, after the fork."""
     try:
@@ -434,6 +442,7 @@ def kernel_main(request: dict, status_w: int) -> None:
         os.umask(0o022)
         if request["env"].get("PYTHONDONTWRITEBYTECODE"):
             sys.dont_write_bytecode = True
+        _apply_pythonpath(request["env"].get("PYTHONPATH", ""))
         _reseed()
         _retitle(["python", "-m", "ipykernel_launcher", *request["argv"]])
         sys.argv = ["ipykernel_launcher", *request["argv"]]
