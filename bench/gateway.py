@@ -88,8 +88,8 @@ from jupyter_client.session import Session  # noqa: E402
 from bench.common import kernel_pids, leftover_kernels, pct  # noqa: E402
 from slackinterp.config import Settings  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
-from slackinterp.kernels import sandbox  # noqa: E402
 from slackinterp.kernels.execution import run_cell  # noqa: E402
+from slackinterp.kernels.local import sandbox  # noqa: E402
 from slackinterp.runtime import Runtime, gateway_backend  # noqa: E402
 from tests import gateway as test_gateway  # noqa: E402
 from tests import pg as test_pg  # noqa: E402

@@ -26,9 +26,9 @@ import psutil
 from jupyter_client.manager import AsyncKernelManager
 
 from bench.common import pct
-from slackinterp.kernels import privileges, ready, sandbox
-from slackinterp.kernels.backend import LocalBackend
 from slackinterp.kernels.execution import run_cell
+from slackinterp.kernels.local import privileges, ready, sandbox
+from slackinterp.kernels.local.backend import LocalBackend
 
 MIB = 1024 * 1024
 TIMEOUT = 120.0

@@ -19,12 +19,14 @@ from typing import TYPE_CHECKING, Any
 from slackinterp import metrics
 from slackinterp.config import NetworkMode, SandboxMode, Settings
 from slackinterp.engine.turn import Engine
-from slackinterp.kernels import packages, privileges, sandbox
-from slackinterp.kernels.backend import KernelBackend, LocalBackend, ProcessRecorder
-from slackinterp.kernels.egress.service import Egress
+from slackinterp.kernels import packages
+from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
+from slackinterp.kernels.local import privileges, sandbox
+from slackinterp.kernels.local.backend import LocalBackend
+from slackinterp.kernels.local.egress.service import Egress
+from slackinterp.kernels.local.sandbox import MIB, Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
-from slackinterp.kernels.sandbox import MIB, Limits
 from slackinterp.store import Store, StoreError, sqlite_url
 
 if TYPE_CHECKING:

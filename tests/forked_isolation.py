@@ -16,9 +16,9 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from slackinterp.kernels import privileges, sandbox
-from slackinterp.kernels.backend import LocalBackend, LocalKernel
 from slackinterp.kernels.execution import run_cell
+from slackinterp.kernels.local import privileges, sandbox
+from slackinterp.kernels.local.backend import LocalBackend, LocalKernel
 
 SECRET_PREFIX = "xoxb-FAKE-SECRET-"
 # Matches the secret but not itself: the probe's own code never counts as a find.
@@ -208,7 +208,7 @@ async def probe(base: Path) -> dict[str, Any]:
 async def _still_alive(pids: list[int | None], seconds: float = 30.0) -> list[int]:
     import psutil
 
-    from slackinterp.kernels.processes import wait_gone
+    from slackinterp.kernels.local.processes import wait_gone
 
     wanted = [p for p in pids if p]
     await wait_gone(wanted, seconds)

@@ -20,7 +20,7 @@ from typing import Any
 
 from slackinterp.engine.events import CellFinished, FileProduced, Notice
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.kernels.localfiles import LocalFiles
+from slackinterp.kernels.local.files import LocalFiles
 from slackinterp.runtime import Runtime
 from tests.conftest import make_settings, run_turn
 

@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from slackinterp.kernels.egress import addresses
-from slackinterp.kernels.egress.policy import (
+from slackinterp.kernels.local.egress import addresses
+from slackinterp.kernels.local.egress.policy import (
     BadHost,
     BadRule,
     NetworkMode,

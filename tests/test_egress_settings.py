@@ -11,8 +11,8 @@ import pytest
 
 from slackinterp.config import NetworkMode, SettingsError, load_settings
 from slackinterp.doctor.host_checks import check_sandbox
-from slackinterp.kernels.egress.service import Egress
-from slackinterp.kernels.sandbox import shares_host_network
+from slackinterp.kernels.local.egress.service import Egress
+from slackinterp.kernels.local.sandbox import shares_host_network
 from slackinterp.llm.prompts import tool_description
 from slackinterp.runtime import SandboxUnavailable, network_allowed, resolve_sandbox
 from tests.conftest import make_settings

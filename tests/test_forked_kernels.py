@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 
-from slackinterp.kernels import forkspawn, sandbox
+from slackinterp.kernels.local import forkspawn, sandbox
 from tests.test_sandbox_attacks import REPO, ROOT, _nobody, python_view
 
 pytestmark = [
@@ -166,9 +166,10 @@ async def test_a_template_that_starts_threads_is_refused_and_auto_spawns(
     """Without the variables that keep OpenBLAS and jemalloc from starting threads (a library
     upgrade that starts one at import looks the same), the template is multi-threaded: auto
     says why once and spawns, fork fails with a clear message."""
-    from slackinterp.kernels.backend import KernelStartError, LocalBackend
+    from slackinterp.kernels.backend import KernelStartError
     from slackinterp.kernels.execution import run_cell
-    from slackinterp.kernels.privileges import kernel_user
+    from slackinterp.kernels.local.backend import LocalBackend
+    from slackinterp.kernels.local.privileges import kernel_user
 
     monkeypatch.setattr(forkspawn, "SINGLE_THREADED", {})
 
@@ -233,9 +234,9 @@ async def test_packages_changed_under_the_template_make_a_new_one(tmp_path: Path
     next start forks from a new template; kernels of the old one keep working."""
     import site
 
-    from slackinterp.kernels.backend import LocalBackend
     from slackinterp.kernels.execution import run_cell
-    from slackinterp.kernels.privileges import kernel_user
+    from slackinterp.kernels.local.backend import LocalBackend
+    from slackinterp.kernels.local.privileges import kernel_user
 
     backend = LocalBackend(
         kernel_name="python3",

@@ -14,8 +14,8 @@ import pytest
 
 from slackinterp.engine.events import CellFinished, Notice, TurnFailed
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.kernels import cgroups
 from slackinterp.kernels.execution import Status
+from slackinterp.kernels.local import cgroups
 from slackinterp.runtime import Runtime
 from tests.conftest import make_settings, run_turn
 
@@ -222,7 +222,7 @@ async def test_produced_file_copy_never_follows_links(tmp_path: Path) -> None:
     """The copy for upload opens each path component without following links, so a cell
     swapping a file or a directory for a link after the snapshot gains nothing."""
     from slackinterp.kernels.files import TransferError
-    from slackinterp.kernels.localfiles import LocalFiles
+    from slackinterp.kernels.local.files import LocalFiles
 
     root = tmp_path / "work"
     (root / "d").mkdir(parents=True)

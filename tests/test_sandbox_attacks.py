@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from slackinterp.engine import workspace
-from slackinterp.kernels import privileges, sandbox
+from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.runtime import Runtime
 from tests.conftest import make_settings
 from tests.sandbox_attacks import MAX_FILES, Targets, listen

@@ -1,6 +1,6 @@
 """Doctor checks of the host: the data directory, the database, the bubblewrap sandbox.
 
-The sandbox check runs the product's own bwrap probe (kernels/sandbox.bwrap_works), so doctor
+The sandbox check runs the product's own bwrap probe (kernels/local/sandbox.bwrap_works), so doctor
 and `run` agree on whether a sandbox can be built here.
 """
 
@@ -79,12 +79,12 @@ async def check_storage(settings: Settings) -> list[Check]:
 
 
 async def _bwrap_works() -> tuple[bool, str]:
-    """The product's probe (kernels/sandbox.bwrap_works), off the event loop.
+    """The product's probe (kernels/local/sandbox.bwrap_works), off the event loop.
 
     Being installed is not enough: containers often forbid the user namespaces it needs;
     the probe asks for the same namespaces the kernel sandbox uses.
     """
-    from slackinterp.kernels.sandbox import bwrap_works
+    from slackinterp.kernels.local.sandbox import bwrap_works
 
     try:
         works, detail = await asyncio.to_thread(bwrap_works)

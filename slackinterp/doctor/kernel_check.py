@@ -28,8 +28,8 @@ from slackinterp.doctor.checks import (
 
 if TYPE_CHECKING:
     from slackinterp.kernels.execution import CellResult, ExecutableKernel
-    from slackinterp.kernels.forked import ForkStarter
-    from slackinterp.kernels.privileges import KernelUser
+    from slackinterp.kernels.local.forked import ForkStarter
+    from slackinterp.kernels.local.privileges import KernelUser
 
 
 def _describe_cell(result: CellResult) -> str:
@@ -161,7 +161,7 @@ async def sandbox_binary(settings: Settings) -> str | None:
 
 
 def kernel_user(settings: Settings) -> KernelUser | None:
-    """Who kernels run as (kernels/privileges.py); ValueError names a user that is missing."""
-    from slackinterp.kernels.privileges import kernel_user as resolve
+    """Who kernels run as (kernels/local/privileges.py); ValueError names a user that is missing."""
+    from slackinterp.kernels.local.privileges import kernel_user as resolve
 
     return resolve(settings.kernel_user)

@@ -177,7 +177,7 @@ class CellRunner:
 
     def _network_notes(self, lease: Lease) -> tuple[str, ...]:
         """What the egress proxy refused for this thread's kernel since its last cell, one
-        line per host and port (kernels/egress)."""
+        line per host and port (kernels/local/egress)."""
         listener = getattr(lease.kernel, "egress", None)
         if listener is None:
             return ()

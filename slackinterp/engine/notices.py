@@ -9,8 +9,8 @@ from __future__ import annotations
 from slackinterp.engine.events import Notice
 from slackinterp.engine.workspace import USAGE_SECONDS, Usage, human_size
 from slackinterp.errors import NoticeKind, RestoreReason
-from slackinterp.kernels.egress.proxy import Blocked
 from slackinterp.kernels.execution import CellResult, Status
+from slackinterp.kernels.local.egress.proxy import Blocked
 from slackinterp.kernels.registry import RestoreReport
 
 NO_MODEL_HINT = (

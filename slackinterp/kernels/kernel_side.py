@@ -1,6 +1,6 @@
 """Code that runs inside a kernel to reach its working directory (gateway kernels).
 
-The same rules as the local versions in kernels/workdir.py and kernels/localfiles.py: links
+The same rules as the local versions in kernels/workdir.py and kernels/local/files.py: links
 never followed, hidden entries counted but not listed, walks bounded by entries and time.
 Each is a %-template filled in by kernels/kernelfiles.py and run as a silent cell.
 """

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 
-from slackinterp.kernels import privileges
+from slackinterp.kernels.local import privileges
 
 MAX_NAME_CHARS = 120
 MAX_SCAN_ENTRIES = 5000

@@ -22,9 +22,9 @@ from slackinterp.config import Settings
 from slackinterp.engine import notebook, workspace
 from slackinterp.engine.workspace import ThreadKey, safe_component
 from slackinterp.errors import NoticeKind
-from slackinterp.kernels import privileges
 from slackinterp.kernels.execution import CellResult, Error, Status, run_cell
 from slackinterp.kernels.files import TransferError
+from slackinterp.kernels.local import privileges
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError

@@ -21,7 +21,7 @@ from slackinterp.slack.render import buttons
 from slackinterp.slack.schedules import SlackSchedules
 
 if TYPE_CHECKING:
-    from slackinterp.kernels.egress.service import Egress
+    from slackinterp.kernels.local.egress.service import Egress
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """Forked kernels for LocalBackend: which start mode is in use, and the manager of one kernel.
 
 SLACKINTERP_KERNEL_START: `spawn` starts every kernel as before (bubblewrap + jupyter_client);
-`fork` forks every kernel from the warm template (kernels/template.py) and fails loudly when
+`fork` forks every kernel from the warm template (kernels/local/template.py) and fails loudly when
 it cannot; `auto` forks while the template is healthy and otherwise spawns, saying why in one
 log line. Forking needs the sandbox: the forked child builds the same view bubblewrap would
 (BwrapSpec.mount_options), in its own namespaces.
@@ -20,13 +20,9 @@ from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
-from slackinterp.kernels import cgroups, forkspawn, privileges, sandbox
-from slackinterp.kernels.backend import (
-    KernelStartError,
-    LocalBackend,
-    LocalKernel,
-    SandboxedKernelManager,
-)
+from slackinterp.kernels.backend import KernelStartError
+from slackinterp.kernels.local import cgroups, forkspawn, privileges, sandbox
+from slackinterp.kernels.local.backend import LocalBackend, LocalKernel, SandboxedKernelManager
 
 log = logging.getLogger(__name__)
 

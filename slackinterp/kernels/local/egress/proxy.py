@@ -25,8 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from slackinterp import metrics
-from slackinterp.kernels.egress import addresses
-from slackinterp.kernels.egress.policy import (
+from slackinterp.kernels.local.egress import addresses
+from slackinterp.kernels.local.egress.policy import (
     BadHost,
     Decision,
     IPAddress,

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp.kernels import figure_alt
-from slackinterp.kernels.egress import relay as egress_relay
-from slackinterp.kernels.privileges import KernelUser, drop_privileges
+from slackinterp.kernels.local.egress import relay as egress_relay
+from slackinterp.kernels.local.privileges import KernelUser, drop_privileges
 
 MIB = 1024 * 1024
 
@@ -112,7 +112,7 @@ def limiter(
 # IPython's history database is a shared SQLite file; concurrent kernels would contend on it.
 # The exec_lines entries give plots their title as alt text (kernels/figure_alt.py) and start
 # the egress relay and the thread's package directory when the environment asks
-# (kernels/egress/relay.py).
+# (kernels/local/egress/relay.py).
 KERNEL_ARGUMENTS = [
     "--HistoryManager.enabled=False",
     "--HistoryManager.hist_file=:memory:",
@@ -124,7 +124,7 @@ KERNEL_ARGUMENTS = [
 def shares_host_network(mode: object) -> bool:
     """Whether kernels in this network mode use the host's network namespace: `open` (or the
     old boolean True). `off` and `allowlist` get a private one (allowlist: with the proxy's
-    socket and relay, kernels/egress)."""
+    socket and relay, kernels/local/egress)."""
     return mode is True or str(mode) == "open"
 
 
@@ -234,7 +234,7 @@ class BwrapSpec:
 
     def mount_options(self) -> list[str]:
         """The kernel's view of the file system, as bubblewrap options (the forked kernels
-        of kernels/template.py carry out the same list)."""
+        of kernels/local/template.py carry out the same list)."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for sub, inside in SCRATCH_DIRS.items():
             args += ["--bind", str(self.runtime_dir / sub), inside]

@@ -17,13 +17,18 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from slackinterp.kernels.egress import relay
-from slackinterp.kernels.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
-from slackinterp.kernels.egress.proxy import EgressProxy, KernelListener, ProxyLimits, Resolver
+from slackinterp.kernels.local.egress import relay
+from slackinterp.kernels.local.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
+from slackinterp.kernels.local.egress.proxy import (
+    EgressProxy,
+    KernelListener,
+    ProxyLimits,
+    Resolver,
+)
 
 if TYPE_CHECKING:
     from slackinterp.config import Settings
-    from slackinterp.kernels.privileges import KernelUser
+    from slackinterp.kernels.local.privileges import KernelUser
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import psutil
 
-from slackinterp.kernels import sandbox
+from slackinterp.kernels.local import sandbox
 
 
 def is_kernel_process(pid: int, connection_file: str) -> bool:
