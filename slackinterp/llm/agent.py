@@ -5,8 +5,9 @@ and LM Studio all speak; messages stay portable (`system` role, "" content besid
 Real servers and small models bend that: calls written as text are run as the tool
 (textcalls.py), the tool can be forced by name, images go to models that can see them, and a
 reply cut at the length limit is continued once. OpenAI's Responses API is an option
-(responses.py). Bounded: rounds per turn, identical failing code is not run twice, history
-within a budget, images by count and size.
+(responses.py). Bounded: rounds per turn, tokens and wall time per reply and replies that
+repeat themselves cut (bounds.py), identical failing code is not run a third time, history
+within a budget, images by count and size. Every way a turn ends leaves a line in the thread.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import failures, images, prompts, responses, textcalls, tooling
+from slackinterp.llm import bounds, failures, images, prompts, responses, textcalls, tooling
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
@@ -44,9 +45,13 @@ CONTINUE_PROMPT = (
     "Your answer was cut off at the length limit. Continue exactly where it stopped, "
     "without repeating what you already wrote."
 )
-CUT_NOTE = "\n\n_(The answer was cut off at the model's length limit.)_"
-# Source of a cell whose code the model wrote as text (the front-ends say so).
+CUT_NOTE = (
+    "\n\n_(The answer was cut off at the model's length limit: SLACKINTERP_MAX_COMPLETION_TOKENS.)_"
+)
+# Source of a cell whose code the model wrote as text (the front-ends say so), and of one
+# whose indentation had to be repaired before it would compile.
 TEXT_SOURCE: CellSource = "model_text"
+FIXED_SOURCE: CellSource = "model_text_fixed"
 
 
 class Agent:
@@ -77,7 +82,10 @@ class Agent:
             max_images=settings.model_max_images,
             image_max_bytes=settings.model_image_max_kb * 1024,
             reasoning_effort=settings.reasoning_effort.value if settings.reasoning_effort else None,
-            max_completion_tokens=settings.max_completion_tokens,
+            max_completion_tokens=bounds.token_limit(
+                settings.max_completion_tokens, str(client.base_url)
+            ),
+            reply_seconds=settings.model_reply_seconds,
         )
         return cls(client, config, history)
 
@@ -113,7 +121,6 @@ class Agent:
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
-        last_failure: str | None = None
         for _round in range(self.config.max_rounds):
             variables = await hooks.variables()
             system = (
@@ -130,13 +137,23 @@ class Agent:
                 if found.calls:
                     source = TEXT_SOURCE
                     reply.text = found.prose
-                    reply.tool_calls = [tooling.synthetic_call(c.code) for c in found.calls]
-                    log.info(
-                        "model.text_tool_calls count=%d form=%s",
-                        len(found.calls),
-                        found.calls[0].form,
+                    calls = found.calls[:1] if reply.cut else found.calls
+                    reply.tool_calls = [tooling.synthetic_call(c) for c in calls]
+                    state.fixed_calls.update(
+                        t["id"] for c, t in zip(calls, reply.tool_calls, strict=True) if c.fixed
                     )
+                    log.info(
+                        "model.text_tool_calls count=%d form=%s fixed=%d unknown=%d",
+                        len(calls),
+                        calls[0].form,
+                        sum(c.fixed for c in calls),
+                        sum(not c.known for c in calls),
+                    )
+            if reply.cut:
+                await self._say_cut(reply, hooks)
             if not reply.tool_calls:
+                if reply.refusal and not reply.text.strip():
+                    reply.text = f"The model declined to answer: {reply.refusal.strip()}"
                 answer = state.cut_text + reply.text
                 if reply.finish_reason == "length" and not state.continued:
                     await self._continue_cut(key, reply.text, turn, hooks, state)
@@ -145,7 +162,9 @@ class Agent:
                     answer += CUT_NOTE
                 if not answer.strip():
                     raise ModelError(
-                        "The model returned an empty answer. Try rephrasing, or check that "
+                        "The model returned an empty answer"
+                        + (" after the cells above" if state.already_run else "")
+                        + ". Try rephrasing, or check that "
                         f"OPENAI_MODEL ({self.config.model}) supports tool calls.",
                         FailureKind.EMPTY,
                     )
@@ -166,7 +185,8 @@ class Agent:
             if shown.strip():
                 await hooks.answer_done(shown)
             for call in reply.tool_calls:
-                outcome = await tooling.run_tool(call, hooks, last_failure, source, state)
+                cell_source = FIXED_SOURCE if call["id"] in state.fixed_calls else source
+                outcome = await tooling.run_tool(call, hooks, cell_source, state)
                 tool_message = {
                     "role": "tool",
                     "tool_call_id": call["id"],
@@ -176,7 +196,6 @@ class Agent:
                 await self.history.add_history(key, [tool_message])
                 if outcome.halt:
                     return outcome.halt
-                last_failure = textcalls.normal(outcome.code) if outcome.failed else None
                 if outcome.result is not None:
                     await self._after_cell(outcome.code, outcome.result, state)
                 if stop.is_set():
@@ -186,6 +205,17 @@ class Agent:
             "(SLACKINTERP_MAX_ROUNDS). The cells above show how far I got; ask me to continue "
             "or narrow the question."
         )
+
+    async def _say_cut(self, reply: Reply, hooks: TurnPort) -> None:
+        """A reply the bot stopped (wall clock, repetition): one line for the thread."""
+        if not reply.tool_calls and self.config.text_tool_calls:
+            reply.text = bounds.without_partial_call(reply.text)
+        kept = "call" if reply.tool_calls else ("text" if reply.text.strip() else "")
+        if not kept:
+            kind = FailureKind.TIMEOUT if reply.cut == bounds.CUT_TIME else FailureKind.MODEL
+            raise ModelError(bounds.cut_line(reply.cut, self.config.reply_seconds, kept=""), kind)
+        line = bounds.cut_line(reply.cut, self.config.reply_seconds, kept=kept)
+        await hooks.notice(NoticeKind.CUT, line)
 
     async def _continue_cut(
         self, key: str, partial: str, turn: list[dict[str, Any]], hooks: TurnPort, state: TurnState
