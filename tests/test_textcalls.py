@@ -63,7 +63,6 @@ def test_broken_json_from_a_real_small_model() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        '{"name": "shell", "arguments": {"cmd": "ls"}}',  # another tool, no code
         '{"name": "python", "arguments": {"source": "x"}}',  # no code
         '{"name": "python", "arguments": {"code": ""}}',  # empty code
         'The result is {"mean": 6.0}.',  # JSON data in an answer

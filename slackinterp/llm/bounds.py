@@ -74,7 +74,10 @@ def _periodic_tail(text: str) -> int | None:
         start = n - span
         while start > 0 and text[start - 1] == text[start - 1 + period]:
             start -= 1
-        return start + period
+        cut = start + period
+        if "\n" in unit and text[cut - 1] != "\n":  # end the kept copy at its line's end
+            cut = text.index("\n", cut) + 1
+        return cut
     return None
 
 
