@@ -210,7 +210,10 @@ class Agent:
         """A reply the bot stopped (wall clock, repetition): one line for the thread."""
         if not reply.tool_calls and self.config.text_tool_calls:
             reply.text = bounds.without_partial_call(reply.text)
-        kept = "call" if reply.tool_calls else ("text" if reply.text.strip() else "")
+        kept = "text" if reply.text.strip() else ""
+        if reply.tool_calls:
+            named = reply.tool_calls[0]["function"]["name"]
+            kept = "call" if named == prompts.TOOL_NAME else "unknown"
         if not kept:
             kind = FailureKind.TIMEOUT if reply.cut == bounds.CUT_TIME else FailureKind.MODEL
             raise ModelError(bounds.cut_line(reply.cut, self.config.reply_seconds, kept=""), kind)

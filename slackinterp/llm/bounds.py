@@ -188,6 +188,7 @@ def cut_line(reason: str, seconds: float, *, kept: str) -> str:
         )
     then = {
         "call": "; running the first complete piece of code it wrote",
+        "unknown": "; it called a tool that does not exist and is told so",
         "text": "; keeping the answer up to that point",
         "": "; nothing usable had arrived",
     }[kept]
