@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from tests.fakes.openai_server import Hang, Reply, Runaway, Stall, ToolCall
+from tests.fakes.openai_server import Fail, Hang, Reply, Runaway, Stall, ToolCall
 from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
 from tests.test_agent_e2e import answer_quoting_last_tool, model_bot, py, tool_results
 
@@ -161,3 +161,11 @@ async def test_a_refusal_is_said_in_the_thread(tmp_path) -> None:
         model.script(Reply(refusal="I can't help with that request."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> something odd")
         await wait_final(slack, ts, "The model declined to answer: I can't help")
+
+
+async def test_llama_cpp_context_window_error_trims_and_retries(tmp_path) -> None:
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        too_long = "Requested tokens (9000) exceed context window of 8192"
+        model.script(Fail(400, message=too_long), Reply(text="Short enough."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> hi")
+        await wait_final(slack, ts, "Short enough.")
