@@ -442,7 +442,9 @@ class Outcome:
     turns: list[TurnLog]
 
 
-async def main(only: list[str], repeat: int, verbose: bool, skip_naive: bool) -> int:
+async def main(
+    only: list[str], repeat: int, verbose: bool, skip_naive: bool, dump: Path | None = None
+) -> int:
     tasks = [t for t in TASKS if not only or t.name in only]
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-model-"))
     settings = load_settings(
@@ -507,6 +509,13 @@ async def main(only: list[str], repeat: int, verbose: bool, skip_naive: bool) ->
         if outcomes:
             print(_summary(name, outcomes))
     print(f"leftover kernel processes: {leftovers or 'none'}")
+    if dump is not None:
+        rows = [
+            {"loop": loop, "task": o.task.name, "ok": o.ok, "turns": [vars(t) for t in o.turns]}
+            for loop, outcomes in (("bot", bot), ("naive", naive))
+            for o in outcomes
+        ]
+        dump.write_text(json.dumps(rows, indent=1))
     return 0
 
 
@@ -581,6 +590,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole set")
     parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
     parser.add_argument("-v", "--verbose", action="store_true", help="print cells and answers")
+    parser.add_argument("--dump", type=Path, help="write every turn (cells, answers) as JSON")
     return parser.parse_args()
 
 
@@ -589,4 +599,6 @@ if __name__ == "__main__":
         level=os.environ.get("BENCH_LOG", "WARNING"), format="%(levelname)s %(name)s %(message)s"
     )
     args = parse_args()
-    sys.exit(asyncio.run(main(args.only, max(1, args.repeat), args.verbose, args.no_naive)))
+    sys.exit(
+        asyncio.run(main(args.only, max(1, args.repeat), args.verbose, args.no_naive, args.dump))
+    )

@@ -169,3 +169,29 @@ async def test_llama_cpp_context_window_error_trims_and_retries(tmp_path) -> Non
         model.script(Fail(400, message=too_long), Reply(text="Short enough."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> hi")
         await wait_final(slack, ts, "Short enough.")
+
+
+async def test_what_follows_a_call_written_as_text_is_not_read(tmp_path) -> None:
+    """Small models go on after a call: an imagined result, more calls built on it."""
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        imagined = '\n{"response": {"output": "41"}}\nThe answer is 41. ' + "Also " * 100
+        model.script(
+            Reply(text=CALL_LINE + imagined, chunk_delay=0.002), answer_quoting_last_tool("Got")
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        await wait_final(slack, ts, "Got")
+        assert "42" in all_text((await wait_cells(slack, ts, 1))[0])
+        shown = "\n".join(texts(slack, ts))
+        assert "41" not in shown and "kept repeating" not in shown
+        await model.wait_for_cancelled(1)
+
+
+async def test_a_call_written_as_text_that_cannot_be_read_is_sent_back(tmp_path) -> None:
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        broken = '{"name": "python", "arguments": "{\\"code\\": \\"print(6 * 7)\\"}" oops'
+        model.script(Reply(text=broken), py("print(6 * 7)"), answer_quoting_last_tool("Got"))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        await wait_final(slack, ts, "Got")
+        await wait_final(slack, ts, "malformed tool call")
+        assert "Send the call again" in tool_results(model.requests[1].body)[0]
+        assert not any("oops" in t for t in texts(slack, ts))

@@ -195,3 +195,29 @@ def test_calls_of_tools_that_do_not_exist_are_found() -> None:
     ]
     # Plain JSON data is not a call.
     assert find_calls('{"name": "Oslo", "population": 700000}').calls == []
+
+
+def test_text_after_a_complete_call_written_as_text_is_cut() -> None:
+    imagined = '\n{"response": {"error": true, "message": "sales is not defined"}}\n'
+    imagined += " ".join(f"then step {i}" for i in range(40))
+    cut = bounds.after_call("Computing.\n" + CALL + imagined)
+    assert cut == len("Computing.\n" + CALL)
+    tags = f"<tool_call>\n{CALL}\n</tool_call>"
+    assert bounds.after_call(tags + imagined) == len("<tool_call>\n" + CALL)
+    assert find_calls(tags[: len("<tool_call>\n" + CALL)]).calls[0].code == "print(df.mean())"
+    assert bounds.after_call(tags + "\nThat will print it.") is None  # a little prose: fine
+    assert bounds.after_call('{"city": "Oslo"}\n' + "y" * 300) is None  # data, not a call
+    partial = bounds.Partial()
+    assert stream(partial, text=CALL + imagined)
+    assert partial.cut == bounds.CUT_AFTER_CALL and partial.joined() == CALL
+    off = bounds.Partial(text_calls=False)  # calls written as text are not run: not cut
+    assert not stream(off, text=CALL + imagined)
+
+
+def test_a_call_that_cannot_be_read_is_still_a_call() -> None:
+    broken = '{"name": "python", "arguments": "{\\"code\\": \\"x = 1\\\\nprint(x\\"}" and more'
+    (call,) = find_calls(broken).calls
+    assert call.malformed and call.arguments == broken and find_calls(broken).prose == ""
+    assert find_calls('<tool_call>\n{"name": "python", "arguments": {"code": 1}}').calls
+    for data in ('{"city": "Oslo"}', "The answer is {x}.", '[{"name": "ana", "age": 3}]'):
+        assert not [c for c in find_calls(data).calls if c.malformed], data

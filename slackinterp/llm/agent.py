@@ -134,10 +134,12 @@ class Agent:
                 found = textcalls.find_calls(
                     reply.text, succeeded=state.succeeded, already_run=state.already_run
                 )
-                if found.calls:
+                calls = found.calls
+                if reply.cut:  # the first complete call only; an unreadable one is none
+                    calls = [c for c in calls if not c.malformed][:1]
+                if calls:
                     source = TEXT_SOURCE
                     reply.text = found.prose
-                    calls = found.calls[:1] if reply.cut else found.calls
                     reply.tool_calls = [tooling.synthetic_call(c) for c in calls]
                     state.fixed_calls.update(
                         t["id"] for c, t in zip(calls, reply.tool_calls, strict=True) if c.fixed
@@ -149,7 +151,7 @@ class Agent:
                         sum(c.fixed for c in calls),
                         sum(not c.known for c in calls),
                     )
-            if reply.cut:
+            if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
                 await self._say_cut(reply, hooks)
             if not reply.tool_calls:
                 if reply.refusal and not reply.text.strip():

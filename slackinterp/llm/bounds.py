@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
@@ -31,10 +32,15 @@ MIN_REPEATS = 3
 MIN_CHARS = 240
 # Identical complete JSON objects (tool calls written as text) before the reply is cut.
 SAME_JSON_OBJECTS = 2
+# Text written after a complete tool call written as text (JSON or <tool_call> tags) before
+# the reply is cut there: the model cannot see the call's result within its reply, so what it
+# writes next is an imagined result or more calls built on one (small models do both).
+AFTER_CALL_CHARS = 200
 _DECODER = json.JSONDecoder(strict=False)
 
 CUT_REPEATING = "repeating"
 CUT_TIME = "time"
+CUT_AFTER_CALL = "after_call"  # not worth a line in the thread: the call runs as written
 
 
 def token_limit(setting: int | None, base_url: str) -> int | None:
@@ -85,22 +91,45 @@ def _same_json(text: str) -> int | None:
     """The end of the first of SAME_JSON_OBJECTS identical JSON objects that look like tool
     calls (a `name` or `function` key): a data answer may well list equal records."""
     seen: dict[str, tuple[int, int]] = {}
+    for value, end in _json_objects(text):
+        key = json.dumps(value, sort_keys=True)
+        first_end, count = seen.get(key, (end, 0))
+        seen[key] = (first_end, count + 1)
+        if _call_like(value) and count + 1 >= SAME_JSON_OBJECTS:
+            return first_end
+    return None
+
+
+def after_call(text: str) -> int | None:
+    """The end of the first complete tool call written as text, when more than
+    AFTER_CALL_CHARS follow it (an imagined result, more calls): where to cut."""
+    ends = [e for value, e in _json_objects(text) if _call_like(value)][:1]
+    tag = text.find("</tool_call>")
+    if tag >= 0:
+        ends.append(tag + len("</tool_call>"))
+    end = min(ends, default=None)
+    if end is None or len(text) - end <= AFTER_CALL_CHARS:
+        return None
+    return end
+
+
+def _call_like(value: object) -> bool:
+    return isinstance(value, dict) and ("name" in value or "function" in value)
+
+
+def _json_objects(text: str) -> Iterator[tuple[Any, int]]:
+    """Complete top-level JSON objects in text, with the index just past each."""
     i = 0
     while True:
         i = text.find("{", i)
         if i < 0:
-            return None
+            return
         try:
             value, end = _DECODER.raw_decode(text, i)
         except ValueError:
             i += 1
             continue
-        key = json.dumps(value, sort_keys=True)
-        first_end, count = seen.get(key, (end, 0))
-        seen[key] = (first_end, count + 1)
-        call_like = isinstance(value, dict) and ("name" in value or "function" in value)
-        if call_like and count + 1 >= SAME_JSON_OBJECTS:
-            return first_end
+        yield value, end
         i = end
 
 
@@ -127,6 +156,8 @@ class Partial:
     refusal: list[str] = field(default_factory=list)
     finish: str | None = None
     checked: int = 0  # characters of text and arguments at the last repetition check
+    text_calls: bool = True  # tool calls written as text are run (SLACKINTERP_TEXT_TOOL_CALLS)
+    cut: str = ""  # why the reply was cut, once it was
 
     def joined(self) -> str:
         return "".join(self.text)
@@ -138,16 +169,21 @@ class Partial:
 
     def repeating(self) -> bool:
         """Checked every CHECK_EVERY characters: the text or the newest call's arguments
-        repeat themselves. The text is cut to its first copy."""
+        repeat themselves, or the text goes on past a complete call written as text. The
+        text is cut there (`cut` says why)."""
         size = self.size()
         if size - self.checked < CHECK_EVERY:
             return False
         self.checked = size
         text = self.joined()
         cut = repetition_start(text)
+        self.cut = CUT_REPEATING
+        if cut is None and self.text_calls and not self.calls:
+            cut, self.cut = after_call(text), CUT_AFTER_CALL
         if cut is not None:
             self.text = [text[:cut]]
             return True
+        self.cut = CUT_REPEATING
         if self.calls:
             newest = self.calls[max(self.calls)]
             arguments = newest["function"]["arguments"]

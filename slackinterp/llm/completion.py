@@ -81,7 +81,7 @@ class Completions:
     ) -> Reply:
         """One reply within SLACKINTERP_MODEL_REPLY_SECONDS (the SDK's own timeout bounds only
         the wait between bytes, and it retries)."""
-        partial = bounds.Partial()
+        partial = bounds.Partial(text_calls=self.config.text_tool_calls)
         started = time.monotonic()
         limit = self.config.reply_seconds
         try:
@@ -98,7 +98,7 @@ class Completions:
                     bounds.cut_line(bounds.CUT_TIME, limit, kept=""), FailureKind.TIMEOUT
                 ) from None
         except _Repeating:
-            reply = self._salvage(partial, bounds.CUT_REPEATING)
+            reply = self._salvage(partial, partial.cut)
         reply.seconds = time.monotonic() - started
         if reply.cut:
             log.warning(

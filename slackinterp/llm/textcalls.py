@@ -37,7 +37,8 @@ _DECODER = json.JSONDecoder(strict=False)  # models put raw newlines inside JSON
 class TextCall:
     """One call found in a reply's text; `form` is json, tags or fence. `known=False`: a call
     of a tool that does not exist (`name`, `arguments` as written; no code). `fixed`: the
-    code ran only after `fix_indentation` (the front-ends say so)."""
+    code ran only after `fix_indentation` (the front-ends say so). `malformed`: the text
+    looks like a call but cannot be read (`arguments` holds it)."""
 
     code: str
     form: str
@@ -45,6 +46,7 @@ class TextCall:
     arguments: str = ""
     known: bool = True
     fixed: bool = False
+    malformed: bool = False  # looks like a call, cannot be read: `arguments` holds the text
 
 
 @dataclass(frozen=True)
@@ -67,7 +69,7 @@ def find_calls(text: str, *, succeeded: bool = False, already_run: set[str] | No
     fenced = _fenced(text, succeeded, already_run or set())
     if fenced.calls:
         return fenced
-    return _repaired(text) or fenced
+    return _repaired(text) or _malformed(text) or fenced
 
 
 def looks_like_call_start(text: str) -> bool | None:
@@ -168,6 +170,19 @@ def _repaired(text: str) -> Found | None:
     return None
 
 
+_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:')
+_NAMED = re.compile(r'^\s*(?:<tool_call>\s*)?(?:```\w*\s*)?[\[{]\s*\{?\s*"(?:name|function)"\s*:')
+
+
+def _malformed(text: str) -> Found | None:
+    """A reply that is a tool call by its look (it opens with a JSON object naming a tool,
+    with arguments) but cannot be read: a call with arguments that do not parse, so the
+    model is asked to send it again instead of the user being shown the JSON as an answer."""
+    if not _NAMED.match(text) or not _ARGUMENTS.search(text):
+        return None
+    return Found([TextCall("", "json", "python", text.strip()[:2000], malformed=True)], "")
+
+
 # --- helpers -------------------------------------------------------------------------------
 
 
@@ -222,7 +237,7 @@ def _call_of(value: Any, form: str) -> TextCall | None:
 def _fixed(calls: list[TextCall]) -> list[TextCall]:
     out = []
     for call in calls:
-        code = fix_indentation(call.code) if call.known else None
+        code = fix_indentation(call.code) if call.known and not call.malformed else None
         out.append(call if code is None else TextCall(code, call.form, call.name, fixed=True))
     return out
 

@@ -46,7 +46,7 @@ def synthetic_call(call: textcalls.TextCall) -> dict[str, Any]:
     a normal tool exchange, which also shows the model the expected form. A call of a tool
     that does not exist keeps its name, so the model is told about exactly that."""
     name, arguments = prompts.TOOL_NAME, json.dumps({"code": call.code})
-    if not call.known:
+    if not call.known or call.malformed:
         name, arguments = call.name, call.arguments
     return {
         "id": f"call_text_{uuid.uuid4().hex[:12]}",
