@@ -195,3 +195,14 @@ async def test_a_call_written_as_text_that_cannot_be_read_is_sent_back(tmp_path)
         await wait_final(slack, ts, "malformed tool call")
         assert "Send the call again" in tool_results(model.requests[1].body)[0]
         assert not any("oops" in t for t in texts(slack, ts))
+
+
+async def test_a_file_never_read_gets_a_hint(tmp_path) -> None:
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        csv = slack.add_user_file("sales.csv", b"month,revenue\njan,10\n", "text/csv", "csv")
+        model.script(py("print(sales['revenue'].sum())"), Reply(text="Tried."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> total revenue?", files=[csv])
+        await wait_final(slack, ts, "Tried.")
+        told = tool_results(model.requests[1].body)[0]
+        assert "NameError" in told and "hint: `sales` is not defined" in told
+        assert "sales = pd.read_csv('sales.csv')" in told

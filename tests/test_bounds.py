@@ -221,3 +221,23 @@ def test_a_call_that_cannot_be_read_is_still_a_call() -> None:
     assert find_calls('<tool_call>\n{"name": "python", "arguments": {"code": 1}}').calls
     for data in ('{"city": "Oslo"}', "The answer is {x}.", '[{"name": "ana", "age": 3}]'):
         assert not [c for c in find_calls(data).calls if c.malformed], data
+
+
+# --- hints for the errors small models make ------------------------------------------------------
+
+
+def test_hints_for_common_errors() -> None:
+    from slackinterp.llm.hints import for_error
+
+    files = ["sales.csv", "notes.txt"]
+    assert "sales = pd.read_csv('sales.csv')" in for_error(
+        "NameError", "name 'sales' is not defined", files
+    )
+    assert "import pandas as pd" in for_error("NameError", "name 'pd' is not defined", files)
+    assert "define or load it" in for_error("NameError", "name 'zz' is not defined", files)
+    assert "instead of `return`" in for_error(
+        "SyntaxError", "'return' outside function (1, 5)", files
+    )
+    assert "sales.csv, notes.txt" in for_error("FileNotFoundError", "No such file", files)
+    assert "df.columns" in for_error("KeyError", "'Revenue'", files)
+    assert for_error("ZeroDivisionError", "division by zero", files) == ""

@@ -15,7 +15,7 @@ from typing import Any
 
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import prompts, textcalls
+from slackinterp.llm import hints, prompts, textcalls
 from slackinterp.llm.port import CellSource, TurnPort
 from slackinterp.llm.state import TurnState
 
@@ -125,6 +125,10 @@ async def run_tool(
     run = await port.run_python(code, source)
     result = run.result
     text = tool_result_text(result, run.produced)
+    if result.error is not None:
+        files = [name for name, _size in await port.files()]
+        hint = hints.for_error(result.error.ename, result.error.evalue, files)
+        text += f"\nhint: {hint}" if hint else ""
     state.last_failure = None if result.ok else textcalls.normal(code)
     state.last_failure_text = "" if result.ok else text
     state.failed_repeats = 0
