@@ -206,3 +206,11 @@ async def test_a_file_never_read_gets_a_hint(tmp_path) -> None:
         told = tool_results(model.requests[1].body)[0]
         assert "NameError" in told and "hint: `sales` is not defined" in told
         assert "sales = pd.read_csv('sales.csv')" in told
+
+
+async def test_a_cell_that_shows_nothing_gets_a_hint(tmp_path) -> None:
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        model.script(py("def total():\n    return 42"), Reply(text="Defined."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> total?")
+        await wait_final(slack, ts, "Defined.")
+        assert "hint: The cell ran but showed nothing" in tool_results(model.requests[1].body)[0]

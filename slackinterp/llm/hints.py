@@ -14,6 +14,10 @@ IMPORTS = {
     "plt": "import matplotlib.pyplot as plt",
     "sns": "import seaborn as sns",
 }
+SHOWED_NOTHING = (
+    "The cell ran but showed nothing: print() the values the user asked for (a function "
+    "you define must also be called)."
+)
 _NAME = re.compile(r"name '([^']+)' is not defined")
 
 

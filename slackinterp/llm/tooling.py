@@ -129,6 +129,8 @@ async def run_tool(
         files = [name for name, _size in await port.files()]
         hint = hints.for_error(result.error.ename, result.error.evalue, files)
         text += f"\nhint: {hint}" if hint else ""
+    elif result.ok and not (result.text.strip() or result.result or result.outputs or run.produced):
+        text += f"\nhint: {hints.SHOWED_NOTHING}"
     state.last_failure = None if result.ok else textcalls.normal(code)
     state.last_failure_text = "" if result.ok else text
     state.failed_repeats = 0
