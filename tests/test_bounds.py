@@ -241,3 +241,9 @@ def test_hints_for_common_errors() -> None:
     assert "sales.csv, notes.txt" in for_error("FileNotFoundError", "No such file", files)
     assert "df.columns" in for_error("KeyError", "'Revenue'", files)
     assert for_error("ZeroDivisionError", "division by zero", files) == ""
+
+
+def test_imagined_tool_results_beside_a_call_are_not_prose() -> None:
+    text = '{"status": "ok (0.0 s)", "output": "37.5"}\nSure.\n' + CALL
+    found = find_calls(text)
+    assert [c.code for c in found.calls] == ["print(df.mean())"] and found.prose == "Sure."

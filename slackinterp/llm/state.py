@@ -48,3 +48,4 @@ class TurnState:
     last_failure_text: str = ""
     failed_repeats: int = 0
     fixed_calls: set[str] = field(default_factory=set)  # text calls whose indentation was fixed
+    last_output: str = ""  # what the last successful cell printed and returned

@@ -126,6 +126,8 @@ def _json_calls(text: str) -> Found | None:
         found = [_call_of(item, "json") for item in items]
         if found and all(c is not None for c in found):
             calls += [c for c in found if c is not None]
+        if isinstance(value, dict | list):
+            # Beside calls, other JSON objects are the model imagining tool results.
             spans.append((i, end))
         i = end
     if not calls:

@@ -115,7 +115,8 @@ async def run_tool(
                 code,
                 False,
                 "I stopped: the model kept asking to run code that had already run. "
-                "Its output is above; ask me again if you need more.",
+                + _last_output(state)
+                + "Ask me again if you need more.",
             )
         return ToolOutcome(
             "Not run again: this exact code already ran successfully in this turn and its "
@@ -131,12 +132,25 @@ async def run_tool(
         text += f"\nhint: {hint}" if hint else ""
     elif result.ok and not (result.text.strip() or result.result or result.outputs or run.produced):
         text += f"\nhint: {hints.SHOWED_NOTHING}"
+    if result.ok:
+        shown = result.result
+        state.last_output = result.text + (
+            str(shown.data.get("text/plain", "")) if shown is not None else ""
+        )
     state.last_failure = None if result.ok else textcalls.normal(code)
     state.last_failure_text = "" if result.ok else text
     state.failed_repeats = 0
     if result.status.value == "stopped":
         return ToolOutcome(text, code, True, STOPPED, result)
     return ToolOutcome(text, code, not result.ok, "", result)
+
+
+def _last_output(state: TurnState) -> str:
+    """The end of the last successful cell's output, as the answer the model did not give."""
+    lines = [ln for ln in state.last_output.strip().splitlines() if ln.strip()][-6:]
+    if not lines:
+        return "Its output is above. "
+    return "Its output ends with:\n```\n" + "\n".join(ln[:200] for ln in lines) + "\n```\n"
 
 
 def tool_result_text(result: CellResult, produced: Sequence[str]) -> str:
