@@ -21,6 +21,10 @@ from slackinterp.llm.state import TurnState
 
 TOOL_OUTPUT_CHARS = 6000
 STOPPED = "Stopped. Tell me how to continue when you are ready."
+# The form of a call, shown to a model whose call could not be read.
+EXAMPLE_CALL = json.dumps(
+    {"name": "python", "arguments": {"code": "import pandas as pd\ndf = pd.read_csv('data.csv')"}}
+)
 # Repeats of the code that just failed: the first is answered with the error and a hint.
 FAILED_REPEATS_ALLOWED = 1
 STUCK = (
@@ -92,7 +96,8 @@ async def run_tool(
         )
         return ToolOutcome(
             f"Error: the arguments must be a JSON object with a string field `code` "
-            f"({type(exc).__name__}). Send the call again."
+            f"({type(exc).__name__}). Send the call again, exactly in this form, the code "
+            "as one JSON string with \\n between lines: " + EXAMPLE_CALL
         )
     if state.last_failure is not None and textcalls.normal(code) == state.last_failure:
         state.failed_repeats += 1
