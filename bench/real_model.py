@@ -4,7 +4,10 @@ tool loop in the same run; success rate, turn time, model calls per question.
 Not a test and not run in CI: it needs a model server. Run by hand from the repository root:
 
     . .venv/bin/activate
-    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_MODEL=local python bench/real_model.py
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_MODEL=local python bench/real_model.py -v
+
+(`--dump FILE` writes every turn, cells and answers included, as JSON; `--no-naive` skips the
+baseline; docs/models.md has the settings used for its table.)
 
 Any OpenAI-compatible server works; the model comes from the environment (OPENAI_BASE_URL,
 OPENAI_API_KEY, OPENAI_MODEL) and so do the bot's SLACKINTERP_* settings (try
