@@ -214,3 +214,18 @@ async def test_a_cell_that_shows_nothing_gets_a_hint(tmp_path) -> None:
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> total?")
         await wait_final(slack, ts, "Defined.")
         assert "hint: The cell ran but showed nothing" in tool_results(model.requests[1].body)[0]
+
+
+async def test_an_empty_reply_or_code_shown_but_not_run_gets_one_nudge(tmp_path) -> None:
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        plan = "To count them:\n```python\nprint(6 * 7)\n```\n" + " ".join(
+            f"Step {i} explained." for i in range(60)
+        )
+        model.script(Reply(text=plan), py("print(6 * 7)"), answer_quoting_last_tool("Got"))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        await wait_final(slack, ts, "Got")
+        assert model.requests[1].messages[-1]["content"].startswith("You showed code but ran none")
+        model.script(Reply(text=""), Reply(text="Forty-two."))
+        await slack.user_message(CHANNEL, "<@UBOT> and in words?", thread_ts=ts)
+        await wait_final(slack, ts, "Forty-two.")
+        assert model.requests[4].messages[-1]["content"].startswith("Your reply was empty")

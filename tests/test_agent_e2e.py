@@ -164,7 +164,7 @@ async def test_streamed_answer_is_edited_in_place(tmp_path: Path) -> None:
         ([Fail(401, code="invalid_api_key")], "OPENAI_API_KEY"),
         ([Fail(429, retry_after=0.01, times=3)], "rate-limiting"),
         ([Fail(500, times=3)], "HTTP 500"),
-        ([Reply(text="")], "empty answer"),
+        ([Reply(text=""), Reply(text="")], "empty answer"),  # nudged once, then said
     ],
 )
 async def test_model_errors_are_explained(tmp_path: Path, steps: list, expected: str) -> None:

@@ -247,3 +247,12 @@ def test_imagined_tool_results_beside_a_call_are_not_prose() -> None:
     text = '{"status": "ok (0.0 s)", "output": "37.5"}\nSure.\n' + CALL
     found = find_calls(text)
     assert [c.code for c in found.calls] == ["print(df.mean())"] and found.prose == "Sure."
+
+
+def test_newlines_escaped_twice_are_repaired() -> None:
+    written = 'import pandas as pd\\n# Load\\ndf = pd.read_csv(\\"x.csv\\")\\nprint(df)'
+    assert (
+        fix_indentation(written)
+        == 'import pandas as pd\n# Load\ndf = pd.read_csv("x.csv")\nprint(df)'
+    )
+    assert fix_indentation('print("a\\nb")') is None  # compiles as written: left alone

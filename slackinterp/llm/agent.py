@@ -27,7 +27,16 @@ from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import bounds, failures, images, prompts, responses, textcalls, tooling
+from slackinterp.llm import (
+    bounds,
+    failures,
+    hints,
+    images,
+    prompts,
+    responses,
+    textcalls,
+    tooling,
+)
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
@@ -162,6 +171,10 @@ class Agent:
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
+                nudge = "" if state.nudged else hints.nudge(answer, state.ran_cell)
+                if nudge:
+                    await self._nudge(key, reply.text, nudge, turn, hooks, state)
+                    continue
                 if not answer.strip():
                     raise ModelError(
                         "The model returned an empty answer"
@@ -208,6 +221,27 @@ class Agent:
             "or narrow the question."
         )
 
+    async def _nudge(
+        self,
+        key: str,
+        text: str,
+        nudge: str,
+        turn: list[dict[str, Any]],
+        hooks: TurnPort,
+        state: TurnState,
+    ) -> None:
+        """Once per turn: an empty reply, or code shown but not run, gets one more round."""
+        state.nudged = True
+        log.info("model.nudged empty=%s", not text.strip())
+        if text.strip():
+            await hooks.answer_done(text)
+        added = [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": nudge},
+        ]
+        turn.extend(added)
+        await self.history.add_history(key, added)
+
     async def _say_cut(self, reply: Reply, hooks: TurnPort) -> None:
         """A reply the bot stopped (wall clock, repetition): one line for the thread."""
         if not reply.tool_calls and self.config.text_tool_calls:
@@ -241,6 +275,7 @@ class Agent:
         await self.history.add_history(key, added)
 
     async def _after_cell(self, code: str, result: CellResult, state: TurnState) -> None:
+        state.ran_cell = True
         if result.ok:
             state.succeeded = True
             state.already_run.add(textcalls.normal(code))

@@ -1,6 +1,7 @@
-"""One-line hints added to a failed cell's result for the model: the fix for errors that
-small models make again and again (a file never read, a module never imported, `return` at
-the top level, a column name guessed). Large models need none of it; a hint is a line."""
+"""One-line hints for the model: the fix for errors that small models make again and again
+(a file never read, a module never imported, `return` at the top level, a column name
+guessed), and one nudge per turn when a reply is empty or shows code without running any.
+Large models need none of it; a hint is a line."""
 
 from __future__ import annotations
 
@@ -57,3 +58,24 @@ def _undefined(name: str, files: Sequence[str]) -> str:
         f"`{name}` is not defined: define or load it in the same cell (only the live "
         "variables listed in the system message exist)."
     )
+
+
+EMPTY_NUDGE = (
+    "Your reply was empty. Run Python with the `python` tool to work out the answer, or "
+    "answer the question."
+)
+SHOWN_CODE_NUDGE = (
+    "You showed code but ran none, so the user has no result yet. Run it with the `python` "
+    "tool, then answer with what it printed."
+)
+_PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py)\b", re.I)
+
+
+def nudge(answer: str, ran_cell: bool) -> str:
+    """A reply that would end the turn with nothing, or with code nobody ran: what to tell
+    the model (once per turn), or ""."""
+    if not answer.strip():
+        return EMPTY_NUDGE
+    if not ran_cell and _PYTHON_FENCE.search(answer):
+        return SHOWN_CODE_NUDGE
+    return ""

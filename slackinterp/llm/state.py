@@ -49,3 +49,5 @@ class TurnState:
     failed_repeats: int = 0
     fixed_calls: set[str] = field(default_factory=set)  # text calls whose indentation was fixed
     last_output: str = ""  # what the last successful cell printed and returned
+    ran_cell: bool = False  # a cell ran in this turn
+    nudged: bool = False  # the model was nudged once (hints.nudge)

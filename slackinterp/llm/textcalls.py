@@ -258,10 +258,10 @@ def compiles(code: str) -> bool:
 
 
 def fix_indentation(code: str) -> str | None:
-    """Code with a JSON-by-hand artefact removed (a common leading indentation, or one stray
-    space at the start of continuation lines), when the code as written does not compile and
-    the repaired code does; otherwise None (run it as written: IPython syntax such as `!pip`
-    or `%time` does not compile either, and is left alone)."""
+    """Code with a JSON-by-hand artefact removed (a common leading indentation, one stray
+    space at the start of continuation lines, or newlines escaped twice), when the code as
+    written does not compile and the repaired code does; otherwise None (run it as written:
+    IPython syntax such as `!pip` or `%time` does not compile either, and is left alone)."""
     if not code.strip() or compiles(code):
         return None
     lines = code.split("\n")
@@ -271,6 +271,10 @@ def fix_indentation(code: str) -> str | None:
     odd = [head] + [ln[1:] if _indent(ln) % 2 == 1 else ln for ln in rest]
     candidates = [textwrap.dedent(code), "\n".join(every), "\n".join(odd)]
     candidates += [textwrap.dedent(c) for c in candidates[1:]]
+    if "\\n" in code:  # escaped twice: newlines and quotes left as \n and \"
+        unescaped = code.replace("\\n", "\n").replace('\\"', '"').replace("\\t", "\t")
+        candidates += [unescaped, textwrap.dedent(unescaped)]
+        candidates += [fix for fix in [fix_indentation(unescaped)] if fix is not None]
     for candidate in candidates:
         if candidate != code and compiles(candidate):
             return candidate
