@@ -1,30 +1,44 @@
-"""Benchmark: a fixed set of tasks against a real model server; success rate, rounds, time.
+"""Benchmark: everyday data questions against a real model server, the bot against a naive
+tool loop in the same run; success rate, turn time, model calls per question.
 
 Not a test and not run in CI: it needs a model server. Run by hand from the repository root:
 
     . .venv/bin/activate
-    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_MODEL=local python bench/real_model.py
+    OPENAI_BASE_URL=http://127.0.0.1:8080/v1 OPENAI_MODEL=local python bench/real_model.py -v
+
+(`--dump FILE` writes every turn, cells and answers included, as JSON; `--no-naive` skips the
+baseline; docs/models.md has the settings used for its table.)
 
 Any OpenAI-compatible server works; the model comes from the environment (OPENAI_BASE_URL,
 OPENAI_API_KEY, OPENAI_MODEL) and so do the bot's SLACKINTERP_* settings (try
-SLACKINTERP_TOOL_CHOICE=python or SLACKINTERP_TEXT_TOOL_CALLS=off to compare). No Slack: the
-engine's runtime (real kernels, SQLite store) is driven directly, each task in a fresh thread.
+SLACKINTERP_TOOL_CHOICE=python, SLACKINTERP_MAX_COMPLETION_TOKENS, SLACKINTERP_MODEL_REPLY_SECONDS).
+No Slack: the engine's runtime (real kernels, SQLite store) is driven directly, each question
+in a fresh thread with its small CSV attached, as a user would attach it.
 
-Each task states a question with an answer the script checks itself from what the bot did:
-the outputs of its cells (an answer stated without running code does not count) and the files
-in the thread's working directory. The
-tasks cover computing, reading a CSV, plotting, fixing its own error, writing a file and using
-a variable from an earlier message.
+The questions are of the kinds people ask of a spreadsheet: a total, a count, a mean, a
+group-by, missing values, a correlation, a plot, the largest value and where it is, a
+follow-up that reuses a variable from the message before, and writing a file. The script makes
+the CSVs and checks each answer itself from what was run: the outputs of the cells (a number
+the model states without running code does not count), images drawn, files written.
 
-Reported: success rate; per task the model rounds (requests to the model), cells run (and how
-many came from tool calls written as text), seconds per turn. Baseline measured in the same
-run: one bare chat completion of a few tokens, i.e. what a single model call costs at least.
+The baseline, in the same run against the same server and questions: a naive tool loop. One
+system line, the `python` tool, real tool calls only (no calls written as text are run), no
+file previews, no repair of anything; the same kernel kind, rounds cap, token limit and
+per-call wall clock (without them one runaway reply would stall the benchmark), and the
+configured SLACKINTERP_TOOL_CHOICE on its first call only (forcing every call would never
+let it answer).
+
+Reported for both: questions solved, median seconds per turn, model calls per question, turns
+that ended without a visible answer or reason, the longest turn; per question the bot's rounds,
+cells and how it ended.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import asyncio
+import json
 import logging
 import os
 import re
@@ -45,34 +59,61 @@ if str(ROOT) not in sys.path:
 import openai  # noqa: E402
 from prometheus_client import REGISTRY  # noqa: E402
 
-from bench.common import leftover_kernels  # noqa: E402
+from bench.common import RawKernel, leftover_kernels  # noqa: E402
 from slackinterp.config import load_settings  # noqa: E402
 from slackinterp.engine.events import (  # noqa: E402
     AssistantText,
     CellFinished,
     CellOutput,
     CellStarted,
+    Notice,
     TurnFailed,
 )
 from slackinterp.engine.turn import IncomingFile, TurnRequest  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
+from slackinterp.llm import bounds, prompts  # noqa: E402
 from slackinterp.model_client import openai_client  # noqa: E402
 from slackinterp.runtime import Runtime  # noqa: E402
 
-SALES = "month,revenue\n" + "".join(
-    f"{m},{r}\n"
-    for m, r in zip(
-        ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"],
-        [120, 135, 150, 110, 160, 175, 190, 185, 170, 165, 200, 240],
-        strict=True,
-    )
-)  # total 2000
-PEOPLE = "name,city,age\nana,Lisbon,34\nbo,Oslo,51\ncy,Lisbon,29\ndi,Oslo,47\ned,Rome,38\n"
+# --- the data ------------------------------------------------------------------------------------
+
+MONTHS = ["jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec"]
+REGIONS = ["North", "South", "East"] * 4
+REVENUE = [120, 135, 150, 110, 160, 175, 190, 185, 170, 165, 200, 240]
+SALES = "month,region,revenue\n" + "".join(
+    f"{m},{r},{v}\n" for m, r, v in zip(MONTHS, REGIONS, REVENUE, strict=True)
+)
+ORDERS_AMOUNTS = [45, 120, 80, 300, 99, 101, 150, 20, 100, 250, 75, 130, 60, 210, 95]
+ORDERS = "order_id,customer,amount\n" + "".join(
+    f"{1000 + i},c{i % 5},{a}\n" for i, a in enumerate(ORDERS_AMOUNTS)
+)  # 7 orders over 100
+PEOPLE_ROWS = [
+    ("ana", "Lisbon", 34),
+    ("bo", "Oslo", 51),
+    ("cy", "Lisbon", 29),
+    ("di", "Oslo", 47),
+    ("ed", "Rome", 38),
+    ("fa", "Rome", 42),
+    ("gu", "Lima", 23),
+    ("hu", "Oslo", 36),
+]  # mean age 37.5
+PEOPLE = "name,city,age\n" + "".join(f"{n},{c},{a}\n" for n, c, a in PEOPLE_ROWS)
+SURVEY = (
+    "id,age,income,score\n1,25,42000,7\n2,31,,8\n3,45,61000,6\n4,29,,9\n5,52,58000,5\n"
+    "6,38,47000,7\n7,41,,8\n8,33,39000,6\n"
+)  # income: 3 missing
+HOURS = [1, 2, 3, 4, 5, 6, 7, 8, 9, 10]
+SCORES = [52, 55, 61, 60, 68, 71, 70, 80, 83, 88]
+GRADES = "hours,score\n" + "".join(f"{h},{s}\n" for h, s in zip(HOURS, SCORES, strict=True))
+CORRELATION = statistics.correlation(HOURS, SCORES)  # ≈ 0.98
+
+
+# --- what a turn did ----------------------------------------------------------------------------
 
 
 @dataclass
 class TurnLog:
-    """What one turn did, as the engine reported it."""
+    """What one turn did (the bot's events, or the naive loop's kernel outputs)."""
 
     seconds: float = 0.0
     cells: list[tuple[str, str, bool]] = field(default_factory=list)  # (source, code, ok)
@@ -80,6 +121,7 @@ class TurnLog:
     images: int = 0
     answer: str = ""
     failed: str = ""
+    notices: list[str] = field(default_factory=list)
     model_calls: int = 0
 
     @property
@@ -87,106 +129,154 @@ class TurnLog:
         """Cell outputs only: a result the model states without running code does not count."""
         return "\n".join(self.text)
 
+    @property
+    def visible(self) -> bool:
+        """The user got an answer or a reason."""
+        return bool(self.answer.strip() or self.failed.strip())
+
+
+Check = Callable[[list[TurnLog], Path], bool]
+
 
 @dataclass
 class Task:
     name: str
     prompts: list[str]
-    check: Callable[[list[TurnLog], Path], bool]
+    check: Check
     files: dict[str, str] = field(default_factory=dict)
 
 
-def has(pattern: str) -> Callable[[list[TurnLog], Path], bool]:
-    """What the last turn's cells printed or returned matches `pattern` (a regex)."""
-    return lambda turns, _wd: re.search(pattern, turns[-1].all_text) is not None
+def has(*patterns: str) -> Check:
+    """What the last turn's cells printed or returned matches every pattern (regexes)."""
+    return lambda turns, _wd: all(re.search(p, turns[-1].all_text, re.I) for p in patterns)
+
+
+def near(expected: float, tolerance: float) -> Check:
+    """A number in the last turn's cell outputs within `tolerance` of `expected`."""
+
+    def check(turns: list[TurnLog], _wd: Path) -> bool:
+        numbers = re.findall(r"-?\d+(?:\.\d+)?", turns[-1].all_text)
+        return any(abs(float(n) - expected) <= tolerance for n in numbers)
+
+    return check
 
 
 def plotted(turns: list[TurnLog], _wd: Path) -> bool:
     return turns[-1].images > 0
 
 
-def fixed_error(turns: list[TurnLog], _wd: Path) -> bool:
-    oks = [ok for _s, _c, ok in turns[-1].cells]
-    return False in oks and oks[-1] and re.search(r"\b6\b", turns[-1].all_text) is not None
-
-
-def wrote_squares(_turns: list[TurnLog], workdir: Path) -> bool:
-    path = workdir / "squares.txt"
+def wrote_high(_turns: list[TurnLog], workdir: Path) -> bool:
+    path = workdir / "high.csv"
     if not path.is_file():
         return False
-    numbers = re.findall(r"\d+", path.read_text(errors="replace"))
-    return numbers == [str(i * i) for i in range(1, 11)]
+    lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    months = {m for m, v in zip(MONTHS, REVENUE, strict=True) if v > 150}
+    found = {m for m in MONTHS if any(re.search(rf"\b{m}\b", ln) for ln in lines)}
+    return found == months
 
 
-def used_variable(turns: list[TurnLog], _wd: Path) -> bool:
-    second = turns[-1]
-    reused = any("total" in code and "17" not in code for _s, code, _ok in second.cells)
-    return reused and re.search(r"\b782\b", second.all_text) is not None
+def names(code: str) -> tuple[set[str], set[str]]:
+    """(assigned, read) top-level names of a cell; unparsable code gives nothing."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return set(), set()
+    stored = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Store)
+    }
+    loaded = {
+        n.id for n in ast.walk(tree) if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load)
+    }
+    return stored, loaded
+
+
+def follow_up(turns: list[TurnLog], workdir: Path) -> bool:
+    """The second message's cells read a variable the first message's cells made, without
+    making it again, and print the answer."""
+    first, second = turns
+    made = set().union(*(names(c)[0] for _s, c, ok in first.cells if ok))
+    reused = False
+    for _s, code, _ok in second.cells:
+        stored, loaded = names(code)
+        reused = reused or bool((loaded - stored) & made)
+    return reused and has(r"\bdec\b")(turns, workdir)
 
 
 TASKS = [
     Task(
-        "mean",
-        ["Use python to compute the mean of the numbers 3, 5, 10 and print it."],
-        has(r"\b6(\.0+)?\b"),
-    ),
-    Task(
-        "factorial",
-        ["Use python to compute 20 factorial and print the result."],
-        has("2432902008176640000"),
-    ),
-    Task("primes", ["Use python to count the prime numbers below 1000."], has(r"\b168\b")),
-    Task(
-        "reverse",
-        ["Use python to reverse the string 'slackinterp' and print it."],
-        has("pretnikcals"),
-    ),
-    Task(
-        "csv_total",
-        ["Read sales.csv with pandas and print the total of the revenue column."],
+        "total",
+        ["What is the total revenue in sales.csv?"],
         has(r"\b2,?000\b"),
         {"sales.csv": SALES},
     ),
     Task(
-        "csv_group",
-        ["Read people.csv with pandas and print the average age for each city."],
-        lambda t, _w: all(re.search(p, t[-1].all_text) for p in (r"\b49(\.0+)?\b", r"31\.5")),
+        "count",
+        ["How many orders in orders.csv have an amount over 100?"],
+        has(r"\b7\b"),
+        {"orders.csv": ORDERS},
+    ),
+    Task(
+        "mean",
+        ["What is the average age of the people in people.csv?"],
+        near(37.5, 0.01),
         {"people.csv": PEOPLE},
     ),
     Task(
-        "plot",
-        ["Use matplotlib to plot y = x**2 for x from 0 to 10 and show the plot."],
-        plotted,
+        "group_by",
+        ["Show the total revenue for each region in sales.csv."],
+        has(r"\b585\b", r"\b680\b", r"\b735\b"),
+        {"sales.csv": SALES},
     ),
     Task(
-        "fix_error",
+        "missing",
+        ["Which column of survey.csv has missing values, and how many are missing?"],
+        has(r"income\D{0,40}\b3\b"),
+        {"survey.csv": SURVEY},
+    ),
+    Task(
+        "correlation",
+        ["What is the correlation between hours and score in grades.csv?"],
+        near(CORRELATION, 0.01),
+        {"grades.csv": GRADES},
+    ),
+    Task(
+        "plot",
+        ["Plot the revenue per month from sales.csv as a bar chart."],
+        plotted,
+        {"sales.csv": SALES},
+    ),
+    Task(
+        "largest",
+        ["Which city in people.csv has the oldest person, and how old are they?"],
+        has(r"oslo", r"\b51\b"),
+        {"people.csv": PEOPLE},
+    ),
+    Task(
+        "follow_up",
         [
-            "Run this exact code with python first: print(sum([1, 2, '3']))\n"
-            "It will fail. Then fix the error and run it again so it prints the sum."
+            "Load sales.csv into a DataFrame and show the first rows.",
+            "Using that data, which month had the highest revenue?",
         ],
-        fixed_error,
+        follow_up,
+        {"sales.csv": SALES},
     ),
     Task(
         "write_file",
-        ["Use python to write the squares of 1 to 10, one per line, to a file named squares.txt."],
-        wrote_squares,
-    ),
-    Task(
-        "earlier_variable",
-        [
-            "Use python to set a variable named total to 17 * 23.",
-            "Use python to print the variable total multiplied by 2.",
-        ],
-        used_variable,
+        ["Save the rows of sales.csv with revenue above 150 to a new file named high.csv."],
+        wrote_high,
+        {"sales.csv": SALES},
     ),
 ]
+
+
+# --- the bot --------------------------------------------------------------------------------------
 
 
 def model_calls() -> float:
     return REGISTRY.get_sample_value("slackinterp_model_calls_total") or 0.0
 
 
-async def run_turn(runtime: Runtime, key: ThreadKey, text: str, files: dict[str, str]) -> TurnLog:
+async def bot_turn(runtime: Runtime, key: ThreadKey, text: str, files: dict[str, str]) -> TurnLog:
     log = TurnLog()
     incoming = [_incoming(name, body) for name, body in files.items()]
     calls_before = model_calls()
@@ -208,6 +298,8 @@ async def run_turn(runtime: Runtime, key: ThreadKey, text: str, files: dict[str,
                 log.text.append(str(shown.data.get("text/plain", "")))
         elif isinstance(event, AssistantText):
             log.answer += event.text + "\n"
+        elif isinstance(event, Notice):
+            log.notices.append(event.text)
         elif isinstance(event, TurnFailed):
             log.failed = event.message
     log.seconds = time.perf_counter() - began
@@ -222,6 +314,212 @@ def _incoming(name: str, body: str) -> IncomingFile:
         path.write_bytes(data)
 
     return IncomingFile(name, len(data), "text/csv", fetch)
+
+
+# --- the naive loop -------------------------------------------------------------------------------
+
+NAIVE_SYSTEM = "You are a data analyst; answer by running Python with the python tool."
+
+
+class Naive:
+    """The plainest tool loop: real tool calls only, nothing repaired, nothing previewed."""
+
+    def __init__(self, settings: Any, client: openai.AsyncOpenAI, scratch: Path):
+        self.settings = settings
+        self.client = client
+        self.scratch = scratch
+        self.tool = prompts.tool_schema(settings.exec_timeout, True)
+        self.tokens = bounds.token_limit(settings.max_completion_tokens, str(client.base_url))
+
+    async def task(self, n: str, task: Task) -> tuple[list[TurnLog], Path]:
+        workdir = self.scratch / f"naive-{n}"
+        workdir.mkdir(parents=True)
+        for name, body in task.files.items():
+            (workdir / name).write_text(body)
+        kernel = await RawKernel(workdir).start()
+        messages: list[dict[str, Any]] = [{"role": "system", "content": NAIVE_SYSTEM}]
+        turns = []
+        try:
+            for prompt in task.prompts:
+                messages.append({"role": "user", "content": prompt})
+                turns.append(await self.turn(kernel, messages))
+        finally:
+            await kernel.stop()
+        return turns, workdir
+
+    async def turn(self, kernel: RawKernel, messages: list[dict[str, Any]]) -> TurnLog:
+        log = TurnLog()
+        began = time.perf_counter()
+        try:
+            for n in range(self.settings.max_rounds):
+                log.model_calls += 1
+                message = await self.call(messages, first=n == 0)
+                calls = [c for c in message.tool_calls or [] if c.type == "function"]
+                messages.append(
+                    {
+                        "role": "assistant",
+                        "content": message.content or "",
+                        **(
+                            {"tool_calls": [c.model_dump(exclude_none=True) for c in calls]}
+                            if calls
+                            else {}
+                        ),
+                    }
+                )
+                if not calls:
+                    log.answer = message.content or ""
+                    break
+                for call in calls:
+                    result = await self.run(kernel, call, log)
+                    messages.append({"role": "tool", "tool_call_id": call.id, "content": result})
+        except (TimeoutError, openai.OpenAIError) as exc:
+            log.failed = f"model call failed: {type(exc).__name__}"
+        log.seconds = time.perf_counter() - began
+        return log
+
+    async def call(self, messages: list[dict[str, Any]], *, first: bool) -> Any:
+        kwargs: dict[str, Any] = {"model": self.settings.openai_model, "messages": messages}
+        kwargs["tools"] = [self.tool]
+        choice = self.settings.tool_choice.value
+        if first and choice == "python":
+            kwargs["tool_choice"] = {"type": "function", "function": {"name": "python"}}
+        elif first and choice == "required":
+            kwargs["tool_choice"] = "required"
+        if self.tokens:
+            kwargs["max_tokens"] = self.tokens
+        async with asyncio.timeout(self.settings.model_reply_seconds):
+            response = await self.client.chat.completions.create(**kwargs)
+        return response.choices[0].message
+
+    async def run(self, kernel: RawKernel, call: Any, log: TurnLog) -> str:
+        if call.function.name != "python":
+            return f"Error: no tool named {call.function.name}"
+        try:
+            code = json.loads(call.function.arguments or "{}")["code"]
+        except (ValueError, KeyError, TypeError):
+            return "Error: arguments must be JSON with a string `code`"
+        text, ok, images = await execute(kernel, code, self.settings.exec_timeout)
+        log.cells.append(("model", code, ok))
+        log.text.append(text)
+        log.images += images
+        return text[-6000:] or "(no output)"
+
+
+async def execute(kernel: RawKernel, code: str, timeout: float) -> tuple[str, bool, int]:
+    """Run code; (printed and returned text with any traceback, ok, images)."""
+    parts: list[str] = []
+    state = {"ok": True, "images": 0}
+
+    def hook(msg: dict[str, Any]) -> None:
+        kind, content = msg["header"]["msg_type"], msg["content"]
+        if kind == "stream":
+            parts.append(content["text"])
+        elif kind in ("execute_result", "display_data"):
+            data = content.get("data", {})
+            if any(k.startswith("image/") for k in data):
+                state["images"] += 1
+            elif "text/plain" in data:
+                parts.append(data["text/plain"] + "\n")
+        elif kind == "error":
+            state["ok"] = False
+            parts.append(f"{content['ename']}: {content['evalue']}\n")
+
+    try:
+        await kernel.kc.execute_interactive(
+            code, output_hook=hook, allow_stdin=False, timeout=timeout
+        )
+    except TimeoutError:
+        state["ok"] = False
+        parts.append("(timed out)")
+        await kernel.km.interrupt_kernel()
+    return "".join(parts), bool(state["ok"]), int(state["images"])
+
+
+# --- the run ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Outcome:
+    task: Task
+    ok: bool
+    turns: list[TurnLog]
+
+
+async def main(
+    only: list[str], repeat: int, verbose: bool, skip_naive: bool, dump: Path | None = None
+) -> int:
+    tasks = [t for t in TASKS if not only or t.name in only]
+    scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-model-"))
+    settings = load_settings(
+        data_dir=scratch, pool_size=1, max_kernels=4, reap_interval=3600, idle_timeout=3600
+    )
+    if not settings.model_configured:
+        print("Set OPENAI_BASE_URL (and OPENAI_MODEL) to the model server first.", file=sys.stderr)
+        return 2
+    client = openai_client(settings)
+    tokens = bounds.token_limit(settings.max_completion_tokens, str(client.base_url))
+    print(
+        f"model {settings.openai_model} at {settings.openai_base_url or 'api.openai.com'}; "
+        f"api={settings.model_api.value} tool_choice={settings.tool_choice.value} "
+        f"text_tool_calls={settings.text_tool_calls.value} max_rounds={settings.max_rounds} "
+        f"max_completion_tokens={tokens} reply_seconds={settings.model_reply_seconds:g} "
+        f"load={os.getloadavg()[0]:.1f}",
+        flush=True,
+    )
+    bot: list[Outcome] = []
+    naive: list[Outcome] = []
+    runtime = await Runtime.open(settings)
+    await runtime.start()
+    try:
+        floor = await baseline(settings)
+        loop = Naive(settings, client, scratch)
+        for n in range(repeat):
+            for i, task in enumerate(tasks):
+                key = ThreadKey("BENCH", "MODEL", f"{n}.{i}")
+                turns = []
+                for prompt in task.prompts:
+                    files = task.files if not turns else {}
+                    turns.append(await bot_turn(runtime, key, prompt, files))
+                workdir = runtime.engine.session(key).workdir
+                outcome = Outcome(task, task.check(turns, workdir), turns)
+                bot.append(outcome)
+                _row("bot", outcome)
+                if verbose:
+                    _detail(turns)
+                if skip_naive:
+                    continue
+                naive_turns, naive_dir = await loop.task(f"{n}.{i}", task)
+                outcome = Outcome(task, task.check(naive_turns, naive_dir), naive_turns)
+                naive.append(outcome)
+                _row("naive", outcome)
+                if verbose:
+                    _detail(naive_turns)
+    finally:
+        await runtime.stop()
+        await client.close()
+        leftovers = await leftover_kernels()
+        shutil.rmtree(scratch, ignore_errors=True)
+    print()
+    print(
+        f"bare completion of <= 4 tokens: {floor:.2f} s; load average now {os.getloadavg()[0]:.1f}"
+    )
+    print(
+        "| loop | solved | median s per turn | longest turn s | model calls per question "
+        "| turns without a visible answer or reason |"
+    )
+    print("|---|---|---|---|---|---|")
+    for name, outcomes in (("slackinterp", bot), ("naive tool loop", naive)):
+        if outcomes:
+            print(_summary(name, outcomes))
+    print(f"leftover kernel processes: {leftovers or 'none'}")
+    if dump is not None:
+        rows = [
+            {"loop": loop, "task": o.task.name, "ok": o.ok, "turns": [vars(t) for t in o.turns]}
+            for loop, outcomes in (("bot", bot), ("naive", naive))
+            for o in outcomes
+        ]
+        dump.write_text(json.dumps(rows, indent=1))
+    return 0
 
 
 async def baseline(settings: Any) -> float:
@@ -244,101 +542,58 @@ async def baseline(settings: Any) -> float:
         await client.close()
 
 
-async def main(only: list[str], repeat: int, verbose: bool) -> int:
-    tasks = [t for t in TASKS if not only or t.name in only]
-    scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-model-"))
-    settings = load_settings(
-        data_dir=scratch, pool_size=1, max_kernels=4, reap_interval=3600, idle_timeout=3600
-    )
-    if not settings.model_configured:
-        print("Set OPENAI_BASE_URL (and OPENAI_MODEL) to the model server first.", file=sys.stderr)
-        return 2
-    print(
-        f"model {settings.openai_model} at {settings.openai_base_url or 'api.openai.com'}; "
-        f"api={settings.model_api.value} tool_choice={settings.tool_choice.value} "
-        f"text_tool_calls={settings.text_tool_calls.value} max_rounds={settings.max_rounds}"
-    )
-    results: list[tuple[Task, int, bool, list[TurnLog]]] = []
-    runtime = await Runtime.open(settings)
-    await runtime.start()
-    try:
-        floor = await baseline(settings)
-        for n in range(repeat):
-            for i, task in enumerate(tasks):
-                key = ThreadKey("BENCH", "MODEL", f"{n}.{i}")
-                turns = []
-                for prompt in task.prompts:
-                    turns.append(
-                        await run_turn(runtime, key, prompt, task.files if not turns else {})
-                    )
-                workdir = runtime.engine.session(key).workdir
-                ok = task.check(turns, workdir)
-                results.append((task, n, ok, turns))
-                _print_row(task, ok, turns)
-                if verbose:
-                    _print_detail(turns)
-    finally:
-        await runtime.stop()
-        leftovers = await leftover_kernels()
-        shutil.rmtree(scratch, ignore_errors=True)
-    _summary(results, floor)
-    print(f"leftover kernel processes: {leftovers or 'none'}")
-    return 0
-
-
-def _print_row(task: Task, ok: bool, turns: list[TurnLog]) -> None:
+def _row(loop: str, outcome: Outcome) -> None:
+    turns = outcome.turns
     cells = sum(len(t.cells) for t in turns)
-    from_text = sum(1 for t in turns for s, _c, _ok in t.cells if s == "model_text")
+    from_text = sum(1 for t in turns for s, _c, _ok in t.cells if s.startswith("model_text"))
     calls = sum(t.model_calls for t in turns)
     seconds = " + ".join(f"{t.seconds:.1f}" for t in turns)
-    failed = next((t.failed for t in turns if t.failed), "")
-    note = f"  ({failed[:70]})" if failed else ""
+    ended = next((t.failed for t in turns if t.failed), "") or next(
+        (n for t in turns for n in t.notices if "model" in n.lower()), ""
+    )
+    silent = sum(1 for t in turns if not t.visible)
+    note = f"  ({' '.join(ended.split())[:90]})" if ended else ""
     print(
-        f"  {task.name:18} {'PASS' if ok else 'fail':5} rounds {calls:2d}  cells {cells:2d} "
-        f"(from text {from_text:2d})  {seconds} s{note}",
+        f"  {loop:5} {outcome.task.name:12} {'PASS' if outcome.ok else 'fail':5} calls {calls:2d}  "
+        f"cells {cells:2d} (from text {from_text:2d})  {seconds} s"
+        f"{'  SILENT' if silent else ''}{note}",
         flush=True,
     )
 
 
-def _print_detail(turns: list[TurnLog]) -> None:
-    """What the model did, to see why a task failed (code and answers are printed)."""
+def _detail(turns: list[TurnLog]) -> None:
+    """What the model did, to see why a question failed (code and answers are printed)."""
     for turn in turns:
         for source, code, ok in turn.cells:
             flat = " | ".join(line.strip() for line in code.strip().splitlines())
-            print(f"      cell {source:10} {'ok' if ok else 'ERR'}: {flat[:150]}")
+            print(f"      cell {source:16} {'ok' if ok else 'ERR'}: {flat[:150]}")
+        for notice in turn.notices:
+            print(f"      notice: {' '.join(notice.split())[:160]}")
         if turn.answer.strip():
             print(f"      answer: {' '.join(turn.answer.split())[:200]}")
+        if turn.failed:
+            print(f"      failed: {' '.join(turn.failed.split())[:200]}")
 
 
-def _summary(results: list[tuple[Task, int, bool, list[TurnLog]]], floor: float) -> None:
-    turns = [t for _task, _n, _ok, ts in results for t in ts]
-    passed = sum(1 for _t, _n, ok, _ts in results if ok)
-    rounds = [sum(t.model_calls for t in ts) for _t, _n, _ok, ts in results]
-    cells = sum(len(t.cells) for t in turns)
-    from_text = sum(1 for t in turns for s, _c, _ok in t.cells if s == "model_text")
+def _summary(name: str, outcomes: list[Outcome]) -> str:
+    turns = [t for o in outcomes for t in o.turns]
+    passed = sum(o.ok for o in outcomes)
+    calls = [sum(t.model_calls for t in o.turns) for o in outcomes]
     per_turn = [t.seconds for t in turns]
-    print()
-    print(f"success: {passed}/{len(results)} tasks ({100 * passed / len(results):.0f} %)")
-    print(
-        f"rounds per task: mean {statistics.fmean(rounds):.1f}, max {max(rounds)}; cells run "
-        f"{cells}, of which {from_text} from tool calls written as text"
-    )
-    print(
-        f"seconds per turn: mean {statistics.fmean(per_turn):.1f}, median "
-        f"{statistics.median(per_turn):.1f}, max {max(per_turn):.1f} "
-        f"({len(per_turn)} turns)"
-    )
-    print(
-        f"baseline: one bare completion of <= 4 tokens took {floor:.2f} s; a turn took "
-        f"{statistics.median(per_turn) / floor:.1f}x that (median)"
+    silent = sum(1 for t in turns if not t.visible)
+    return (
+        f"| {name} | {passed}/{len(outcomes)} | {statistics.median(per_turn):.1f} | "
+        f"{max(per_turn):.1f} | {statistics.fmean(calls):.1f} | {silent} of {len(turns)} |"
     )
 
 
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--only", nargs="*", default=[], help="task names to run")
+    parser.add_argument("--only", nargs="*", default=[], help="question names to run")
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole set")
+    parser.add_argument("--no-naive", action="store_true", help="skip the naive baseline")
     parser.add_argument("-v", "--verbose", action="store_true", help="print cells and answers")
+    parser.add_argument("--dump", type=Path, help="write every turn (cells, answers) as JSON")
     return parser.parse_args()
 
 
@@ -347,4 +602,6 @@ if __name__ == "__main__":
         level=os.environ.get("BENCH_LOG", "WARNING"), format="%(levelname)s %(name)s %(message)s"
     )
     args = parse_args()
-    sys.exit(asyncio.run(main(args.only, max(1, args.repeat), args.verbose)))
+    sys.exit(
+        asyncio.run(main(args.only, max(1, args.repeat), args.verbose, args.no_naive, args.dump))
+    )

@@ -405,8 +405,21 @@ class Settings(BaseSettings):
         description="For reasoning models: none, minimal, low, medium, high or xhigh; "
         "empty = the server's default.",
     )
+    # Bounds on one model reply (issue 29)
     max_completion_tokens: int | None = Field(
-        None, ge=16, description="Tokens per model reply at most; empty = the server's default."
+        None,
+        ge=0,
+        description="Tokens per model reply at most, reasoning included (sent as "
+        "max_completion_tokens, and as max_tokens to servers other than OpenAI); empty = 16384 "
+        "for OpenAI and Azure (room for reasoning models to think), 4096 for other servers "
+        "(a long code cell and its explanation); 0 = send none (the server's default).",
+    )
+    model_reply_seconds: float = _seconds(
+        180,
+        "Seconds one model reply may take in all, streamed or not, retries included "
+        "(SLACKINTERP_MODEL_TIMEOUT only bounds the wait between bytes); past it the reply is "
+        "stopped, the thread is told, and a complete tool call in it still runs.",
+        ge=1,
     )
     # Operations
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")

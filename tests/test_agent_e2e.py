@@ -128,10 +128,11 @@ async def test_rounds_cap_and_repeated_failure(tmp_path: Path) -> None:
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> loop forever")
         message = await wait_final(slack, ts, "rounds of code")
         assert "SLACKINTERP_MAX_ROUNDS" in message["text"]
-        model.script(py("1/0"), py("1/0"))
-        ts2, _ = await slack.user_message(CHANNEL, "<@UBOT> fail twice")
-        await wait_final(slack, ts2, "same failing code twice")
-        assert len(await wait_cells(slack, ts2, 1)) == 1  # the repeat was not run
+    async with model_bot(tmp_path / "b") as (slack, model, _bot):
+        model.script(py("1/0"), py("1/0"), py("1/0"))
+        ts2, _ = await slack.user_message(CHANNEL, "<@UBOT> fail three times")
+        await wait_final(slack, ts2, "same failing code three times")
+        assert len(await wait_cells(slack, ts2, 1)) == 1  # the repeats were not run
 
 
 async def test_stop_cancels_the_model_call(tmp_path: Path) -> None:
@@ -163,7 +164,7 @@ async def test_streamed_answer_is_edited_in_place(tmp_path: Path) -> None:
         ([Fail(401, code="invalid_api_key")], "OPENAI_API_KEY"),
         ([Fail(429, retry_after=0.01, times=3)], "rate-limiting"),
         ([Fail(500, times=3)], "HTTP 500"),
-        ([Reply(text="")], "empty answer"),
+        ([Reply(text=""), Reply(text="")], "empty answer"),  # nudged once, then said
     ],
 )
 async def test_model_errors_are_explained(tmp_path: Path, steps: list, expected: str) -> None:

@@ -118,7 +118,8 @@ async def test_repeating_code_that_already_ran_is_not_run_again(tmp_path) -> Non
         assert "already ran successfully" in answer["text"]
         assert len(await _cells_now(slack, ts)) == 1
         await slack.user_message(CHANNEL, "square six", thread_ts=ts)
-        await wait_final(slack, ts, "kept asking to run code that had already run")
+        stopped = await wait_final(slack, ts, "kept asking to run code that had already run")
+        assert "Its output ends with" in stopped["text"] and "36" in stopped["text"]
         assert len(await _cells_now(slack, ts)) == 2
 
 

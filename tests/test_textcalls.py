@@ -63,9 +63,6 @@ def test_broken_json_from_a_real_small_model() -> None:
 @pytest.mark.parametrize(
     "text",
     [
-        '{"name": "shell", "arguments": {"cmd": "ls"}}',  # another tool, no code
-        '{"name": "python", "arguments": {"source": "x"}}',  # no code
-        '{"name": "python", "arguments": {"code": ""}}',  # empty code
         'The result is {"mean": 6.0}.',  # JSON data in an answer
         "<tool_call>not json</tool_call>",
         "Plain answer with no code.",
@@ -100,3 +97,16 @@ def test_streaming_hold_back_decision() -> None:
     assert looks_like_call_start("``") is None
     assert looks_like_call_start("The answer") is False
     assert looks_like_call_start("") is None
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"name": "python", "arguments": {"source": "x"}}',  # no code
+        '{"name": "python", "arguments": {"code": ""}}',  # empty code
+    ],
+)
+def test_python_calls_without_code_are_malformed_calls(text: str) -> None:
+    """Not an answer for the user: the model is asked to send the call again."""
+    (call,) = find_calls(text).calls
+    assert call.malformed and call.arguments == text

@@ -5,8 +5,9 @@ and LM Studio all speak; messages stay portable (`system` role, "" content besid
 Real servers and small models bend that: calls written as text are run as the tool
 (textcalls.py), the tool can be forced by name, images go to models that can see them, and a
 reply cut at the length limit is continued once. OpenAI's Responses API is an option
-(responses.py). Bounded: rounds per turn, identical failing code is not run twice, history
-within a budget, images by count and size.
+(responses.py). Bounded: rounds per turn, tokens and wall time per reply and replies that
+repeat themselves cut (bounds.py), identical failing code is not run a third time, history
+within a budget, images by count and size. Every way a turn ends leaves a line in the thread.
 """
 
 from __future__ import annotations
@@ -26,7 +27,16 @@ from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import failures, images, prompts, responses, textcalls, tooling
+from slackinterp.llm import (
+    bounds,
+    failures,
+    hints,
+    images,
+    prompts,
+    responses,
+    textcalls,
+    tooling,
+)
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
@@ -45,9 +55,13 @@ CONTINUE_PROMPT = (
     "Your answer was cut off at the length limit. Continue exactly where it stopped, "
     "without repeating what you already wrote."
 )
-CUT_NOTE = "\n\n_(The answer was cut off at the model's length limit.)_"
-# Source of a cell whose code the model wrote as text (the front-ends say so).
+CUT_NOTE = (
+    "\n\n_(The answer was cut off at the model's length limit: SLACKINTERP_MAX_COMPLETION_TOKENS.)_"
+)
+# Source of a cell whose code the model wrote as text (the front-ends say so), and of one
+# whose indentation had to be repaired before it would compile.
 TEXT_SOURCE: CellSource = "model_text"
+FIXED_SOURCE: CellSource = "model_text_fixed"
 
 
 class Agent:
@@ -80,7 +94,10 @@ class Agent:
             max_images=settings.model_max_images,
             image_max_bytes=settings.model_image_max_kb * 1024,
             reasoning_effort=settings.reasoning_effort.value if settings.reasoning_effort else None,
-            max_completion_tokens=settings.max_completion_tokens,
+            max_completion_tokens=bounds.token_limit(
+                settings.max_completion_tokens, str(client.base_url)
+            ),
+            reply_seconds=settings.model_reply_seconds,
         )
         return cls(client, config, history)
 
@@ -116,7 +133,6 @@ class Agent:
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
-        last_failure: str | None = None
         for _round in range(self.config.max_rounds):
             await self._steer(key, turn, hooks)  # issue 27: messages sent while it runs
             variables = await hooks.variables()
@@ -131,25 +147,43 @@ class Agent:
                 found = textcalls.find_calls(
                     reply.text, succeeded=state.succeeded, already_run=state.already_run
                 )
-                if found.calls:
+                calls = found.calls
+                if reply.cut:  # the first complete call only; an unreadable one is none
+                    calls = [c for c in calls if not c.malformed][:1]
+                if calls:
                     source = TEXT_SOURCE
                     reply.text = found.prose
-                    reply.tool_calls = [tooling.synthetic_call(c.code) for c in found.calls]
-                    log.info(
-                        "model.text_tool_calls count=%d form=%s",
-                        len(found.calls),
-                        found.calls[0].form,
+                    reply.tool_calls = [tooling.synthetic_call(c) for c in calls]
+                    state.fixed_calls.update(
+                        t["id"] for c, t in zip(calls, reply.tool_calls, strict=True) if c.fixed
                     )
+                    log.info(
+                        "model.text_tool_calls count=%d form=%s fixed=%d unknown=%d",
+                        len(calls),
+                        calls[0].form,
+                        sum(c.fixed for c in calls),
+                        sum(not c.known for c in calls),
+                    )
+            if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
+                await self._say_cut(reply, hooks)
             if not reply.tool_calls:
+                if reply.refusal and not reply.text.strip():
+                    reply.text = f"The model declined to answer: {reply.refusal.strip()}"
                 answer = state.cut_text + reply.text
                 if reply.finish_reason == "length" and not state.continued:
                     await self._continue_cut(key, reply.text, turn, hooks, state)
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
+                nudge = "" if state.nudged else hints.nudge(answer, state.ran_cell)
+                if nudge:
+                    await self._nudge(key, reply.text, nudge, turn, hooks, state)
+                    continue
                 if not answer.strip():
                     raise ModelError(
-                        "The model returned an empty answer. Try rephrasing, or check that "
+                        "The model returned an empty answer"
+                        + (" after the cells above" if state.already_run else "")
+                        + ". Try rephrasing, or check that "
                         f"OPENAI_MODEL ({self.config.model}) supports tool calls.",
                         FailureKind.EMPTY,
                     )
@@ -170,7 +204,8 @@ class Agent:
             if shown.strip():
                 await hooks.answer_done(shown)
             for call in reply.tool_calls:
-                outcome = await tooling.run_tool(call, hooks, last_failure, source, state)
+                cell_source = FIXED_SOURCE if call["id"] in state.fixed_calls else source
+                outcome = await tooling.run_tool(call, hooks, cell_source, state)
                 tool_message = {
                     "role": "tool",
                     "tool_call_id": call["id"],
@@ -180,7 +215,6 @@ class Agent:
                 await self.history.add_history(key, [tool_message])
                 if outcome.halt:
                     return outcome.halt
-                last_failure = textcalls.normal(outcome.code) if outcome.failed else None
                 if outcome.result is not None:
                     await self._after_cell(outcome.code, outcome.result, state)
                 if stop.is_set():
@@ -199,6 +233,41 @@ class Agent:
             turn.append(message)
             await self.history.add_history(key, [message])
             log.info("model.steered chars=%d", len(note.text))
+
+    async def _nudge(
+        self,
+        key: str,
+        text: str,
+        nudge: str,
+        turn: list[dict[str, Any]],
+        hooks: TurnPort,
+        state: TurnState,
+    ) -> None:
+        """Once per turn: an empty reply, or code shown but not run, gets one more round."""
+        state.nudged = True
+        log.info("model.nudged empty=%s", not text.strip())
+        if text.strip():
+            await hooks.answer_done(text)
+        added = [
+            {"role": "assistant", "content": text},
+            {"role": "user", "content": nudge},
+        ]
+        turn.extend(added)
+        await self.history.add_history(key, added)
+
+    async def _say_cut(self, reply: Reply, hooks: TurnPort) -> None:
+        """A reply the bot stopped (wall clock, repetition): one line for the thread."""
+        if not reply.tool_calls and self.config.text_tool_calls:
+            reply.text = bounds.without_partial_call(reply.text)
+        kept = "text" if reply.text.strip() else ""
+        if reply.tool_calls:
+            named = reply.tool_calls[0]["function"]["name"]
+            kept = "call" if named == prompts.TOOL_NAME else "unknown"
+        if not kept:
+            kind = FailureKind.TIMEOUT if reply.cut == bounds.CUT_TIME else FailureKind.MODEL
+            raise ModelError(bounds.cut_line(reply.cut, self.config.reply_seconds, kept=""), kind)
+        line = bounds.cut_line(reply.cut, self.config.reply_seconds, kept=kept)
+        await hooks.notice(NoticeKind.CUT, line)
 
     async def _continue_cut(
         self, key: str, partial: str, turn: list[dict[str, Any]], hooks: TurnPort, state: TurnState
@@ -219,6 +288,7 @@ class Agent:
         await self.history.add_history(key, added)
 
     async def _after_cell(self, code: str, result: CellResult, state: TurnState) -> None:
+        state.ran_cell = True
         if result.ok:
             state.succeeded = True
             state.already_run.add(textcalls.normal(code))

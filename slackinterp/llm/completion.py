@@ -1,20 +1,29 @@
 """One model call: Chat Completions (streamed or not) or the Responses API, into a Reply.
 
 Streamed answer text reaches the user through a Gate that holds back text starting like a
-tool call written as text (it is run as a cell rather than shown).
+tool call written as text (it is run as a cell rather than shown). Every call is bounded
+(bounds.py): a token limit in the request, a wall clock over the whole call, and a streamed
+reply that repeats itself is cut; a cut reply keeps its text and first complete tool call.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
+import time
 from dataclasses import dataclass, field
 from typing import Any
-from urllib.parse import urlsplit
 
 from openai import AsyncOpenAI
 
-from slackinterp.llm import prompts, responses, textcalls
+from slackinterp.errors import FailureKind
+from slackinterp.llm import bounds, prompts, responses, textcalls
+from slackinterp.llm.failures import ModelError
 from slackinterp.llm.port import TurnPort
 from slackinterp.llm.state import AgentConfig
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -24,6 +33,13 @@ class Reply:
     finish_reason: str | None = None
     reasoning: list[dict[str, Any]] = field(default_factory=list)  # Responses API items
     item_ids: dict[str, str] = field(default_factory=dict)
+    refusal: str = ""  # the model declined (Chat Completions' `refusal`)
+    cut: str = ""  # bounds.CUT_TIME or CUT_REPEATING: stopped by the bot, what was kept
+    seconds: float = 0.0
+
+
+class _Repeating(Exception):
+    """The streamed reply repeats itself (the Partial holds what is kept)."""
 
 
 class Gate:
@@ -63,16 +79,54 @@ class Completions:
         tool_choice: Any,
         carried: responses.Carried,
     ) -> Reply:
-        if self.config.api == "responses":
-            return await self.respond(messages, port, tool_choice, carried)
-        return await self.chat(messages, port, tool_choice)
+        """One reply within SLACKINTERP_MODEL_REPLY_SECONDS (the SDK's own timeout bounds only
+        the wait between bytes, and it retries)."""
+        partial = bounds.Partial(text_calls=self.config.text_tool_calls)
+        started = time.monotonic()
+        limit = self.config.reply_seconds
+        try:
+            async with asyncio.timeout(limit):
+                if self.config.api == "responses":
+                    reply = await self.respond(messages, port, tool_choice, carried, partial)
+                else:
+                    reply = await self.chat(messages, port, tool_choice, partial)
+        except TimeoutError:
+            reply = self._salvage(partial, bounds.CUT_TIME)
+            if not (reply.text.strip() or reply.tool_calls):
+                log.warning("model.reply_timeout seconds=%g kept=none", limit)
+                raise ModelError(
+                    bounds.cut_line(bounds.CUT_TIME, limit, kept=""), FailureKind.TIMEOUT
+                ) from None
+        except _Repeating:
+            reply = self._salvage(partial, partial.cut)
+        reply.seconds = time.monotonic() - started
+        if reply.cut:
+            log.warning(
+                "model.reply_cut reason=%s seconds=%.1f chars=%d tool_calls=%d",
+                reply.cut,
+                reply.seconds,
+                len(reply.text),
+                len(reply.tool_calls),
+            )
+        return reply
+
+    def _salvage(self, partial: bounds.Partial, reason: str) -> Reply:
+        """What is left of a cut reply: its text so far and its first complete tool call."""
+        calls = partial.complete_calls()[:1]
+        return Reply(partial.joined(), calls, "tool_calls" if calls else "stop", cut=reason)
 
     def tool(self) -> dict[str, Any]:
         return prompts.tool_schema(
             self.config.exec_timeout, self.config.network, self.config.packages
         )
 
-    async def chat(self, messages: list[dict[str, Any]], port: TurnPort, tool_choice: Any) -> Reply:
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        port: TurnPort,
+        tool_choice: Any,
+        partial: bounds.Partial,
+    ) -> Reply:
         kwargs: dict[str, Any] = {
             "model": self.config.model,
             "messages": messages,
@@ -85,7 +139,7 @@ class Completions:
             kwargs["reasoning_effort"] = self.config.reasoning_effort
         if self.config.max_completion_tokens:
             kwargs["max_completion_tokens"] = self.config.max_completion_tokens
-            if not openai_host(self.config.base_url):
+            if not bounds.openai_host(self.config.base_url):
                 # llama.cpp, Ollama and others only know the older name; OpenAI's reasoning
                 # models reject it.
                 kwargs["max_tokens"] = self.config.max_completion_tokens
@@ -102,42 +156,54 @@ class Completions:
                 for n, c in enumerate(message.tool_calls or [])
                 if c.type == "function"
             ]
-            return Reply(message.content or "", calls, choice0.finish_reason)
-        return await self.stream(kwargs, port)
+            refusal = getattr(message, "refusal", None) or ""
+            return Reply(message.content or "", calls, choice0.finish_reason, refusal=refusal)
+        return await self.stream(kwargs, port, partial)
 
-    async def stream(self, kwargs: dict[str, Any], port: TurnPort) -> Reply:
+    async def stream(
+        self, kwargs: dict[str, Any], port: TurnPort, partial: bounds.Partial
+    ) -> Reply:
         stream = await self.client.chat.completions.create(**kwargs, stream=True)
         gate = Gate(port, self.config.text_tool_calls)
-        text: list[str] = []
-        calls: dict[int, dict[str, Any]] = {}
-        finish = None
-        async for chunk in stream:
-            if not chunk.choices:
-                continue
-            choice = chunk.choices[0]
-            delta = choice.delta
-            if delta.content:
-                text.append(delta.content)
-                if not calls:
-                    await gate.feed(delta.content)
-            for part in delta.tool_calls or []:
-                slot = calls.setdefault(
-                    part.index,
-                    {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
-                )
-                if part.id:
-                    slot["id"] = part.id
-                if part.function is not None:
-                    if part.function.name:
-                        slot["function"]["name"] = part.function.name
-                    if part.function.arguments:
-                        slot["function"]["arguments"] += part.function.arguments
-            if choice.finish_reason:
-                finish = choice.finish_reason
+        calls = partial.calls
+        try:
+            async for chunk in stream:
+                if not chunk.choices:
+                    continue
+                choice = chunk.choices[0]
+                delta = choice.delta
+                if delta.content:
+                    partial.text.append(delta.content)
+                    if not calls:
+                        await gate.feed(delta.content)
+                if getattr(delta, "refusal", None):
+                    partial.refusal.append(delta.refusal or "")
+                for part in delta.tool_calls or []:
+                    slot = calls.setdefault(
+                        part.index,
+                        {"id": "", "type": "function", "function": {"name": "", "arguments": ""}},
+                    )
+                    if part.id:
+                        slot["id"] = part.id
+                    if part.function is not None:
+                        if part.function.name:
+                            slot["function"]["name"] = part.function.name
+                        if part.function.arguments:
+                            slot["function"]["arguments"] += part.function.arguments
+                if choice.finish_reason:
+                    partial.finish = choice.finish_reason
+                if partial.repeating():
+                    raise _Repeating
+        finally:
+            # A reply cut short must not go on streaming into a connection nobody reads.
+            with contextlib.suppress(Exception):
+                await stream.close()
         ordered = [calls[i] for i in sorted(calls)]
         for n, call in enumerate(ordered):
             call["id"] = call["id"] or f"call_{n}"
-        return Reply("".join(text), ordered, finish)
+        if partial.finish == "length" and ordered:
+            ordered = partial.complete_calls()  # a call cut at the limit cannot run
+        return Reply(partial.joined(), ordered, partial.finish, refusal="".join(partial.refusal))
 
     async def respond(
         self,
@@ -145,6 +211,7 @@ class Completions:
         port: TurnPort,
         tool_choice: Any,
         carried: responses.Carried,
+        partial: bounds.Partial,
     ) -> Reply:
         instructions, items = responses.to_input(messages, carried)
         kwargs: dict[str, Any] = {
@@ -161,12 +228,14 @@ class Completions:
         if self.config.max_completion_tokens:
             kwargs["max_output_tokens"] = self.config.max_completion_tokens
         gate = Gate(port, self.config.text_tool_calls)
-        result = await responses.create(self.client, kwargs, self.config.stream, gate.feed)
+
+        async def on_text(delta: str) -> None:
+            partial.text.append(delta)
+            await gate.feed(delta)
+            if partial.repeating():
+                raise _Repeating
+
+        result = await responses.create(self.client, kwargs, self.config.stream, on_text)
         return Reply(
             result.text, result.calls, result.finish_reason, result.reasoning, result.item_ids
         )
-
-
-def openai_host(url: str) -> bool:
-    host = urlsplit(url).hostname or ""
-    return host == "api.openai.com" or host.endswith((".openai.azure.com", ".openai.com"))

@@ -57,7 +57,12 @@ def explain(exc: openai.OpenAIError, model: str, url: str) -> ModelError:
 
 def context_too_long(exc: openai.BadRequestError) -> bool:
     text = f"{getattr(exc, 'code', '')} {exc}".lower()
-    return "context_length" in text or "maximum context" in text or "too many tokens" in text
+    # OpenAI and vLLM: context_length / maximum context; llama-cpp-python: "Requested tokens
+    # (n) exceed context window of m".
+    return any(
+        words in text
+        for words in ("context_length", "maximum context", "too many tokens", "context window")
+    )
 
 
 def short(exc: openai.APIStatusError) -> str:

@@ -17,7 +17,9 @@ from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm.steering import Steering
 
-CellSource = Literal["user", "model", "model_text"]  # model_text: a call the model wrote as text
+# model_text: a call the model wrote as text; model_text_fixed: the same, run with its
+# indentation repaired (it did not compile as written).
+CellSource = Literal["user", "model", "model_text", "model_text_fixed"]
 
 
 class ReceivedFile(Protocol):

@@ -8,6 +8,7 @@ the model keeps its train of thought across tool calls within a turn.
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,17 +106,22 @@ async def create(client: AsyncOpenAI, kwargs: dict[str, Any], stream: bool, on_t
         return _result(response)
     final = None
     events = await client.responses.create(**kwargs, stream=True)
-    async for event in events:
-        kind = getattr(event, "type", "")
-        if kind == "response.output_text.delta":
-            await on_text(event.delta)
-        elif kind in ("response.completed", "response.incomplete"):
-            final = event.response
-        elif kind == "response.failed":
-            error = getattr(event.response, "error", None)
-            raise ResponsesFailed(str(getattr(error, "message", "") or "the response failed"))
-        elif kind == "error":
-            raise ResponsesFailed(str(getattr(event, "message", "") or "stream error"))
+    try:
+        async for event in events:
+            kind = getattr(event, "type", "")
+            if kind == "response.output_text.delta":
+                await on_text(event.delta)
+            elif kind in ("response.completed", "response.incomplete"):
+                final = event.response
+            elif kind == "response.failed":
+                error = getattr(event.response, "error", None)
+                raise ResponsesFailed(str(getattr(error, "message", "") or "the response failed"))
+            elif kind == "error":
+                raise ResponsesFailed(str(getattr(event, "message", "") or "stream error"))
+    finally:
+        # Cut short (wall clock, repetition): stop reading a stream nobody will read.
+        with contextlib.suppress(Exception):
+            await events.close()
     if final is None:
         raise ResponsesFailed("the stream ended without a completed response")
     return _result(final)

@@ -24,7 +24,8 @@ class AgentConfig:
     max_images: int = 4
     image_max_bytes: int = 2 * 1024 * 1024
     reasoning_effort: str | None = None
-    max_completion_tokens: int | None = None
+    max_completion_tokens: int | None = None  # None or 0: none sent (the server's default)
+    reply_seconds: float = 180  # wall time of one model reply, streamed or not
     # The kernels' notable packages, "name version" (read at start; empty: not known).
     packages: tuple[str, ...] = ()
 
@@ -41,3 +42,12 @@ class TurnState:
     continued: bool = False
     carried: responses.Carried = field(default_factory=responses.Carried)
     vision_noted: bool = False
+    # The code of the last cell if it failed (normalised), what the model was told of it,
+    # and how often the model sent it again since.
+    last_failure: str | None = None
+    last_failure_text: str = ""
+    failed_repeats: int = 0
+    fixed_calls: set[str] = field(default_factory=set)  # text calls whose indentation was fixed
+    last_output: str = ""  # what the last successful cell printed and returned
+    ran_cell: bool = False  # a cell ran in this turn
+    nudged: bool = False  # the model was nudged once (hints.nudge)

@@ -4,12 +4,19 @@ Small local models (and servers that parse tool calls only when the tool is forc
 answer with the call itself as text: a JSON object naming `python`, Hermes/Qwen's
 `<tool_call>…</tool_call>` tags, or a fenced ```python block. Running these as the tool keeps
 the bot useful with such models; the cell says where the code came from.
+
+Such models also name tools that do not exist (`{"name": "plot", "arguments": {...}}`): those
+calls are found too (`known=False`), so the model is told rather than the user shown the JSON.
+Code written by hand into a JSON string picks up escaping artefacts (a space after each `\n`):
+`fix_indentation` repairs that, but only when the code as written does not compile.
 """
 
 from __future__ import annotations
 
+import ast
 import json
 import re
+import textwrap
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,10 +35,18 @@ _DECODER = json.JSONDecoder(strict=False)  # models put raw newlines inside JSON
 
 @dataclass(frozen=True)
 class TextCall:
-    """One call found in a reply's text; `form` is json, tags or fence."""
+    """One call found in a reply's text; `form` is json, tags or fence. `known=False`: a call
+    of a tool that does not exist (`name`, `arguments` as written; no code). `fixed`: the
+    code ran only after `fix_indentation` (the front-ends say so). `malformed`: the text
+    looks like a call but cannot be read (`arguments` holds it)."""
 
     code: str
     form: str
+    name: str = "python"
+    arguments: str = ""
+    known: bool = True
+    fixed: bool = False
+    malformed: bool = False  # looks like a call, cannot be read: `arguments` holds the text
 
 
 @dataclass(frozen=True)
@@ -54,7 +69,7 @@ def find_calls(text: str, *, succeeded: bool = False, already_run: set[str] | No
     fenced = _fenced(text, succeeded, already_run or set())
     if fenced.calls:
         return fenced
-    return _repaired(text) or fenced
+    return _repaired(text) or _malformed(text) or fenced
 
 
 def looks_like_call_start(text: str) -> bool | None:
@@ -86,11 +101,11 @@ def _tagged(text: str) -> Found | None:
     calls = []
     for match in matches:
         body = _strip_json_fence(match.group("body"))
-        code = _code_of(_load(body))
-        if code is None:
+        call = _call_of(_load(body), "tags")
+        if call is None:
             return None  # tags around something we do not understand: leave the text alone
-        calls.append(TextCall(code, "tags"))
-    return Found(calls, _TAGS.sub("", text).strip())
+        calls.append(call)
+    return Found(_fixed(calls), _TAGS.sub("", text).strip())
 
 
 def _json_calls(text: str) -> Found | None:
@@ -108,9 +123,11 @@ def _json_calls(text: str) -> Found | None:
             i += 1
             continue
         items = value if isinstance(value, list) else [value]
-        codes = [_code_of(item) for item in items]
-        if codes and all(c is not None for c in codes):
-            calls += [TextCall(c, "json") for c in codes if c is not None]
+        found = [_call_of(item, "json") for item in items]
+        if found and all(c is not None for c in found):
+            calls += [c for c in found if c is not None]
+        if isinstance(value, dict | list):
+            # Beside calls, other JSON objects are the model imagining tool results.
             spans.append((i, end))
         i = end
     if not calls:
@@ -118,7 +135,7 @@ def _json_calls(text: str) -> Found | None:
     prose = text
     for start, end in reversed(spans):
         prose = prose[:start] + prose[end:]
-    return Found(calls, _without_fences(prose))
+    return Found(_fixed(calls), _without_fences(prose))
 
 
 def _fenced(text: str, succeeded: bool, already_run: set[str]) -> Found:
@@ -131,7 +148,7 @@ def _fenced(text: str, succeeded: bool, already_run: set[str]) -> Found:
     limit = FENCE_PROSE_CHARS_AFTER_SUCCESS if succeeded else FENCE_PROSE_CHARS
     if not code.strip() or len(prose) > limit or normal(code) in already_run:
         return Found([], text)
-    return Found([TextCall(code, "fence")], prose)
+    return Found(_fixed([TextCall(code, "fence")]), prose)
 
 
 # Broken JSON that small models write: a missing closing brace, or the code in Python's
@@ -145,13 +162,27 @@ def _repaired(text: str) -> Found | None:
         return None
     match = _TRIPLE.search(text)
     if match and match.group("code").strip():
-        return Found([TextCall(match.group("code"), "json")], _without_fences(text[:start]))
+        calls = [TextCall(match.group("code"), "json")]
+        return Found(_fixed(calls), _without_fences(text[:start]))
     body = text[start:].rstrip().removesuffix("```").rstrip()
     for missing in ("}", "}}"):
-        code = _code_of(_load(body + missing))
-        if code is not None:
-            return Found([TextCall(code, "json")], _without_fences(text[:start]))
+        call = _call_of(_load(body + missing), "json")
+        if call is not None and call.known:
+            return Found(_fixed([call]), _without_fences(text[:start]))
     return None
+
+
+_ARGUMENTS = re.compile(r'"(?:arguments|parameters)"\s*:')
+_NAMED = re.compile(r'^\s*(?:<tool_call>\s*)?(?:```\w*\s*)?[\[{]\s*\{?\s*"(?:name|function)"\s*:')
+
+
+def _malformed(text: str) -> Found | None:
+    """A reply that is a tool call by its look (it opens with a JSON object naming a tool,
+    with arguments) but cannot be read: a call with arguments that do not parse, so the
+    model is asked to send it again instead of the user being shown the JSON as an answer."""
+    if not _NAMED.match(text) or not _ARGUMENTS.search(text):
+        return None
+    return Found([TextCall("", "json", "python", text.strip()[:2000], malformed=True)], "")
 
 
 # --- helpers -------------------------------------------------------------------------------
@@ -180,11 +211,12 @@ def _load(body: str) -> Any:
         return None
 
 
-def _code_of(value: Any) -> str | None:
-    """The code of one call object: {"name": …, "arguments"|"parameters": {"code": …}},
-    arguments possibly JSON-encoded, or the same wrapped in {"function": {...}}. Any name
-    counts when the arguments hold `code`: python is the only tool, and small models invent
-    names ("computeMean") for it."""
+def _call_of(value: Any, form: str) -> TextCall | None:
+    """One call object: {"name": …, "arguments"|"parameters": {"code": …}}, arguments
+    possibly JSON-encoded, or the same wrapped in {"function": {...}}. Any name counts when
+    the arguments hold `code`: python is the only tool, and small models invent names
+    ("computeMean") for it. Arguments without code under another name are a call of a tool
+    that does not exist (`known=False`); under python's own name, nothing."""
     if not isinstance(value, dict):
         return None
     if isinstance(value.get("function"), dict):
@@ -192,10 +224,62 @@ def _code_of(value: Any) -> str | None:
     name = value.get("name")
     if not isinstance(name, str) or not name.strip():
         return None
-    args = value.get("arguments", value.get("parameters"))
-    if isinstance(args, str):
-        args = _load(args)
+    raw = value.get("arguments", value.get("parameters"))
+    args = _load(raw) if isinstance(raw, str) else raw
     if not isinstance(args, dict):
         return None
     code = args.get("code")
-    return code if isinstance(code, str) and code.strip() else None
+    if isinstance(code, str) and code.strip():
+        return TextCall(code, form, name)
+    if name.strip().lower() == "python" or "code" in args:
+        return None
+    return TextCall("", form, name.strip(), json.dumps(args), known=False)
+
+
+def _fixed(calls: list[TextCall]) -> list[TextCall]:
+    out = []
+    for call in calls:
+        code = fix_indentation(call.code) if call.known and not call.malformed else None
+        out.append(call if code is None else TextCall(code, call.form, call.name, fixed=True))
+    return out
+
+
+# --- escaping artefacts ----------------------------------------------------------------------
+
+
+def compiles(code: str) -> bool:
+    """Python accepts the code (top-level await as IPython does)."""
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    try:
+        compile(code, "<cell>", "exec", flags=flags, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return False
+    return True
+
+
+def fix_indentation(code: str) -> str | None:
+    """Code with a JSON-by-hand artefact removed (a common leading indentation, one stray
+    space at the start of continuation lines, or newlines escaped twice), when the code as
+    written does not compile and the repaired code does; otherwise None (run it as written:
+    IPython syntax such as `!pip` or `%time` does not compile either, and is left alone)."""
+    if not code.strip() or compiles(code):
+        return None
+    lines = code.split("\n")
+    head, rest = lines[0], lines[1:]
+    every = [head] + [ln[1:] if ln.startswith(" ") else ln for ln in rest]
+    # Only lines whose indentation is odd: the artefact on top of 4-space indentation.
+    odd = [head] + [ln[1:] if _indent(ln) % 2 == 1 else ln for ln in rest]
+    candidates = [textwrap.dedent(code), "\n".join(every), "\n".join(odd)]
+    candidates += [textwrap.dedent(c) for c in candidates[1:]]
+    if "\\n" in code:  # escaped twice: newlines and quotes left as \n and \"
+        unescaped = code.replace("\\n", "\n").replace('\\"', '"').replace("\\t", "\t")
+        candidates += [unescaped, textwrap.dedent(unescaped)]
+        candidates += [fix for fix in [fix_indentation(unescaped)] if fix is not None]
+    for candidate in candidates:
+        if candidate != code and compiles(candidate):
+            return candidate
+    return None
+
+
+def _indent(line: str) -> int:
+    return len(line) - len(line.lstrip(" "))

@@ -1,7 +1,8 @@
 """The python tool: a model's call checked, run as a cell, and reported back to the model.
 
 Guards against what small models do: tools that do not exist, malformed arguments, the same
-failing code twice, and successful code called again instead of answering.
+failing code again (once it is told the error again with a hint; a second time ends the turn),
+and successful code called again instead of answering.
 """
 
 from __future__ import annotations
@@ -14,12 +15,23 @@ from typing import Any
 
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import prompts, textcalls
+from slackinterp.llm import hints, prompts, textcalls
 from slackinterp.llm.port import CellSource, TurnPort
 from slackinterp.llm.state import TurnState
 
 TOOL_OUTPUT_CHARS = 6000
 STOPPED = "Stopped. Tell me how to continue when you are ready."
+# The form of a call, shown to a model whose call could not be read.
+EXAMPLE_CALL = json.dumps(
+    {"name": "python", "arguments": {"code": "import pandas as pd\ndf = pd.read_csv('data.csv')"}}
+)
+# Repeats of the code that just failed: the first is answered with the error and a hint.
+FAILED_REPEATS_ALLOWED = 1
+STUCK = (
+    "I stopped: the model sent the same failing code three times, even after being shown "
+    "the error again, so it is stuck. Look at the error above, then tell me what to change "
+    "or give me more detail."
+)
 
 
 @dataclass
@@ -33,20 +45,32 @@ class ToolOutcome:
     result: CellResult | None = None  # when a cell ran
 
 
-def synthetic_call(code: str) -> dict[str, Any]:
+def synthetic_call(call: textcalls.TextCall) -> dict[str, Any]:
     """A call the model wrote as text, recorded as a real one: the history then reads as
-    a normal tool exchange, which also shows the model the expected form."""
+    a normal tool exchange, which also shows the model the expected form. A call of a tool
+    that does not exist keeps its name, so the model is told about exactly that."""
+    name, arguments = prompts.TOOL_NAME, json.dumps({"code": call.code})
+    if not call.known or call.malformed:
+        name, arguments = call.name, call.arguments
     return {
         "id": f"call_text_{uuid.uuid4().hex[:12]}",
         "type": "function",
-        "function": {"name": prompts.TOOL_NAME, "arguments": json.dumps({"code": code})},
+        "function": {"name": name, "arguments": arguments},
     }
+
+
+def unknown_tool_text(name: str) -> str:
+    """What the model is told when it calls a tool that does not exist."""
+    return (
+        f"Error: there is no tool named {name!r}: only the `python` tool exists; write the "
+        "code. Call `python` with one argument `code`, Python that computes what you wanted "
+        "(pandas, numpy and matplotlib are there to use)."
+    )
 
 
 async def run_tool(
     call: dict[str, Any],
     port: TurnPort,
-    last_failure: str | None,
     source: CellSource,
     state: TurnState,
 ) -> ToolOutcome:
@@ -56,12 +80,9 @@ async def run_tool(
         await port.notice(
             NoticeKind.TOOL,
             f"The model asked for a tool named `{name}`, which does "
-            "not exist; it was told to use `python`.",
+            "not exist; it was told to write Python instead.",
         )
-        return ToolOutcome(
-            f"Error: there is no tool named {name!r}. The only tool is `python` with "
-            "one argument `code`."
-        )
+        return ToolOutcome(unknown_tool_text(name))
     try:
         args = json.loads(raw or "{}")
         code = args["code"] if isinstance(args, dict) else None
@@ -75,16 +96,20 @@ async def run_tool(
         )
         return ToolOutcome(
             f"Error: the arguments must be a JSON object with a string field `code` "
-            f"({type(exc).__name__}). Send the call again."
+            f"({type(exc).__name__}). Send the call again, exactly in this form, the code "
+            "as one JSON string with \\n between lines: " + EXAMPLE_CALL
         )
-    if last_failure is not None and textcalls.normal(code) == last_failure:
+    if state.last_failure is not None and textcalls.normal(code) == state.last_failure:
+        state.failed_repeats += 1
+        if state.failed_repeats > FAILED_REPEATS_ALLOWED:
+            return ToolOutcome("Not run: the same failing code again.", code, True, STUCK)
         return ToolOutcome(
-            "Not run: this is the same code that just failed.",
+            "Not run: this is exactly the code that just failed, and it would fail the same "
+            "way. Its result was:\n" + state.last_failure_text + "\nHint: read the last "
+            "line of the traceback and change the code to fix that cause; sending this code "
+            "unchanged again ends the turn.",
             code,
             True,
-            "I stopped: the model tried to run the same failing code twice in a row, so "
-            "it is stuck. Look at the error above, then tell me what to change or give "
-            "me more detail.",
         )
     if textcalls.normal(code) in state.already_run:
         # Small models tend to call the same successful code again instead of answering.
@@ -95,7 +120,8 @@ async def run_tool(
                 code,
                 False,
                 "I stopped: the model kept asking to run code that had already run. "
-                "Its output is above; ask me again if you need more.",
+                + _last_output(state)
+                + "Ask me again if you need more.",
             )
         return ToolOutcome(
             "Not run again: this exact code already ran successfully in this turn and its "
@@ -105,9 +131,31 @@ async def run_tool(
     run = await port.run_python(code, source)
     result = run.result
     text = tool_result_text(result, run.produced, run.notes)
+    if result.error is not None:
+        files = [name for name, _size in await port.files()]
+        hint = hints.for_error(result.error.ename, result.error.evalue, files)
+        text += f"\nhint: {hint}" if hint else ""
+    elif result.ok and not (result.text.strip() or result.result or result.outputs or run.produced):
+        text += f"\nhint: {hints.SHOWED_NOTHING}"
+    if result.ok:
+        shown = result.result
+        state.last_output = result.text + (
+            str(shown.data.get("text/plain", "")) if shown is not None else ""
+        )
+    state.last_failure = None if result.ok else textcalls.normal(code)
+    state.last_failure_text = "" if result.ok else text
+    state.failed_repeats = 0
     if result.status.value == "stopped":
         return ToolOutcome(text, code, True, STOPPED, result)
     return ToolOutcome(text, code, not result.ok, "", result)
+
+
+def _last_output(state: TurnState) -> str:
+    """The end of the last successful cell's output, as the answer the model did not give."""
+    lines = [ln for ln in state.last_output.strip().splitlines() if ln.strip()][-6:]
+    if not lines:
+        return "Its output is above. "
+    return "Its output ends with:\n```\n" + "\n".join(ln[:200] for ln in lines) + "\n```\n"
 
 
 def tool_result_text(result: CellResult, produced: Sequence[str], notes: Sequence[str] = ()) -> str:

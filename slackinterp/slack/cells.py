@@ -36,6 +36,11 @@ OUTPUT_TOTAL = 4000
 STREAM_BUDGET = 1500
 TEXT_BUDGET = 1200
 ERROR_BUDGET = 1100
+# A text call whose stray leading spaces were removed before it ran (the code shown is what ran).
+FIXED_LABEL = (
+    " (written by the model as text, run as its tool after removing stray leading spaces "
+    "that kept it from compiling)"
+)
 MAX_OUTPUT_BLOCKS = 40  # of Slack's 50 per message; code, status, notes, buttons use 4
 TABLE_ROWS = 100  # Slack's table block: ≤ 100 rows, ≤ 20 cells per row
 TABLE_COLUMNS = 20
@@ -180,9 +185,11 @@ class CellView:
         self, key_id: str, timeout: float, *, tables: bool = True
     ) -> tuple[str, list[dict[str, Any]]]:
         code, _ = t.shorten_code(self.code, max_chars=CODE_BUDGET)
-        who = {"user": "", "model_text": " (written by the model as text, run as its tool)"}.get(
-            self.source, " (written by the model)"
-        )
+        who = {
+            "user": "",
+            "model_text": " (written by the model as text, run as its tool)",
+            "model_text_fixed": FIXED_LABEL,
+        }.get(self.source, " (written by the model)")
         status = status_line(self.result, self.started, timeout)
         blocks = [_section(t.code_block(code)), _context(status + who)]
         output_blocks, notes, self.cut = render_outputs(self.shown, self.result, tables=tables)

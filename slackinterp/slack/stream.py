@@ -278,6 +278,8 @@ class StreamedTurn:
             return text[len(self.round_streamed) :]
         if self.round_streamed and text.strip() == self.round_streamed.strip():
             return ""
+        if text.strip() and self.round_streamed.startswith(text.rstrip()):
+            return ""  # a reply cut short (it repeated itself): its kept part was shown
         return text
 
     # --- tasks ---------------------------------------------------------------------------

@@ -42,6 +42,8 @@ __all__ = [
     "Hang",
     "RecordedRequest",
     "Reply",
+    "Runaway",
+    "Stall",
     "Step",
     "ToolCall",
     "tool_call_as_text",
@@ -105,6 +107,8 @@ class Reply:
     calls_as: str | None = None
     # Responses API only: a reasoning item (with this summary) before the output.
     reasoning: str = ""
+    # Chat Completions' `refusal`: the model declines (content stays empty).
+    refusal: str = ""
 
     def effective_finish_reason(self) -> str:
         if self.finish_reason is not None:
@@ -193,7 +197,42 @@ class Dynamic:
     fn: Callable[[dict[str, Any]], Step | Awaitable[Step]]
 
 
-Step: TypeAlias = Reply | Fail | Hang | DropStream | Dynamic
+@dataclass(frozen=True)
+class Runaway:
+    """A reply that does not stop by itself, as small local models produce: ``text``, then
+    ``unit`` over and over (``{n}`` in it is replaced by a counter, so the copies can differ).
+
+    Streamed: one copy per chunk every ``chunk_delay`` seconds, until the client hangs up,
+    the server stops, or ``max_units`` copies were sent (then finish_reason "length", as a
+    server's own token limit would end it). ``in_tool_call``: the copies go into a real
+    tool call's ``code`` argument instead of the text. Not streamed: the server "generates"
+    for ``max_units * chunk_delay`` seconds, then answers with all of it.
+    """
+
+    unit: str
+    text: str = ""
+    chunk_delay: float = 0.005
+    max_units: int = 4000
+    in_tool_call: bool = False
+
+    def copy(self, n: int) -> str:
+        return self.unit.replace("{n}", str(n))
+
+
+@dataclass(frozen=True)
+class Stall:
+    """A streamed reply that starts, then stalls: the role chunk and ``after_chunks`` chunks
+    of ``reply`` (None: all but the final one, so a tool call in it is complete), then an
+    empty delta (bytes, so the client's read timeout never fires) every ``every`` seconds
+    for ``seconds``, then the rest. Not streamed: like ``Hang``."""
+
+    reply: Reply
+    after_chunks: int | None = None
+    seconds: float = 30
+    every: float = 0.2
+
+
+Step: TypeAlias = Reply | Fail | Hang | DropStream | Dynamic | Runaway | Stall
 
 
 @dataclass(frozen=True)
@@ -483,7 +522,7 @@ def completion_json(
     message: dict[str, Any] = {
         "role": "assistant",
         "content": reply.text if reply.text or not reply.tool_calls else None,
-        "refusal": None,
+        "refusal": reply.refusal or None,
         "annotations": [],
     }
     if reply.tool_calls:
@@ -579,6 +618,8 @@ def stream_chunks(
     )
     for piece in split_text(reply.text):
         yield factory.choice({"content": piece})
+    for piece in split_text(reply.refusal):
+        yield factory.choice({"refusal": piece})
     for index, (call, call_id) in enumerate(zip(reply.tool_calls, tool_call_ids, strict=True)):
         header = {
             "index": index,
@@ -850,6 +891,10 @@ class FakeOpenAI:
             return await self._answer(request, body, step.then or Reply(text=DEFAULT_REPLY_TEXT))
         if isinstance(step, DropStream):
             return await self._drop(request, body, step)
+        if isinstance(step, Runaway):
+            return await self._runaway(request, body, step)
+        if isinstance(step, Stall):
+            return await self._stall(request, body, step)
         await self._pause(step.delay)
         step = self._as_served(body, step)
         if request.path.endswith("/responses"):
@@ -884,6 +929,77 @@ class FakeOpenAI:
         await response.write(sse_event("[DONE]"))
         await response.write_eof()
         self.replies_written.append(time.perf_counter())
+        return response
+
+    async def _runaway(
+        self, request: web.Request, body: dict[str, Any], step: Runaway
+    ) -> web.StreamResponse:
+        """A reply that goes on until the client leaves (bounded by ``max_units``)."""
+        if not body.get("stream"):
+            await self._pause(step.max_units * step.chunk_delay)
+            text = step.text + "".join(step.copy(n) for n in range(step.max_units))
+            reply = Reply(text=text, finish_reason="length")
+            if step.in_tool_call:
+                reply = Reply(
+                    text=step.text,
+                    tool_calls=[ToolCall("python", {"code": text[len(step.text) :]})],
+                    finish_reason="length",
+                )
+            return web.json_response(self._completion(body, reply))
+        factory = ChunkFactory(self._completion_id(), body["model"], include_usage=False)
+        response = await self._start_sse(request)
+        await response.write(sse_event(factory.choice({"role": "assistant", "content": ""})))
+        if step.in_tool_call:
+            header = {
+                "index": 0,
+                "id": f"call_fake{next(self._ids):06d}",
+                "type": "function",
+                "function": {"name": "python", "arguments": '{"code": "'},
+            }
+            await response.write(sse_event(factory.choice({"tool_calls": [header]})))
+        elif step.text:
+            await response.write(sse_event(factory.choice({"content": step.text})))
+        for n in range(step.max_units):
+            if self._stopping.is_set():
+                break
+            await self._pause(step.chunk_delay)
+            piece = step.copy(n)
+            if step.in_tool_call:
+                encoded = json.dumps(piece)[1:-1]
+                delta: dict[str, Any] = {
+                    "tool_calls": [{"index": 0, "function": {"arguments": encoded}}]
+                }
+            else:
+                delta = {"content": piece}
+            await response.write(sse_event(factory.choice(delta)))
+        await response.write(sse_event(factory.choice({}, finish_reason="length")))
+        await response.write(sse_event("[DONE]"))
+        await response.write_eof()
+        return response
+
+    async def _stall(
+        self, request: web.Request, body: dict[str, Any], step: Stall
+    ) -> web.StreamResponse:
+        """Start, stall for ``seconds`` (trickling a few bytes), then finish."""
+        reply = self._as_served(body, step.reply)
+        if not body.get("stream"):
+            await self._pause(step.seconds)
+            return web.json_response(self._completion(body, reply))
+        factory = ChunkFactory(self._completion_id(), body["model"], include_usage=False)
+        response = await self._start_sse(request)
+        chunks = list(stream_chunks(factory, reply, self._tool_call_ids(reply)))
+        split = len(chunks) - 1 if step.after_chunks is None else 1 + step.after_chunks
+        for chunk in chunks[:split]:
+            await response.write(sse_event(chunk))
+        waited = 0.0
+        while waited < step.seconds and not self._stopping.is_set():
+            await self._pause(step.every)
+            waited += step.every
+            await response.write(sse_event(factory.choice({"content": ""})))
+        for chunk in chunks[split:]:
+            await response.write(sse_event(chunk))
+        await response.write(sse_event("[DONE]"))
+        await response.write_eof()
         return response
 
     async def _responses_reply(

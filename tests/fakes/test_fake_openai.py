@@ -22,6 +22,8 @@ from .openai_server import (
     FakeOpenAI,
     Hang,
     Reply,
+    Runaway,
+    Stall,
     Step,
     ToolCall,
     split_arguments,
@@ -384,3 +386,30 @@ async def test_requests_are_recorded(fake: FakeOpenAI, client: openai.AsyncOpenA
     assert requests[1].messages[1]["tool_calls"][0]["function"]["name"] == "run_python"
     assert not requests[0].stream
     assert fake.in_flight == 0
+
+
+async def test_runaway_ends_by_itself_at_its_bound(
+    fake: FakeOpenAI, client: openai.AsyncOpenAI
+) -> None:
+    """A runaway reply is bounded in the fake too (max_units), as a server's token limit is."""
+    fake.script(Runaway("line {n}\n", text="Start. ", max_units=50, chunk_delay=0))
+    chunks = await _stream(client)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text.startswith("Start. line 0\nline 1\n") and text.endswith("line 49\n")
+    assert chunks[-1].choices[0].finish_reason == "length"
+    fake.script(Runaway("x = 1\n", max_units=5, chunk_delay=0, in_tool_call=True))
+    chunks = await _stream(client)
+    arguments = "".join(
+        c.choices[0].delta.tool_calls[0].function.arguments or ""
+        for c in chunks
+        if c.choices and c.choices[0].delta.tool_calls
+    )
+    assert arguments == '{"code": "' + "x = 1\\n" * 5  # never closed: the call is incomplete
+
+
+async def test_stall_trickles_then_finishes(fake: FakeOpenAI, client: openai.AsyncOpenAI) -> None:
+    fake.script(Stall(Reply(text="all of it"), seconds=0.3, every=0.1))
+    chunks = await _stream(client)
+    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
+    assert text == "all of it" and chunks[-1].choices[0].finish_reason == "stop"
+    assert len(chunks) >= 3 + 3  # role, text, three empty deltas while stalled, finish

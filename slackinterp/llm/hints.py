@@ -1,0 +1,81 @@
+"""One-line hints for the model: the fix for errors that small models make again and again
+(a file never read, a module never imported, `return` at the top level, a column name
+guessed), and one nudge per turn when a reply is empty or shows code without running any.
+Large models need none of it; a hint is a line."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from pathlib import PurePosixPath
+
+IMPORTS = {
+    "pd": "import pandas as pd",
+    "np": "import numpy as np",
+    "plt": "import matplotlib.pyplot as plt",
+    "sns": "import seaborn as sns",
+}
+SHOWED_NOTHING = (
+    "The cell ran but showed nothing: print() the values the user asked for (a function "
+    "you define must also be called)."
+)
+_NAME = re.compile(r"name '([^']+)' is not defined")
+
+
+def for_error(ename: str, evalue: str, files: Sequence[str]) -> str:
+    """A hint for the model, or ""."""
+    if ename == "NameError":
+        match = _NAME.search(evalue)
+        return _undefined(match.group(1), files) if match else ""
+    if ename == "SyntaxError" and "'return' outside function" in evalue:
+        return (
+            "A cell is not a function: print() the result, or leave it as the cell's last "
+            "expression, instead of `return`."
+        )
+    if ename == "FileNotFoundError" and files:
+        return "Files in the working directory: " + ", ".join(files[:20]) + "."
+    if ename == "KeyError":
+        return (
+            "That key or column does not exist; names are case-sensitive. Print "
+            "`df.columns` (or the dict's keys) to see the real names, then use one of them."
+        )
+    return ""
+
+
+def _undefined(name: str, files: Sequence[str]) -> str:
+    if name in IMPORTS:
+        return f"`{name}` is not defined: start the cell with `{IMPORTS[name]}`."
+    for file in files:
+        path = PurePosixPath(file)
+        stem = re.sub(r"\W+", "_", path.stem.lower())
+        if stem and (name.lower() == stem or name.lower().startswith(stem)):
+            reader = "pd.read_csv" if path.suffix.lower() in (".csv", ".tsv") else "open"
+            return (
+                f"`{name}` is not defined: the file {file} is in the working directory; read "
+                f"it first in the same cell, e.g. `{name} = {reader}('{file}')`."
+            )
+    return (
+        f"`{name}` is not defined: define or load it in the same cell (only the live "
+        "variables listed in the system message exist)."
+    )
+
+
+EMPTY_NUDGE = (
+    "Your reply was empty. Run Python with the `python` tool to work out the answer, or "
+    "answer the question."
+)
+SHOWN_CODE_NUDGE = (
+    "You showed code but ran none, so the user has no result yet. Run it with the `python` "
+    "tool, then answer with what it printed."
+)
+_PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py)\b", re.I)
+
+
+def nudge(answer: str, ran_cell: bool) -> str:
+    """A reply that would end the turn with nothing, or with code nobody ran: what to tell
+    the model (once per turn), or ""."""
+    if not answer.strip():
+        return EMPTY_NUDGE
+    if not ran_cell and _PYTHON_FENCE.search(answer):
+        return SHOWN_CODE_NUDGE
+    return ""
