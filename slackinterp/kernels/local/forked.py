@@ -249,4 +249,10 @@ async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
         await kernel.shutdown()
         detail = error.strip().splitlines()[-1] if error.strip() else str(exc)
         raise ForkFailed(f"a forked kernel did not become ready: {detail}") from None
+    except Exception as exc:  # e.g. an OSError preparing its runtime: nothing may stay behind
+        await kernel.shutdown()  # its egress listener, runtime directory and cgroup too
+        raise ForkFailed(f"a forked kernel could not start: {type(exc).__name__}: {exc}") from exc
+    except BaseException:  # cancelled while starting
+        await kernel.shutdown()
+        raise
     return kernel

@@ -230,13 +230,14 @@ class Template:
                 await asyncio.wait_for(self._reader_task, 5)
 
 
-class ForkProvisioner(LocalProvisioner):  # type: ignore[misc]
+class ForkProvisioner(LocalProvisioner):
     """Launches the kernel by asking the template for a fork instead of running a command.
 
     The manager (backend.ForkedKernelManager) supplies the request; everything else (the
     connection file, the restart with the same connection, shutdown) is LocalProvisioner's."""
 
     template: Template | None = None
+    process: ForkedProcess | None  # type: ignore[assignment]  # a fork, not a Popen
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         km = self.parent

@@ -2,10 +2,10 @@
 
 One `Egress` per bot. The local backend calls `open` for each sandboxed kernel it starts (a
 listener at `<runtime>/egress.sock`, before the kernel process exists) and `kernel_env` for the
-variables the kernel gets (the seam with the fork-server kernels, /work/wt/SEAM.md). The
-policy of a channel is the settings' rules plus the channel's own rules from the store, read
-again on the next connection after a change (cached for a few seconds otherwise, so that a
-change made on another replica arrives too).
+variables the kernel gets (the seam with forked kernels: docs/development.md, "Kernel starts
+and egress"). The policy of a channel is the settings' rules plus the channel's own rules from
+the store, read again on the next connection after a change (cached for a few seconds
+otherwise, so that a change made on another replica arrives too).
 """
 
 from __future__ import annotations
