@@ -336,7 +336,9 @@ async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path
         )
         await wait_text(fake, ts, "also sent to the channel")
         assert bot.schedules is not None
-        assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+        # Occurrences are kept to the second: each fire below is a different one.
+        now = time.time()
+        assert await bot.schedules.fire(schedule.id, now) == "ran"
         reply = runs(fake, ts)[0]
         assert reply.get("subtype") == "thread_broadcast"  # "Also send to channel"
         assert "signups: 42" in all_text(reply)
@@ -353,21 +355,21 @@ async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path
         # Slack refuses every upload (no files:write): the results still arrive, as text.
         fake.fail("files.getUploadURLExternal", error="missing_scope", times=None)
         assert await bot.schedules.set_broadcast(schedule.id, False)
-        assert await bot.schedules.fire(schedule.id, time.time() - 1) == "ran"
+        assert await bot.schedules.fire(schedule.id, now - 10) == "ran"
         plain = runs(fake, ts)[-1]
         assert "signups: 42" in all_text(plain) and "could not be attached" in all_text(plain)
         fake.clear_faults()
         # After a reset the thread has nothing to re-run: the run says so instead.
         await fake.user_message(CHANNEL, "<@UBOT> reset", thread_ts=ts)
         await wait_text(fake, ts, "variables and history are gone")
-        assert await bot.schedules.fire(schedule.id, time.time() + 1) == "refused"
+        assert await bot.schedules.fire(schedule.id, now + 10) == "refused"
         refused = runs(fake, ts)[-1]
         assert "not run" in all_text(refused) and "no successful cells" in all_text(refused)
         stored = await bot.runtime.store.schedule(schedule.id)
         assert stored is not None and stored.failures == 1 and stored.status == "active"
         # An owner whose account was deactivated: the schedule does not run, and says why.
         fake.users["U1"] = fake.user_info("U1") | {"deleted": True}
-        assert await bot.schedules.fire(schedule.id, time.time() + 2) == "refused"
+        assert await bot.schedules.fire(schedule.id, now + 20) == "refused"
         assert "owner's Slack account is deactivated" in all_text(runs(fake, ts)[-1])
 
 
