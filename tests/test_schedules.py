@@ -478,14 +478,25 @@ async def test_a_run_sees_the_threads_files_and_leaves_its_kernel_alone(
     await runtime.start()
     key = ThreadKey("T1", "C1", "300.3")
     try:
-        # A file the replayed cells do not make: written, then the history reset (files stay).
-        await run_turn(runtime.engine, key, "```open('data.txt', 'w').write('7')```")
+        # Files the replayed cells do not make: written, then the history reset (files stay).
+        # `.local` (the thread's `%pip` packages) goes with the run; other dot-names do not.
+        setup = (
+            "import os\nopen('data.txt', 'w').write('7')\n"
+            "os.makedirs('.local/lib', exist_ok=True)\n"
+            "open('.local/lib/pkg.txt', 'w').write('pkg')\n"
+            "os.makedirs('.other')\nopen('.other/x', 'w').write('x')"
+        )
+        await run_turn(runtime.engine, key, f"```{setup}```")
         await runtime.engine.reset(key)
-        await run_turn(runtime.engine, key, "```n = int(open('data.txt').read())\nprint(n * 6)```")
+        check = (
+            "import os\nn = int(open('data.txt').read())\n"
+            "print(n * 6, open('.local/lib/pkg.txt').read(), os.path.exists('.other'))"
+        )
+        await run_turn(runtime.engine, key, f"```{check}```")
         runner = ScheduledRunner(backend_settings, runtime.store, runtime.registry)
         report = await runner.run(stored(thread_key=key.id), time.time())
         assert report.ok, report.summary()
-        assert [c.result.text.strip() for c in report.cells] == ["42"]
+        assert [c.result.text.strip() for c in report.cells] == ["42 pkg False"]
         assert report.notebook is not None and report.notebook[0].endswith(".ipynb")
         report.cleanup()
         # The thread's kernel still has its own `n`, and its files are as they were.
