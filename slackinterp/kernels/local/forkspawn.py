@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 
@@ -230,7 +230,7 @@ class Template:
                 await asyncio.wait_for(self._reader_task, 5)
 
 
-class ForkProvisioner(LocalProvisioner):  # type: ignore[misc]
+class ForkProvisioner(LocalProvisioner):
     """Launches the kernel by asking the template for a fork instead of running a command.
 
     The manager (backend.ForkedKernelManager) supplies the request; everything else (the
@@ -242,14 +242,15 @@ class ForkProvisioner(LocalProvisioner):  # type: ignore[misc]
         km = self.parent
         assert self.template is not None and km is not None
         request = km.fork_request(cmd, kwargs.get("env") or {})
-        self.process = await self.template.fork(request)
-        self.pid = self.process.pid
+        forked = await self.template.fork(request)
+        self.process = forked  # type: ignore[assignment]  # a Popen look-alike (pid, poll, wait)
+        self.pid = forked.pid
         self.pgid = None
         self.cwd = kwargs.get("cwd")
         return self.connection_info
 
     async def wait(self) -> int | None:
-        process = self.process
+        process = cast("ForkedProcess | None", self.process)
         if process is None:
             return 0
         await process.exited.wait()

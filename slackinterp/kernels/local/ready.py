@@ -24,7 +24,7 @@ RECONNECT_IVL_MS = 2
 ASK_AGAIN_SECONDS = 0.5
 
 
-def fast_reconnect(context: zmq.Context) -> None:
+def fast_reconnect(context: zmq.Context[Any]) -> None:
     """Sockets made by `context` from now on retry their connection quickly."""
     context.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
 

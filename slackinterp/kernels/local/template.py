@@ -33,6 +33,7 @@ import socket
 import struct
 import sys
 import traceback
+from typing import Any
 
 # --- constants (linux uapi) ------------------------------------------------------------------
 
@@ -236,7 +237,7 @@ class Template:
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.wake_r, self.wake_w = wake_r, wake_w
 
-    def send(self, message: dict) -> None:
+    def send(self, message: dict[str, Any]) -> None:
         self.control.sendall(json.dumps(message).encode() + b"\n")
 
     def run(self) -> None:
@@ -244,7 +245,8 @@ class Template:
         signal.set_wakeup_fd(self.wake_w)
         while True:
             try:
-                ready, _, _ = select.select([self.control, self.wake_r], [], [])
+                watched: list[Any] = [self.control, self.wake_r]
+                ready, _, _ = select.select(watched, [], [])
             except InterruptedError:
                 continue
             if self.wake_r in ready:
@@ -265,7 +267,7 @@ class Template:
                     line, self.buffer = self.buffer.split(b"\n", 1)
                     self.handle(json.loads(line))
 
-    def handle(self, request: dict) -> None:
+    def handle(self, request: dict[str, Any]) -> None:
         op = request.get("op")
         if op == "fork":
             self.send(self.fork(request))
@@ -304,7 +306,7 @@ class Template:
             code = os.waitstatus_to_exitcode(status)
             self.send({"op": "exit", "id": request_id, "pid": pid, "code": code, "error": error})
 
-    def fork(self, request: dict) -> dict:
+    def fork(self, request: dict[str, Any]) -> dict[str, Any]:
         request_id = request["id"]
         count = threads()
         if count != 1:  # refuse: a fork would copy one thread and whatever locks the rest hold
@@ -353,7 +355,7 @@ def template_main(argv: list[str]) -> None:
 # --- a kernel, after the fork ----------------------------------------------------------------
 
 
-def child_main(request: dict, status_w: int, *inherited: int) -> None:
+def child_main(request: dict[str, Any], status_w: int, *inherited: int) -> None:
     """P: runs on the host side; never returns."""
     try:
         for fd in inherited:
@@ -395,7 +397,7 @@ def child_main(request: dict, status_w: int, *inherited: int) -> None:
         _fail(status_w)
 
 
-def reaper_main(request: dict, status_w: int, alive_r: int) -> None:
+def reaper_main(request: dict[str, Any], status_w: int, alive_r: int) -> None:
     """R, PID 1 of the kernel's namespace: builds the sandbox, forks the kernel, reaps."""
     try:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
@@ -429,7 +431,7 @@ def _apply_pythonpath(value: str) -> None:
     sys.path[1:1] = entries
 
 
-def kernel_main(request: dict, status_w: int) -> None:
+def kernel_main(request: dict[str, Any], status_w: int) -> None:
     """K, PID 2: the kernel itself. Everything stateful is built here, after the fork."""
     try:
         prctl(PR_SET_PDEATHSIG, int(signal.SIGKILL))
@@ -454,9 +456,9 @@ def kernel_main(request: dict, status_w: int) -> None:
         app.parent_handle = 0  # its parent is our reaper (PID 1), not the bot
         os.close(status_w)  # success: the template sees no error text
         status_w = -1
-        app.initialize(request["argv"])
+        app.initialize(request["argv"])  # type: ignore[no-untyped-call]
         _activate_inline(app)
-        app.start()
+        app.start()  # type: ignore[no-untyped-call]
         os._exit(0)
     except SystemExit as exc:
         os._exit(exc.code if isinstance(exc.code, int) else 1)
@@ -506,7 +508,7 @@ def _wait_and_forward(child: int, reap_all: bool = False) -> None:
             os._exit(code if code >= 0 else 128 - code)
 
 
-def _limit(request: dict) -> None:
+def _limit(request: dict[str, Any]) -> None:
     """The pids cgroup, rlimits and niceness, as sandbox.limiter applies them to spawned
     kernels (inherited by everything below)."""
     procs = request.get("cgroup_procs")
@@ -520,7 +522,7 @@ def _limit(request: dict) -> None:
     os.nice(request["nice"])
 
 
-def _unshare(request: dict) -> None:
+def _unshare(request: dict[str, Any]) -> None:
     """New namespaces for everything below P. Not root: a user namespace first (mapping the
     bot's own ids), which gives the rights to make the others."""
     flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWIPC | CLONE_NEWUTS
@@ -554,7 +556,7 @@ def _write(path: str, text: str) -> None:
 # --- the sandbox (in R) ----------------------------------------------------------------------
 
 
-def sandbox(request: dict) -> None:
+def sandbox(request: dict[str, Any]) -> None:
     """The kernel's world, as bubblewrap builds it from the same options (sandbox.BwrapSpec),
     then no way back: kernel user, own user namespace with no nested ones, no capabilities,
     no_new_privs, the seccomp program."""
