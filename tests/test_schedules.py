@@ -82,10 +82,42 @@ def test_unclear_phrases_are_not_guessed(text: str) -> None:
         "on the attached file, compute the mean",
         "every blue moon",
         "every Monday at 9 the revenue report should include refunds, taxes and the discounts",
+        "monthly revenue by region",
+        "daily signups as a bar chart",
+        "hourly counts for march",
+        "every second row is a duplicate, drop them",
+        "every weekday average",
+        "please ask: what changed?",
     ],
 )
 def test_questions_that_start_like_a_schedule_stay_questions(text: str) -> None:
+    from slackinterp.slack.schedules import wants
+
     assert not phrases.looks_like_schedule(text)
+    assert not wants(text)  # answered as a question, not with the schedule forms
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "every Monday at 9:00",
+        "every day at 8",
+        "every weekday at 17:30",
+        "every hour",
+        "every 2 hours",
+        "on the 1st of every month at 9",
+        "every Monday at 9:00 ask: monthly revenue by region?",
+        "every 2 hours ask: every second row is a duplicate, how many now?",
+        "every morning at 9",  # not a form, but only schedule words: the forms are given back
+        "every day at 25:00",
+        "schedules",
+        "unschedule",
+    ],
+)
+def test_schedule_requests_are_taken_as_schedules(text: str) -> None:
+    from slackinterp.slack.schedules import wants
+
+    assert wants(text)
 
 
 @pytest.mark.parametrize(
@@ -446,14 +478,25 @@ async def test_a_run_sees_the_threads_files_and_leaves_its_kernel_alone(
     await runtime.start()
     key = ThreadKey("T1", "C1", "300.3")
     try:
-        # A file the replayed cells do not make: written, then the history reset (files stay).
-        await run_turn(runtime.engine, key, "```open('data.txt', 'w').write('7')```")
+        # Files the replayed cells do not make: written, then the history reset (files stay).
+        # `.local` (the thread's `%pip` packages) goes with the run; other dot-names do not.
+        setup = (
+            "import os\nopen('data.txt', 'w').write('7')\n"
+            "os.makedirs('.local/lib', exist_ok=True)\n"
+            "open('.local/lib/pkg.txt', 'w').write('pkg')\n"
+            "os.makedirs('.other')\nopen('.other/x', 'w').write('x')"
+        )
+        await run_turn(runtime.engine, key, f"```{setup}```")
         await runtime.engine.reset(key)
-        await run_turn(runtime.engine, key, "```n = int(open('data.txt').read())\nprint(n * 6)```")
+        check = (
+            "import os\nn = int(open('data.txt').read())\n"
+            "print(n * 6, open('.local/lib/pkg.txt').read(), os.path.exists('.other'))"
+        )
+        await run_turn(runtime.engine, key, f"```{check}```")
         runner = ScheduledRunner(backend_settings, runtime.store, runtime.registry)
         report = await runner.run(stored(thread_key=key.id), time.time())
         assert report.ok, report.summary()
-        assert [c.result.text.strip() for c in report.cells] == ["42"]
+        assert [c.result.text.strip() for c in report.cells] == ["42 pkg False"]
         assert report.notebook is not None and report.notebook[0].endswith(".ipynb")
         report.cleanup()
         # The thread's kernel still has its own `n`, and its files are as they were.
@@ -463,6 +506,60 @@ async def test_a_run_sees_the_threads_files_and_leaves_its_kernel_alone(
         assert text.strip() == "7 ['data.txt']"
         assert all("~run-" not in k for k in runtime.registry.slots)  # the run's kernel is gone
         assert not [p for p in backend_settings.threads_dir.iterdir() if "~run-" in p.name]
+    finally:
+        await runtime.stop()
+
+
+async def test_a_run_imports_the_threads_pip_packages(tmp_path: Path) -> None:
+    """`%pip install` puts a thread's packages in its `.local` (on the kernel's PYTHONPATH):
+    the run's copy of the thread's directory has them, other dot-names still stay behind."""
+    import sysconfig
+
+    settings = make_settings(tmp_path)
+    runtime = await Runtime.open(settings)
+    await runtime.start()
+    key = ThreadKey("T1", "C1", "301.1")
+    try:
+        home = settings.threads_dir / key.dirname
+        vars_ = {"base": str(home / ".local"), "platbase": str(home / ".local")}
+        site = Path(sysconfig.get_path("purelib", "posix_prefix", vars=vars_))
+        site.mkdir(parents=True)
+        (site / "schedpkg.py").write_text("VALUE = 'from the thread packages'\n")
+        (home / ".bot-state").write_text("not for the run")
+        await run_turn(runtime.engine, key, "```import schedpkg\nprint(schedpkg.VALUE)```")
+        assert len(await runtime.store.replayable_cells(key.id)) == 1  # the thread's imported
+        code = "import os\nprint(sorted(n for n in os.listdir('.') if n[0] == '.'))"
+        await run_turn(runtime.engine, key, f"```{code}```")
+        runner = ScheduledRunner(settings, runtime.store, runtime.registry)
+        report = await runner.run(stored(thread_key=key.id), time.time())
+        assert report.ok, report.summary()
+        texts = [c.result.text.strip() for c in report.cells]
+        assert texts[0] == "from the thread packages"
+        assert texts[1] == "['.local']"  # `.bot-state` left behind
+        report.cleanup()
+    finally:
+        await runtime.stop()
+
+
+async def test_a_failing_shell_line_fails_the_run_as_it_fails_a_turn(tmp_path: Path) -> None:
+    """`!cat flag.txt` worked in the thread; the file is gone since: the run stops there with
+    the command's error instead of showing ✓."""
+    settings = make_settings(tmp_path)
+    runtime = await Runtime.open(settings)
+    await runtime.start()
+    key = ThreadKey("T1", "C1", "302.2")
+    try:
+        await run_turn(runtime.engine, key, "```open('flag.txt', 'w').write('up')```")
+        await runtime.engine.reset(key)
+        await run_turn(runtime.engine, key, "```!cat flag.txt```")
+        await run_turn(runtime.engine, key, "```import os\nos.remove('flag.txt')\nprint('x')```")
+        assert len(await runtime.store.replayable_cells(key.id)) == 2
+        runner = ScheduledRunner(settings, runtime.store, runtime.registry)
+        report = await runner.run(stored(thread_key=key.id), time.time())
+        assert report.failed is not None and report.failed.number == 1, report.summary()
+        error = report.failed.result.error
+        assert error is not None and error.ename == "CalledProcessError"
+        report.cleanup()
     finally:
         await runtime.stop()
 
@@ -501,3 +598,23 @@ def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
     text = str(blocks)
     assert "failed at cell 2 of 7 (ZeroDivisionError)" in text and "1 / 0" in text
     assert "Traceback" in text and files == []
+
+
+def test_the_reply_shows_blocked_requests_notices_and_every_word_of_the_answer() -> None:
+    from slackinterp.kernels.execution import CellResult, Status
+    from slackinterp.schedules.runner import RunCell
+    from slackinterp.slack.schedules import run_reply
+
+    blocked = "🔒 Network request blocked: `x.test:443` is not on <this> channel's allowlist."
+    ok = CellResult(Status.OK, 0.2, text="HTTP Error 403\n")
+    report = RunReport(1.0, "ask", cells=[RunCell(1, "fetch()", ok, (blocked,))], seconds=1.0)
+    report.note_network((blocked,))
+    report.interim = ["Let me <fetch> the data first."]
+    report.answer = "The source refused the request."
+    report.notices = ["The model asked for a tool named `shell`, which does not exist."]
+    blocks, _files = run_reply(stored(ask="what changed?"), report, "Mon 2 Dec 09:00 CET")
+    text = str(blocks)
+    assert "Network request blocked: `x.test:443` is not on &lt;this&gt; channel" in text
+    assert "named `shell`, which does not exist" in text
+    assert "Let me &lt;fetch&gt; the data first." in text and "refused the request" in text
+    assert text.index("Let me") < text.index("refused the request")

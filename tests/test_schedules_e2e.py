@@ -336,7 +336,9 @@ async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path
         )
         await wait_text(fake, ts, "also sent to the channel")
         assert bot.schedules is not None
-        assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+        # Occurrences are kept to the second: each fire below is a different one.
+        now = time.time()
+        assert await bot.schedules.fire(schedule.id, now) == "ran"
         reply = runs(fake, ts)[0]
         assert reply.get("subtype") == "thread_broadcast"  # "Also send to channel"
         assert "signups: 42" in all_text(reply)
@@ -353,19 +355,67 @@ async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path
         # Slack refuses every upload (no files:write): the results still arrive, as text.
         fake.fail("files.getUploadURLExternal", error="missing_scope", times=None)
         assert await bot.schedules.set_broadcast(schedule.id, False)
-        assert await bot.schedules.fire(schedule.id, time.time() - 1) == "ran"
+        assert await bot.schedules.fire(schedule.id, now - 10) == "ran"
         plain = runs(fake, ts)[-1]
         assert "signups: 42" in all_text(plain) and "could not be attached" in all_text(plain)
         fake.clear_faults()
         # After a reset the thread has nothing to re-run: the run says so instead.
         await fake.user_message(CHANNEL, "<@UBOT> reset", thread_ts=ts)
         await wait_text(fake, ts, "variables and history are gone")
-        assert await bot.schedules.fire(schedule.id, time.time() + 1) == "refused"
+        assert await bot.schedules.fire(schedule.id, now + 10) == "refused"
         refused = runs(fake, ts)[-1]
         assert "not run" in all_text(refused) and "no successful cells" in all_text(refused)
         stored = await bot.runtime.store.schedule(schedule.id)
         assert stored is not None and stored.failures == 1 and stored.status == "active"
         # An owner whose account was deactivated: the schedule does not run, and says why.
         fake.users["U1"] = fake.user_info("U1") | {"deleted": True}
-        assert await bot.schedules.fire(schedule.id, time.time() + 2) == "refused"
+        assert await bot.schedules.fire(schedule.id, now + 20) == "refused"
         assert "owner's Slack account is deactivated" in all_text(runs(fake, ts)[-1])
+
+
+BLOCKED_FETCH = (
+    "import urllib.request\n"
+    "try:\n"
+    "    urllib.request.urlopen('https://192.0.2.10/', timeout=10)\n"
+    "except Exception as exc:\n"
+    "    print('fetch failed:', exc)"
+)
+
+
+async def test_a_scheduled_ask_says_what_a_turn_says(tmp_path: Path) -> None:
+    """Like a person's turn: a failing `!command` fails its cell, the model sees the blocked
+    request with the cell's result, and the reply carries the blocked request, the agent's
+    notices, and the model's words between cells as well as its final answer."""
+    async with FakeSlack() as fake, FakeOpenAI() as model:
+        values = {
+            "openai_base_url": model.base_url,
+            "openai_api_key": "sk-test",
+            "openai_model": "test-model",
+            "model_timeout": 5,
+            "network": "allowlist",
+            **FAST,
+        }
+        async with running_bot(fake, tmp_path, **values) as bot:
+            ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```x = 1```")
+            await wait_cells(fake, ts, 1, timeout=60)
+            await schedule_in(fake, ts, "every hour ask: fetch the data")
+            schedule = await only_schedule(bot)
+            model.script(
+                Reply(
+                    text="First the tool check.",
+                    tool_calls=[ToolCall("python", {"code": "!false\nprint('went on')"})],
+                ),
+                py(BLOCKED_FETCH),
+                Reply(tool_calls=[ToolCall("shell", {"cmd": "ls"})]),
+                Reply(text="The data source is not reachable from here."),
+            )
+            assert bot.schedules is not None
+            assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+            body = all_text(runs(fake, ts)[0])
+            assert "First the tool check." in body
+            assert "The data source is not reachable from here." in body
+            assert "Network request blocked: `192.0.2.10:443`" in body
+            assert "named `shell`, which does not exist" in body
+            tools = [m["content"] for m in model.requests[-1].messages if m["role"] == "tool"]
+            assert tools[0].startswith("status: error") and "CalledProcessError" in tools[0]
+            assert "Network request blocked: `192.0.2.10:443`" in tools[1]

@@ -119,7 +119,7 @@ class CellRunner:
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
             result = await self._execute(session, lease, cell_id, code, emit, source)
-            notes = self._network_notes(lease)
+            notes = notices.network_notes(lease.kernel, self.settings.command)
             produced = await self._after_cell(
                 session, files, cell_id, code, before, result, emit, notes
             )
@@ -174,16 +174,6 @@ class CellRunner:
             )
         finally:
             lease.kernel.control = None
-
-    def _network_notes(self, lease: Lease) -> tuple[str, ...]:
-        """What the egress proxy refused for this thread's kernel since its last cell, one
-        line per host and port (kernels/local/egress)."""
-        listener = getattr(lease.kernel, "egress", None)
-        if listener is None:
-            return ()
-        return tuple(
-            notices.network_blocked(b, self.settings.command) for b in listener.take_blocked()
-        )
 
     async def _after_cell(
         self,

@@ -170,6 +170,16 @@ def restore_notice(report: RestoreReport) -> Notice:
 NETWORK_ADMINS = "workspace admins and owners, and the users in SLACKINTERP_ADMINS"
 
 
+def network_notes(kernel: object, command: str = "/interp") -> tuple[str, ...]:
+    """What the egress proxy refused for this kernel since its last cell, one line per host
+    and port (kernels/local/egress); a person's cell and a scheduled run's both say it."""
+    listener = getattr(kernel, "egress", None)
+    if listener is None:
+        return ()
+    blocked: list[Blocked] = listener.take_blocked()
+    return tuple(network_blocked(b, command) for b in blocked)
+
+
 def network_blocked(blocked: Blocked, command: str = "/interp") -> str:
     """One line under the cell (and in the model's view of it) per refused host: clients
     hide the proxy's answer ("No matching distribution", "Tunnel connection failed: 403")."""

@@ -82,22 +82,37 @@ class PhraseError(ValueError):
     """The words look like a schedule but cannot be one (25:00, the 32nd); says why."""
 
 
-_LOOKS = re.compile(
-    r"^(?:every|each)\s+(?:other\s+)?(?:\d+\s+)?"
-    r"(?:mon|tue|wed|thu|fri|sat|sun|day|weekday|workday|business|hour|hr|minute|min"
-    r"|second|sec|week|month|morning|evening|night)"
-    r"|^on\s+the\s+\d{1,2}(?:st|nd|rd|th)?\b"
-    r"|^(?:daily|hourly|weekly|monthly)\b"
+_STARTS = re.compile(r"^(?:every|each|on\s+the|daily|hourly|weekly|monthly)\b")
+# Words a schedule is made of: a mention that starts like one but says anything else
+# ("every second row is a duplicate", "monthly revenue by region") is a question.
+_WHEN_WORDS = frozenset(
+    "every each other on the of at and in a an day days daily weekday weekdays workday "
+    "workdays work business week weeks weekly month months monthly hour hours hourly hr hrs h "
+    "minute minutes min mins second seconds sec secs morning mornings evening evenings night "
+    "nights noon midnight am pm a.m. p.m. utc".split()
+)
+_WHEN_TOKEN = re.compile(
+    r"^(?:\d{1,2}(?:[:.h]\d{2})?(?:am|pm|a\.m\.|p\.m\.)?"  # 9, 9:00, 17.30, 5pm
+    r"|\d+(?:st|nd|rd|th)?"  # 2 (hours), 1st
+    r"|(?:mon|tue|tues|wed|thu|thur|thurs|fri|sat|sun)s?"
+    r"|(?:monday|tuesday|wednesday|thursday|friday|saturday|sunday)s?)$"
 )
 MAX_WHEN_WORDS = 10
 
 
 def looks_like_schedule(text: str) -> bool:
-    """Whether a mention is meant as a schedule (then a bad one gets the accepted forms back).
-    Short, and starting like one: `every row with a gap…` or a long question stays a question."""
+    """Whether a mention is meant as a schedule (then a bad one gets the accepted forms back):
+    it parses (or names an impossible time), or it starts like one (`every`, `on the`) and
+    says nothing but schedule words. Anything else is a question for the model."""
     when = re.split(r"\bask\s*:", text, maxsplit=1, flags=re.I)[0]
-    words = when.lower().split()
-    return 0 < len(words) <= MAX_WHEN_WORDS and bool(_LOOKS.match(" ".join(words)))
+    words = when.lower().rstrip(" .!").replace(",", " ").split()
+    starts = 0 < len(words) <= MAX_WHEN_WORDS and bool(_STARTS.match(" ".join(words)))
+    try:
+        if parse(text) is not None:
+            return True
+    except PhraseError:
+        return starts  # `every day at 25:00`, `every hour ask:` (not `please ask:`)
+    return starts and all(w in _WHEN_WORDS or _WHEN_TOKEN.match(w) for w in words)
 
 
 _TIME = r"(?P<h>\d{1,2})(?:[:.h](?P<m>\d{2}))?\s*(?P<ampm>am|pm|a\.m\.|p\.m\.)?"

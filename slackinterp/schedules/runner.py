@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import os
 import shutil
 import time
 import uuid
@@ -19,9 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp.config import Settings
-from slackinterp.engine import notebook, workspace
+from slackinterp.engine import notebook, notices, workspace
 from slackinterp.engine.workspace import ThreadKey, safe_component
 from slackinterp.errors import NoticeKind
+from slackinterp.kernels import shell
 from slackinterp.kernels.execution import CellResult, Error, Status, run_cell
 from slackinterp.kernels.files import TransferError
 from slackinterp.kernels.local import privileges
@@ -41,11 +43,18 @@ ASK_PREFACE = (
 )
 
 
+# The thread's `%pip` packages (kernels/local/egress/service.py packages_env): the one
+# dot-name of its directory a run needs, on the kernel's PYTHONPATH.
+PACKAGES_DIR = ".local"
+MAX_NOTICES = 10  # an `ask:` run's agent notices kept for the reply
+
+
 @dataclass(frozen=True)
 class RunCell:
     number: int
     code: str
     result: CellResult
+    notes: tuple[str, ...] = ()  # blocked network requests of this cell (engine/notices.py)
 
 
 @dataclass(frozen=True)
@@ -67,7 +76,10 @@ class RunReport:
     failed: RunCell | None = None  # the cell that failed (the run stopped there)
     problem: str | None = None  # why the run could not run or finish, in words
     refused: bool = False  # a limit or a rule refused it (no kernel was started)
-    answer: str | None = None  # ask: the model's answer
+    answer: str | None = None  # ask: the model's final answer
+    interim: list[str] = field(default_factory=list)  # ask: its text between rounds of cells
+    notices: list[str] = field(default_factory=list)  # ask: the agent's (cut, unknown tool…)
+    network: list[str] = field(default_factory=list)  # blocked requests, once each, in order
     restored: int = 0  # ask: cells replayed first, silently
     notebook: tuple[str, bytes] | None = None
     produced: list[ProducedFile] = field(default_factory=list)
@@ -87,6 +99,13 @@ class RunReport:
             what = error.ename if error else self.failed.result.status.value
             return f"failed at cell {self.failed.number}: {what}"
         return f"{'refused' if self.refused else 'failed'}: {self.problem}"
+
+    def joined_answer(self) -> str:
+        """What the model said, in order: its text between cells, then its final answer."""
+        return "\n\n".join(t for t in [*self.interim, self.answer or ""] if t.strip())
+
+    def note_network(self, lines: tuple[str, ...]) -> None:
+        self.network += [line for line in lines if line not in self.network]
 
     def cleanup(self) -> None:
         for path in self.scratch:
@@ -184,7 +203,8 @@ class ScheduledRunner:
 
     def _copy_files(self, source: Path, target: Path) -> None:
         """The thread's files as they are now, in the run's own directory (bot files, whose
-        names start with a dot, stay behind)."""
+        names start with a dot, stay behind), and its `%pip` packages (`.local`, hard-linked:
+        pip replaces files rather than writing into them, and a copy can be large)."""
         if source.is_dir():
             shutil.copytree(
                 source,
@@ -192,6 +212,11 @@ class ScheduledRunner:
                 symlinks=True,
                 ignore=lambda _d, names: [n for n in names if n.startswith(".")],
             )
+            packages = source / PACKAGES_DIR
+            if packages.is_dir() and not packages.is_symlink():
+                shutil.copytree(
+                    packages, target / PACKAGES_DIR, symlinks=True, copy_function=_link_or_copy
+                )
         else:
             target.mkdir(parents=True, exist_ok=True)
         privileges.hand_over(target, getattr(self.registry.backend, "user", None))
@@ -212,27 +237,42 @@ class ScheduledRunner:
         return min(self.settings.exec_timeout, deadline - time.monotonic())
 
     async def _cell(
-        self, lease: Lease, code: str, number: int, deadline: float, scratch: Path
-    ) -> CellResult:
+        self,
+        lease: Lease,
+        code: str,
+        number: int,
+        deadline: float,
+        scratch: Path,
+        user_expressions: dict[str, str] | None = None,
+    ) -> RunCell:
+        """One cell as a person's turn runs it: a failing `!command` fails it, and what the
+        egress proxy refused comes with it."""
         budget = self._budget(deadline)
         if budget <= 0:
-            return _timed_out()
-        return await run_cell(
+            return RunCell(number, code, _timed_out())
+        if shell.has_shell_line(code):
+            shell.make_strict(lease.kernel.client)
+        result = await run_cell(
             lease.kernel,
             code,
             timeout=budget,
             grace=self.settings.interrupt_grace,
             max_output_chars=self.settings.max_output_chars,
             spill_path=scratch / f"cell-{number}.txt",
+            user_expressions=user_expressions,
+        )
+        return RunCell(
+            number, code, result, notices.network_notes(lease.kernel, self.settings.command)
         )
 
     async def _replay(
         self, lease: Lease, codes: list[str], report: RunReport, deadline: float, scratch: Path
     ) -> None:
         for number, code in enumerate(codes, 1):
-            result = await self._cell(lease, code, number, deadline, scratch)
-            cell = RunCell(number, code, result)
+            cell = await self._cell(lease, code, number, deadline, scratch)
+            result = cell.result
             report.cells.append(cell)
+            report.note_network(cell.notes)
             if not result.ok:
                 report.failed = cell
                 if result.status is Status.TIMEOUT and time.monotonic() >= deadline:
@@ -251,9 +291,10 @@ class ScheduledRunner:
         scratch: Path,
     ) -> None:
         for number, code in enumerate(codes, 1):  # the thread's state, silently
-            result = await self._cell(lease, code, number, deadline, scratch)
-            if not result.ok:
-                report.failed = RunCell(number, code, result)
+            cell = await self._cell(lease, code, number, deadline, scratch)
+            report.note_network(cell.notes)
+            if not cell.result.ok:
+                report.failed = cell
                 report.problem = f"restoring the thread's state failed at its cell {number}"
                 return
             report.restored += 1
@@ -296,8 +337,8 @@ class ScheduledRunner:
         for cell in report.cells:
             outputs = notebook.cell_outputs(cell.result, cell.number)
             entries.append(notebook.Entry("code", cell.code, outputs, cell.number))
-        if report.answer:
-            entries.append(notebook.Entry("answer", report.answer, []))
+        if report.joined_answer():
+            entries.append(notebook.Entry("answer", report.joined_answer(), []))
         if not entries:
             return None
         name = notebook.export_name(f"scheduled-{schedule.channel}")
@@ -331,23 +372,19 @@ class _RunPort:
 
     async def run_python(self, code: str, source: CellSource = "model") -> CellRun:
         number = self.report.restored + len(self.report.cells) + 1
-        budget = self.runner._budget(self.deadline)
-        if budget <= 0:
-            result = _timed_out()
-        else:
-            result = await run_cell(
-                self.lease.kernel,
-                code,
-                timeout=budget,
-                grace=self.runner.settings.interrupt_grace,
-                max_output_chars=self.runner.settings.max_output_chars,
-                spill_path=self.scratch / f"cell-{number}.txt",
-                user_expressions={"vars": prompts.VARIABLES_EXPRESSION},
-            )
-        names = result.user_expressions.get("vars")
+        cell = await self.runner._cell(
+            self.lease,
+            code,
+            number,
+            self.deadline,
+            self.scratch,
+            user_expressions={"vars": prompts.VARIABLES_EXPRESSION},
+        )
+        names = cell.result.user_expressions.get("vars")
         self.variables_known = prompts.variables_from_expression(names) if names else None
-        self.report.cells.append(RunCell(number, code, result))
-        return CellRun(result)
+        self.report.cells.append(cell)
+        self.report.note_network(cell.notes)
+        return CellRun(cell.result, notes=cell.notes)  # the model learns what was refused
 
     async def run_hidden(self, code: str) -> str:
         result = await run_cell(
@@ -364,10 +401,13 @@ class _RunPort:
         return None  # one reply at the end: the answer is taken whole
 
     async def answer_done(self, text: str) -> None:
-        self.report.answer = text
+        """Text between rounds of cells; the final answer is what run_turn returns."""
+        self.report.interim.append(text)
 
     async def notice(self, kind: NoticeKind, text: str) -> None:
         log.info("schedule.notice kind=%s", kind)
+        if len(self.report.notices) < MAX_NOTICES and text not in self.report.notices:
+            self.report.notices.append(text)
 
     async def files(self) -> list[tuple[str, int]]:
         snap = await self.lease.files(self.runner.settings.workspace_max_files).snapshot()
@@ -390,13 +430,33 @@ class _RunPort:
             return None
 
 
+def _link_or_copy(source: str, target: str) -> None:
+    """A hard link where the file system allows one (same device, protected_hardlinks),
+    else a copy."""
+    try:
+        os.link(source, target, follow_symlinks=False)
+    except OSError:
+        shutil.copy2(source, target, follow_symlinks=False)
+
+
 # Kernels on a gateway keep each thread's files in a sibling directory of their own working
-# directory (kernels/gateway.py): the run's kernel copies the thread's, dot files left out.
+# directory (kernels/gateway.py): the run's kernel copies the thread's, dot files left out
+# but for its `%pip` packages (.local, hard-linked where it can be).
 _COPY_SIBLING = """import os as __o, shutil as __s
 __src = __o.path.join(__o.path.dirname(__o.getcwd()), {source!r})
 if __o.path.isdir(__src):
     __s.copytree(__src, __o.getcwd(), symlinks=True, dirs_exist_ok=True,
                  ignore=lambda _d, names: [n for n in names if n.startswith('.')])
+    __p = __o.path.join(__src, '.local')
+    if __o.path.isdir(__p) and not __o.path.islink(__p):
+        def __ln(a, b):
+            try:
+                __o.link(a, b, follow_symlinks=False)
+            except OSError:
+                __s.copy2(a, b, follow_symlinks=False)
+        __s.copytree(__p, '.local', symlinks=True, dirs_exist_ok=True, copy_function=__ln)
+        del __ln
+    del __p
 del __o, __s, __src
 """
 _REMOVE_OWN_DIR = """import os as __o, shutil as __s

@@ -39,6 +39,7 @@ UNSCHEDULE_WORDS = {"unschedule", "stop schedule", "delete schedule"}
 MAX_LISTED = 15  # 3 blocks each, within Slack's 50 per message
 MAX_FIGURES = 20
 MAX_ATTACHMENTS = 10  # files on one message, as Slack's own upload allows
+MAX_NOTICE_CHARS = 300  # one notice line of a run (blocked request, cut reply…)
 
 
 def wants(text: str) -> bool:
@@ -429,15 +430,16 @@ def run_reply(
         if schedule.ask:
             blocks.append(_context(f"Asked: “{t.escape(t.head_tail(schedule.ask, 300)[0])}”"))
         shown: tuple[Shown, ...] = tuple(o for c in report.cells for o in c.result.outputs)
-        if report.mode == "replay" or not report.answer:
+        answer = report.joined_answer()
+        if report.mode == "replay" or not answer:
             output_blocks, notes, cut = render_outputs(shown, None)
         else:  # ask: the answer says it; figures and tables still come along
             output_blocks, notes, cut = render_outputs(
                 tuple(o for o in shown if isinstance(o, Display | Result)), None
             )
         blocks += output_blocks[:40]
-        if report.answer:
-            blocks.append(_section(t.clip_mrkdwn(t.markdown_to_mrkdwn(report.answer), 2900)))
+        if answer:
+            blocks.append(_section(t.clip_mrkdwn(t.markdown_to_mrkdwn(answer), 2900)))
         if notes:
             blocks.append(_context(t.clip_mrkdwn(t.escape(" · ".join(notes)), 500)))
         files += _figures(shown)
@@ -445,6 +447,10 @@ def run_reply(
         if cut or any(c.result.truncated_chars for c in report.cells):
             text = "\n".join(_whole_text(c) for c in report.cells)
             files.append(_file("output.txt", text.encode()))
+    said = [*report.network, *report.notices]  # what a person's turn shows under its cells
+    if said and not report.refused:
+        lines = [t.escape(t.head_tail(line, MAX_NOTICE_CHARS)[0]) for line in said]
+        blocks.append(_context(t.clip_mrkdwn("\n".join(lines), 2000)))
     for produced in report.produced:
         files.append(_file(produced.name.replace("/", "_"), produced.path.read_bytes()))
     left_out = ""
