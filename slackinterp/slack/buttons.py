@@ -8,6 +8,7 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.slack import access
 from slackinterp.slack.listener_base import ListenerBase
 from slackinterp.slack.render import STOP_ACTION
 
@@ -24,9 +25,8 @@ class ButtonListeners(ListenerBase):
         client: AsyncWebClient,
     ) -> None:
         await ack()
-        user = (body.get("user") or {}).get("id", "")
-        container = body.get("container") or {}
-        channel = container.get("channel_id") or (body.get("channel") or {}).get("id", "")
+        who = access.actor(body)  # the one reading of a payload's channel and user
+        user, channel = who.user, who.channel
         try:
             key = ThreadKey.parse(str(action.get("value", "")))
         except ValueError:

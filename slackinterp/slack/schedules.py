@@ -22,6 +22,7 @@ from slackinterp.kernels.execution import Display, Result, Shown
 from slackinterp.schedules import phrases, timing
 from slackinterp.schedules.runner import RunCell, RunReport
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
+from slackinterp.slack import access
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
 from slackinterp.slack.cells import render_outputs, table_block
@@ -222,9 +223,8 @@ class SlackSchedules:
         client: AsyncWebClient,
     ) -> None:
         await ack()
-        user = (body.get("user") or {}).get("id", "")
-        container = body.get("container") or {}
-        channel = container.get("channel_id") or (body.get("channel") or {}).get("id", "")
+        who = access.actor(body)  # the one reading of a payload's channel and user
+        user, channel = who.user, who.channel
         schedule_id = str(action.get("value", "")).split(":", 1)[0]
         schedule = await self.store.schedule(schedule_id)
         if schedule is None or schedule.channel != channel:
