@@ -121,8 +121,7 @@ class LocalKernel:
         return getattr(provisioner, "pid", None) if provisioner else None
 
     async def connect(self, timeout: float = READY_TIMEOUT) -> None:
-        ready.fast_reconnect(self.km.context)
-        self._client = self.km.client()
+        self._client = self.km.client(context=ready.shared_context())
         self._client.start_channels(stdin=False)
         try:
             await ready.wait_ready(self._client, timeout, self.is_alive)
@@ -356,6 +355,7 @@ class LocalBackend:
                     return await self._start_kernel(cwd)
         km = SandboxedKernelManager(
             kernel_name=self.kernel_name,
+            context=ready.shared_context(),
             transport="ipc",
             ip=str(runtime / "s"),
             connection_file=str(runtime / "kernel.json"),

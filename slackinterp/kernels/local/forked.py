@@ -21,7 +21,7 @@ from typing import Any
 from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.kernels.backend import KernelStartError
-from slackinterp.kernels.local import cgroups, forkspawn, privileges, sandbox
+from slackinterp.kernels.local import cgroups, forkspawn, privileges, ready, sandbox
 from slackinterp.kernels.local.backend import LocalBackend, LocalKernel, SandboxedKernelManager
 
 log = logging.getLogger(__name__)
@@ -68,9 +68,11 @@ class ForkedKernelManager(SandboxedKernelManager):
         assert spec is not None and self.limits is not None
         program = privileges.seccomp_program()
         user = spec.user
+        argv, exec_lines = forkspawn.kernel_argv(cmd)
         return {
             "env": dict(env),
-            "argv": forkspawn.kernel_argv(cmd),
+            "argv": argv,
+            "exec_lines": exec_lines,
             "mounts": spec.mount_options(),
             "chdir": sandbox.SANDBOX_HOME,
             "share_net": sandbox.shares_host_network(spec.network),
@@ -199,6 +201,7 @@ async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
     """A kernel forked from the warm template, in the same sandbox a spawned one gets."""
     km = ForkedKernelManager(
         kernel_name=backend.kernel_name,
+        context=ready.shared_context(),
         transport="ipc",
         ip=str(runtime / "s"),
         connection_file=str(runtime / "kernel.json"),

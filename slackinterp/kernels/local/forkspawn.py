@@ -273,6 +273,18 @@ def kernel_python(argv: list[str]) -> str | None:
     return python if os.path.isabs(python) else None
 
 
-def kernel_argv(cmd: list[str]) -> list[str]:
-    """The kernel's own arguments (after `python -m ipykernel_launcher`)."""
-    return list(cmd[3:])
+EXEC_LINES = "--IPKernelApp.exec_lines="
+
+
+def kernel_argv(cmd: list[str]) -> tuple[list[str], list[str]]:
+    """The kernel's own arguments (after `python -m ipykernel_launcher`), and apart from them
+    its exec_lines: the template runs those itself once the kernel is built (as IPKernelApp
+    would, in the user namespace, before the first request), without the cell machinery that
+    hashes and compiles each one as a notebook cell (~10 ms of a forked start)."""
+    argv, lines = [], []
+    for arg in cmd[3:]:
+        if arg.startswith(EXEC_LINES):
+            lines.append(arg.removeprefix(EXEC_LINES))
+        else:
+            argv.append(arg)
+    return argv, lines

@@ -17,16 +17,28 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import zmq
+import zmq.asyncio
 
 # A client that connects before the kernel binds retries after RECONNECT_IVL (100 ms by
 # default): most of a forked kernel's start. The bot's sockets retry every few ms instead.
 RECONNECT_IVL_MS = 2
 ASK_AGAIN_SECONDS = 0.5
 
+_context: zmq.asyncio.Context | None = None
 
-def fast_reconnect(context: zmq.Context[Any]) -> None:
-    """Sockets made by `context` from now on retry their connection quickly."""
-    context.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+
+def shared_context() -> zmq.asyncio.Context:
+    """The one zmq context of every local kernel's manager and client in this process.
+
+    jupyter_client gives each manager and each client a context of its own unless one is
+    passed: two more I/O threads per kernel in the bot, and sockets that retry a connection to
+    a kernel still binding only every 100 ms (a context's options apply to the sockets it
+    makes). Passed in, it is never destroyed by them."""
+    global _context
+    if _context is None or _context.closed:
+        _context = zmq.asyncio.Context()
+        _context.setsockopt(zmq.RECONNECT_IVL, RECONNECT_IVL_MS)
+    return _context
 
 
 async def drain_iopub(client: Any) -> None:
