@@ -126,7 +126,7 @@ def test_no_bot_secret_in_the_template_or_a_kernel(forked: dict[str, Any]) -> No
 
 
 def test_killing_the_template_leaves_no_kernel(forked: dict[str, Any]) -> None:
-    assert len(forked["tree"]) >= 6  # per kernel: host side, PID 1, the kernel
+    assert len(forked["tree"]) >= 4  # per kernel: PID 1 of its namespaces, the kernel
     assert forked["alive_after_template_killed"] == []
     assert forked["is_alive_after"] == [False, False]
 
