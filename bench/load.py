@@ -666,6 +666,7 @@ class Measured:
     left: list[str]
     stop_seconds: float
     slack_calls: int
+    slack_methods: Counter[str]
     injected: Counter[int]
     model_requests: int
     sandboxed: bool
@@ -913,6 +914,7 @@ async def main(args: argparse.Namespace) -> int:
             left=left,
             stop_seconds=stop_seconds,
             slack_calls=len(fake.calls),
+            slack_methods=Counter(c.method for c in fake.calls),
             injected=fake.faults.injected,
             model_requests=len(model.requests),
             sandboxed=sandboxed,
@@ -992,7 +994,9 @@ def details(args: argparse.Namespace, m: Measured, total_seconds: float) -> list
         f"(sampled every {SAMPLE_INTERVAL:g} s), of which this process (bot + fakes + driver) "
         f"{m.own_cpu:.1f} CPU-s = {m.own_cpu / result.seconds / psutil.cpu_count():.0%} "
         "of the machine.",
-        f"- Slack: {m.slack_calls} Web API calls, {sum(m.injected.values())} failed on purpose "
+        f"- Slack: {m.slack_calls} Web API calls ("
+        + ", ".join(f"{n} {method}" for method, n in m.slack_methods.most_common(6))
+        + f"), {sum(m.injected.values())} failed on purpose "
         f"({m.injected[429]} × 429, {m.injected[500]} × 500); "
         f"{m.model_requests} model requests.",
         f"- Memory at the peak: bot process (with the fakes in it) {mib(bot_pss):.0f} MiB PSS "
