@@ -384,19 +384,29 @@ async def load(
 
 class StartTimes(logging.Handler):
     """Every kernel start, as the bot logs it (`kernels.started … seconds=`): the backend's
-    start, its wait for a start slot included."""
+    start, its wait for a start slot included. Also where a thread that needed a new kernel
+    waited: for a seat (`kernels.seat how=… waited=`), then for its replay (`kernels.leased
+    … replay_seconds=`)."""
 
     LINE = re.compile(r"^kernels\.started .*\bseconds=([0-9.]+)")
+    SEAT = re.compile(r"^kernels\.seat how=(\w+) waited=([0-9.]+)")
+    LEASED = re.compile(r"^kernels\.leased .*\breplay_seconds=([0-9.]+)")
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.seconds: list[float] = []
+        self.seats: list[tuple[str, float]] = []  # (pool | free | evict, seconds waited)
+        self.replays: list[float] = []
         logging.getLogger("slackinterp.kernels.registry").addHandler(self)
 
     def emit(self, record: logging.LogRecord) -> None:
-        match = self.LINE.match(record.getMessage())
-        if match:
+        message = record.getMessage()
+        if match := self.LINE.match(message):
             self.seconds.append(float(match.group(1)))
+        elif match := self.SEAT.match(message):
+            self.seats.append((match.group(1), float(match.group(2))))
+        elif match := self.LEASED.match(message):
+            self.replays.append(float(match.group(1)))
 
 
 class LoopWatch:
@@ -656,6 +666,7 @@ class Measured:
     left: list[str]
     stop_seconds: float
     slack_calls: int
+    slack_methods: Counter[str]
     injected: Counter[int]
     model_requests: int
     sandboxed: bool
@@ -903,6 +914,7 @@ async def main(args: argparse.Namespace) -> int:
             left=left,
             stop_seconds=stop_seconds,
             slack_calls=len(fake.calls),
+            slack_methods=Counter(c.method for c in fake.calls),
             injected=fake.faults.injected,
             model_requests=len(model.requests),
             sandboxed=sandboxed,
@@ -949,8 +961,27 @@ def details(args: argparse.Namespace, m: Measured, total_seconds: float) -> list
             f"{number}: p50 {pct(seconds, 50):.2f} s, max {max(seconds, default=0):.2f} s"
         )
     starts = m.starts.seconds
+    by_kind = []
+    for kind in ("code", "model"):
+        for label, first in (("a new thread's first", True), ("later", False)):
+            seconds = [
+                t.latency
+                for t in turns
+                if t.kind == kind and (t.turn == 0) == first and t.latency is not None
+            ]
+            by_kind.append(f"{kind}, {label} turns: p50 {pct(seconds, 50):.2f} s")
+    seats = m.starts.seats
+    evicting = [w for how, w in seats if how == "evict"]
+    replays = [r for r in m.starts.replays if r > 0]
     return [
         "- Turn latency by turn number (0 = a new thread): " + "; ".join(by_turn) + ".",
+        "- By kind: " + "; ".join(by_kind) + ".",
+        f"- A new kernel for a thread: {len(seats)} times "
+        f"({Counter(how for how, _ in seats).get('pool', 0)} from the pool, "
+        f"{Counter(how for how, _ in seats).get('free', 0)} in a free seat, {len(evicting)} "
+        f"in an evicted one's seat, after waiting for it p50 {pct(evicting, 50):.2f} s, "
+        f"max {max(evicting, default=0):.2f} s); {len(replays)} replays, "
+        f"p50 {pct(replays, 50):.2f} s.",
         "- Turns without their reply: "
         + ("; ".join(f"{n} × “{text}”" for text, n in failures.most_common()) or "none")
         + ".",
@@ -963,7 +994,9 @@ def details(args: argparse.Namespace, m: Measured, total_seconds: float) -> list
         f"(sampled every {SAMPLE_INTERVAL:g} s), of which this process (bot + fakes + driver) "
         f"{m.own_cpu:.1f} CPU-s = {m.own_cpu / result.seconds / psutil.cpu_count():.0%} "
         "of the machine.",
-        f"- Slack: {m.slack_calls} Web API calls, {sum(m.injected.values())} failed on purpose "
+        f"- Slack: {m.slack_calls} Web API calls ("
+        + ", ".join(f"{n} {method}" for method, n in m.slack_methods.most_common(6))
+        + f"), {sum(m.injected.values())} failed on purpose "
         f"({m.injected[429]} × 429, {m.injected[500]} × 500); "
         f"{m.model_requests} model requests.",
         f"- Memory at the peak: bot process (with the fakes in it) {mib(bot_pss):.0f} MiB PSS "

@@ -204,7 +204,12 @@ class Settings(BaseSettings):
     )
     pool_size: int = Field(2, ge=0, le=64, description="Warm kernels kept ready.")
     max_kernels: int = Field(
-        50, ge=1, description="Live kernels at most; the least recently used idle one goes first."
+        50,
+        ge=1,
+        description=(
+            "Live kernels at most; the least recently used idle one goes first (one in use "
+            "mid-turn or in the last 3 s only when SLACKINTERP_CAPACITY_WAIT is up)."
+        ),
     )
     capacity_wait: float = _seconds(
         30, "Seconds a request waits for a free kernel when all are busy, before 'at capacity'."

@@ -73,7 +73,8 @@ def registry(backend: FakeBackend, **kw) -> KernelRegistry:
     async def nothing(_key: str) -> list[str]:
         return []
 
-    defaults = {"pool_size": 2, "max_kernels": 4, "capacity_wait": 10.0}
+    # No eviction grace unless a test is about it: the others are about the bookkeeping.
+    defaults = {"pool_size": 2, "max_kernels": 4, "capacity_wait": 10.0, "evict_grace": 0.0}
     defaults.update(kw)
     return KernelRegistry(
         backend,
@@ -422,3 +423,70 @@ async def test_nothing_is_planned_after_shutdown() -> None:
     reg.mark_idle("a")
     reg.refill_pool()
     assert reg._refill_timer is None and backend.running == 0
+
+
+# --- eviction spares kernels in use (EVICT_GRACE) ---------------------------------------------
+
+
+async def test_a_kernel_just_used_is_not_evicted_while_an_older_one_can_be() -> None:
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=2, evict_grace=30.0)
+    await reg.start()
+    old = await reg.acquire("old", Path("/nowhere/old"))
+    reg.mark_idle("old")
+    reg.slots["old"].last_used -= 60  # idle for a minute
+    recent = await reg.acquire("recent", Path("/nowhere/recent"))
+    reg.mark_idle("recent")
+    await reg.acquire("new", Path("/nowhere/new"))
+    assert recent.kernel.alive and not old.kernel.alive
+    await reg.shutdown()
+
+
+async def test_a_thread_waits_for_a_kernel_to_go_quiet_instead_of_evicting_it() -> None:
+    """Every other kernel was just used: the new thread waits until one has been idle for the
+    grace, and takes that seat (no refusal, no eviction of a kernel about to be used again)."""
+    loop = asyncio.get_running_loop()
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=1, evict_grace=0.5, capacity_wait=30)
+    await reg.start()
+    first = await reg.acquire("a", Path("/nowhere/a"))
+    reg.mark_idle("a")
+    idle_since = loop.time()
+    await reg.acquire("b", Path("/nowhere/b"))
+    assert loop.time() - idle_since >= 0.5 and not first.kernel.alive
+    await reg.shutdown()
+
+
+async def test_a_thread_in_a_turn_keeps_its_kernel_between_cells() -> None:
+    """Between a model turn's cells the kernel is idle, but the turn uses it again: another
+    thread waits for the turn to end (then the grace), not evicting it mid-turn."""
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=1, evict_grace=0.2, capacity_wait=30)
+    await reg.start()
+    reg.turn_began("a")
+    lease = await reg.acquire("a", Path("/nowhere/a"))
+    reg.mark_idle("a")  # the first cell ran; the model thinks
+    other = asyncio.create_task(reg.acquire("b", Path("/nowhere/b")))
+    await asyncio.sleep(0.6)  # past the grace, still in the turn
+    assert not other.done() and lease.kernel.alive
+    again = await reg.acquire("a", Path("/nowhere/a"))  # the turn's second cell
+    assert again.kernel is lease.kernel
+    reg.mark_idle("a")
+    reg.turn_ended("a")
+    await asyncio.wait_for(other, 30)
+    assert not lease.kernel.alive
+    await reg.shutdown()
+
+
+async def test_an_active_kernel_still_gives_way_when_the_capacity_wait_is_up() -> None:
+    """The grace never turns into a refusal: a thread that waited SLACKINTERP_CAPACITY_WAIT
+    takes the seat of an idle kernel even mid-turn."""
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=1, evict_grace=60.0, capacity_wait=0.3)
+    await reg.start()
+    reg.turn_began("a")
+    lease = await reg.acquire("a", Path("/nowhere/a"))
+    reg.mark_idle("a")
+    await reg.acquire("b", Path("/nowhere/b"))
+    assert not lease.kernel.alive
+    await reg.shutdown()

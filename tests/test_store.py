@@ -213,6 +213,38 @@ async def test_cells_replay_and_reset(store: Store) -> None:
     assert [c.id for c in await store.replayable_cells(key)] == [after]
 
 
+async def test_a_cell_and_its_transcript_entry_are_recorded_together(store: Store) -> None:
+    """record_cell: the replay row and the numbered transcript entry in one transaction, the
+    entry's outputs made from its number and the characters stored before it."""
+    key = "T:C:1"
+    await store.add_entry(key, "question", "why?")
+    seen: list[tuple[int, int]] = []
+
+    def outputs(number: int, used: int) -> list[dict[str, object]]:
+        seen.append((number, used))
+        return [{"output_type": "stream", "name": "stdout", "text": f"n{number}\n"}]
+
+    first = await store.record_cell(
+        key, "a = 1", ok=True, error_name=None, duration=0.1, outputs=outputs
+    )
+    second = await store.record_cell(
+        key, "1/0", ok=False, error_name="ZeroDivisionError", duration=0.0, outputs=outputs
+    )
+    assert first < second
+    assert [c.code for c in await store.replayable_cells(key)] == ["a = 1"]
+    assert await store.count_cells(key) == 2
+    assert seen[0] == (1, len("why?") + len("[]")) and seen[1][0] == 2 and seen[1][1] > seen[0][1]
+    rows = await store.transcript(key)
+    assert [(kind, source, n) for kind, source, _outputs, n in rows] == [
+        ("question", "why?", None),
+        ("code", "a = 1", 1),
+        ("code", "1/0", 2),
+    ]
+    assert rows[2][2][0]["text"] == "n2\n"
+    count, used = await store.transcript_stats(key)
+    assert count == 2 and used > seen[1][1]
+
+
 async def test_values_postgresql_would_refuse_are_stored(store: Store) -> None:
     """NUL in text and over-long error names: SQLite takes them, PostgreSQL must too."""
     key = "T:C:1"

@@ -12,6 +12,7 @@ import logging
 import uuid
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from slackinterp import metrics
 from slackinterp.config import Settings
@@ -202,14 +203,14 @@ class CellRunner:
             # The front-end first: without this yield the record's SQL set-up (~1 ms of the
             # event loop) would run before the cell's message is even sent.
             await asyncio.sleep(0)
-            await self.store.add_cell(
+            await self.store.record_cell(
                 key,
                 code,
                 ok=result.ok,
                 error_name=result.error.ename if result.error else None,
                 duration=result.duration,
+                outputs=lambda number, used: self._export_outputs(result, number, used),
             )
-            await self._record_for_export(key, code, result)
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
             key,
@@ -293,13 +294,13 @@ class CellRunner:
         return result.text
 
     # --- the thread as a notebook ------------------------------------------------------------
-    async def _record_for_export(self, key: str, code: str, result: CellResult) -> None:
-        """The cell and its outputs, for `export`; bounded by SLACKINTERP_NOTEBOOK_MAX_MB."""
-        count, used = await self.store.transcript_stats(key)
-        outputs = notebook.cell_outputs(result, count + 1)
+    def _export_outputs(self, result: CellResult, number: int, used: int) -> list[dict[str, Any]]:
+        """The cell's outputs for `export` (cell `number` of the transcript, `used` characters
+        stored before it); bounded by SLACKINTERP_NOTEBOOK_MAX_MB."""
+        outputs = notebook.cell_outputs(result, number)
         cap = self.settings.notebook_max_mb * 1024 * 1024
         if used + notebook.outputs_size(outputs) > cap:
             outputs = notebook.without_images(outputs, "SLACKINTERP_NOTEBOOK_MAX_MB reached")
             if used + notebook.outputs_size(outputs) > cap:
                 outputs = [notebook.note("outputs not kept: SLACKINTERP_NOTEBOOK_MAX_MB reached")]
-        await self.store.add_entry(key, "code", code, outputs, count + 1)
+        return outputs

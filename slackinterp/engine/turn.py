@@ -251,6 +251,8 @@ class Engine:
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
         await asyncio.to_thread(clear_staging, self.cells.outbox(session))
+        # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
+        self.registry.turn_began(session.key.id)
         try:
             start = await self.store.start_turn(session.key.id, context_at=request.position)
             session.fresh = start.fresh
@@ -304,6 +306,7 @@ class Engine:
             log.exception("turn.failed thread=%s", session.key.id)
             emit(TurnFailed(notices.internal_error(exc), kind=FailureKind.INTERNAL))
         finally:
+            self.registry.turn_ended(session.key.id)
             session.control = None
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
             await self.store.turn_finished(session.key.id)

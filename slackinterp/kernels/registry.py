@@ -34,6 +34,13 @@ POOL_BACKOFF_MAX = 300
 # this long.
 REFILL_AFTER_CELL = 0.2
 REFILL_DURING_CELL = 1.0
+# Eviction (see KernelRegistry._victim): a kernel used less than this long ago, or whose thread
+# is in the middle of a turn, is likely to be used again at once. Evicting it means a restart
+# and a replay of its cells for that thread soon after, and under a burst of more threads than
+# seats, LRU eviction then evicts every kernel before its next use (every turn pays a start and
+# a replay). A thread that needs a seat waits for a kernel to go quiet instead, and takes an
+# active one's seat only when SLACKINTERP_CAPACITY_WAIT is up (rather than being refused).
+EVICT_GRACE = 3.0
 # Run in every pooled kernel once it started (see KernelRegistry._warm).
 WARM_CODE = "pass"
 WARM_TIMEOUT = 30.0
@@ -89,6 +96,7 @@ class KernelRegistry:
         exec_grace: float = 3.0,
         max_output_chars: int = 20000,
         capacity_wait: float = 30.0,
+        evict_grace: float = EVICT_GRACE,
     ):
         self.backend = backend
         self.pool_dir = pool_dir
@@ -105,6 +113,10 @@ class KernelRegistry:
         self._freed = asyncio.Event()
         self._background: set[asyncio.Task[None]] = set()
         self.capacity_wait = capacity_wait
+        self.evict_grace = evict_grace
+        # Threads in the middle of a turn (turn_began … turn_ended): between the cells of a
+        # model turn the kernel is idle, but the turn will use it again.
+        self._in_turn: set[str] = set()
         self._lock = asyncio.Lock()
         self._refill_task: asyncio.Task[None] | None = None
         # The planned refill (see refill_pool): cleared when it fires or is cancelled.
@@ -334,8 +346,11 @@ class KernelRegistry:
         else:
             reason = RestoreReason.REAPED if key in self._known else RestoreReason.NEW_PROCESS
         new = slot is None
+        began = time.monotonic()
+        got_kernel = restored = began
         if slot is None:
             kernel = await self.new_kernel(cwd)
+            got_kernel = time.monotonic()
             # No await since new_kernel returned: no pool start slips in before this.
             self._first_cells[key] = time.monotonic() + REFILL_DURING_CELL
             self.refill_pool()  # planned now, so that a lease that fails still refills
@@ -352,8 +367,16 @@ class KernelRegistry:
             if not fresh:
                 restore = await self._restore(slot, slot.needs_restore)
             slot.needs_restore = None
+            restored = time.monotonic()
         self._known.add(key)
         if new:
+            # Where a thread waited for its kernel: a seat (and its start), then the replay.
+            log.info(
+                "kernels.leased thread=%s kernel_seconds=%.3f replay_seconds=%.3f",
+                key,
+                got_kernel - began,
+                max(0.0, restored - got_kernel),
+            )
             # Not now: a kernel starting up competes for the CPU and the event loop, and this
             # thread's first cell should not wait behind it (mark_idle ends the wait).
             self._first_cells[key] = time.monotonic() + REFILL_DURING_CELL
@@ -371,7 +394,8 @@ class KernelRegistry:
         idle kernel. When every seat is busy, wait a while for one (bursts are normal) before
         telling the caller the bot is at capacity. `attach_to`: take a seat for a kernel
         another replica started instead of starting one."""
-        deadline = time.monotonic() + self.capacity_wait
+        asked = time.monotonic()
+        deadline = asked + self.capacity_wait
         while True:
             victim: Slot | None = None
             kernel: Kernel | None = None
@@ -380,20 +404,29 @@ class KernelRegistry:
                     kernel = self.pool.pop(0)
                     self._starting += 1  # in neither pool nor slots while it moves: count it
                     break
-                if self.live_count < self.max_kernels or (victim := self._lru_idle()):
+                now = time.monotonic()
+                if self.live_count < self.max_kernels or (
+                    victim := self._victim(now, last_resort=now >= deadline)
+                ):
                     if victim is not None:
                         self.slots.pop(victim.key, None)  # its seat passes straight to us
                     self._starting += 1
                     break
                 freed = self._freed
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+                # Woken by a freed seat, or when an idle kernel stops counting as active.
+                wake = min(deadline, self._quiet_at())
+            if now >= deadline:
                 raise AtCapacity(
                     f"all {self.max_kernels} kernels are busy (SLACKINTERP_MAX_KERNELS); "
                     "try again in a moment"
                 )
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(freed.wait(), remaining)
+                await asyncio.wait_for(freed.wait(), max(0.001, wake - time.monotonic()))
+        log.info(
+            "kernels.seat how=%s waited=%.3f",
+            "pool" if kernel is not None else "evict" if victim is not None else "free",
+            time.monotonic() - asked,
+        )
         try:
             if kernel is not None:
                 if await kernel.is_alive():
@@ -417,9 +450,38 @@ class KernelRegistry:
             self._starting -= 1
             self.notify_freed()
 
-    def _lru_idle(self) -> Slot | None:
+    def _victim(self, now: float, *, last_resort: bool) -> Slot | None:
+        """The least recently used idle kernel that is not active (see EVICT_GRACE); as a
+        last resort, the least recently used idle one. None: wait."""
         idle = [s for s in self.slots.values() if not s.busy]
+        if not last_resort:
+            idle = [s for s in idle if self._quiet_since(s) <= now]
         return min(idle, key=lambda s: s.last_used) if idle else None
+
+    def _quiet_since(self, slot: Slot) -> float:
+        """When an idle kernel stops being active (inf while its thread is in a turn)."""
+        if slot.key in self._in_turn:
+            return float("inf")
+        return slot.last_used + self.evict_grace
+
+    def _quiet_at(self) -> float:
+        """The earliest time an idle kernel stops being active (inf: none will by itself)."""
+        idle = [self._quiet_since(s) for s in self.slots.values() if not s.busy]
+        return min(idle, default=float("inf"))
+
+    def turn_began(self, key: str) -> None:
+        """The thread's turn started: its kernel is not evicted before turn_ended (unless
+        another thread waited SLACKINTERP_CAPACITY_WAIT for a seat)."""
+        self._in_turn.add(key)
+
+    def turn_ended(self, key: str) -> None:
+        """The thread's turn is over: its kernel is evictable EVICT_GRACE s from now."""
+        self._in_turn.discard(key)
+        slot = self.slots.get(key)
+        if slot is not None:
+            if not slot.busy:
+                slot.last_used = time.monotonic()
+            self.notify_freed()  # a waiter recomputes when it may evict
 
     def notify_freed(self) -> None:
         """Wake whoever waits for a seat (a slot went idle, a kernel stopped or started)."""

@@ -16,7 +16,8 @@ union.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
 
 from sqlalchemy.exc import DBAPIError
 
@@ -95,6 +96,30 @@ __all__ = [
 
 class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules):
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
+
+    async def record_cell(
+        self,
+        key: str,
+        code: str,
+        *,
+        ok: bool,
+        error_name: str | None,
+        duration: float,
+        outputs: Callable[[int, int], Sequence[dict[str, Any]]],
+    ) -> int:
+        """A finished cell for replay (add_cell) and its transcript entry (add_entry), in one
+        transaction: on SQLite every transaction waits its turn for the one connection, and a
+        turn's next cell, model request or turn waits behind these. `outputs(number, used)`
+        gives the entry's outputs from its execution count and the characters already stored
+        (transcript_stats). Returns the cell's id."""
+        async with self._engine.begin() as conn:
+            cell_id = await self._add_cell(
+                conn, key, code, ok=ok, error_name=error_name, duration=duration
+            )
+            count, used = await self._transcript_stats(conn, key)
+            number = count + 1
+            await self._add_entry(conn, key, "code", code, outputs(number, used), number)
+        return cell_id
 
     @classmethod
     async def open(cls, url: str, *, migrations: Mapping[int, Migration] = MIGRATIONS) -> Store:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.base import StoreBase, StoreError, clean
 from slackinterp.store.schema import cells, history
@@ -30,21 +31,35 @@ class Replay(StoreBase):
         self, key: str, code: str, *, ok: bool, error_name: str | None, duration: float
     ) -> int:
         async with self._engine.begin() as conn:
-            result = await conn.execute(
-                insert(cells).values(
-                    thread_key=key,
-                    code=clean(code),
-                    ok=ok,
-                    error_name=clean(error_name, 200),
-                    duration=duration,
-                    replay=True,
-                    created_at=time.time(),
-                )
+            return await self._add_cell(
+                conn, key, code, ok=ok, error_name=error_name, duration=duration
             )
-            inserted = result.inserted_primary_key
-            if inserted is None:  # never for a single-row INSERT; the type allows it
-                raise StoreError("the database returned no id for the new cell")
-            return int(inserted[0])
+
+    @staticmethod
+    async def _add_cell(
+        conn: AsyncConnection,
+        key: str,
+        code: str,
+        *,
+        ok: bool,
+        error_name: str | None,
+        duration: float,
+    ) -> int:
+        result = await conn.execute(
+            insert(cells).values(
+                thread_key=key,
+                code=clean(code),
+                ok=ok,
+                error_name=clean(error_name, 200),
+                duration=duration,
+                replay=True,
+                created_at=time.time(),
+            )
+        )
+        inserted = result.inserted_primary_key
+        if inserted is None:  # never for a single-row INSERT; the type allows it
+            raise StoreError("the database returned no id for the new cell")
+        return int(inserted[0])
 
     async def replayable_cells(self, key: str) -> list[StoredCell]:
         """Cells that succeeded since the last reset, in the order they ran."""

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select
+from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.base import StoreBase, clean
 from slackinterp.store.schema import transcript
@@ -26,20 +27,31 @@ class Transcript(StoreBase):
         execution_count: int | None = None,
     ) -> int:
         """Append to the thread's transcript; returns the stored size in characters."""
+        async with self._engine.begin() as conn:
+            return await self._add_entry(conn, key, kind, source, outputs, execution_count)
+
+    @staticmethod
+    async def _add_entry(
+        conn: AsyncConnection,
+        key: str,
+        kind: str,
+        source: str,
+        outputs: Sequence[dict[str, Any]] = (),
+        execution_count: int | None = None,
+    ) -> int:
         encoded = json.dumps(list(outputs), ensure_ascii=False)
         size = len(source) + len(encoded)
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                insert(transcript).values(
-                    thread_key=key,
-                    kind=kind,
-                    source=clean(source),
-                    outputs=clean(encoded),
-                    execution_count=execution_count,
-                    size=size,
-                    created_at=time.time(),
-                )
+        await conn.execute(
+            insert(transcript).values(
+                thread_key=key,
+                kind=kind,
+                source=clean(source),
+                outputs=clean(encoded),
+                execution_count=execution_count,
+                size=size,
+                created_at=time.time(),
             )
+        )
         return size
 
     async def transcript(self, key: str) -> list[tuple[str, str, list[dict[str, Any]], int | None]]:
@@ -60,12 +72,16 @@ class Transcript(StoreBase):
 
     async def transcript_stats(self, key: str) -> tuple[int, int]:
         """(code cells, characters stored) of the thread's transcript."""
+        async with self._engine.connect() as conn:
+            return await self._transcript_stats(conn, key)
+
+    @staticmethod
+    async def _transcript_stats(conn: AsyncConnection, key: str) -> tuple[int, int]:
         query = select(
             func.count().filter(transcript.c.kind == "code"),
             func.coalesce(func.sum(transcript.c.size), 0),
         ).where(transcript.c.thread_key == key)
-        async with self._engine.connect() as conn:
-            row = (await conn.execute(query)).one()
+        row = (await conn.execute(query)).one()
         return int(row[0] or 0), int(row[1] or 0)
 
     async def clear_transcript(self, key: str) -> None:
