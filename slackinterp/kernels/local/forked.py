@@ -221,7 +221,12 @@ async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
         group = cgroups.KernelCgroup.create(
             backend.pids_root, runtime.name.removeprefix("k"), backend.limits.max_processes
         )
-    await backend._prepare_sandbox(km, cwd, runtime, seed_fonts=False)
+    try:
+        await backend._prepare_sandbox(km, cwd, runtime, seed_fonts=False)
+    except BaseException:  # no LocalKernel owns the cgroup yet: remove it here
+        if group is not None:
+            await asyncio.to_thread(group.remove)
+        raise
     km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
     km.limits = backend.limits
     km.cgroup_procs = group.procs_file if group else None
