@@ -6,8 +6,9 @@ Real servers and small models bend that: calls written as text are run as the to
 (textcalls.py), the tool can be forced by name, images go to models that can see them, and a
 reply cut at the length limit is continued once. OpenAI's Responses API is an option
 (responses.py). Bounded: rounds per turn, tokens and wall time per reply and replies that
-repeat themselves cut (bounds.py), identical failing code is not run a third time, history
-within a budget, images by count and size. Every way a turn ends leaves a line in the thread.
+repeat themselves cut (bounds.py), the turn's wall clock (turnclock.py), identical failing
+code is not run a third time, history within a budget, images by count and size. Every way
+a turn ends leaves a line in the thread.
 """
 
 from __future__ import annotations
@@ -36,6 +37,7 @@ from slackinterp.llm import (
     responses,
     textcalls,
     tooling,
+    turnclock,
 )
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
@@ -44,6 +46,7 @@ from slackinterp.llm.port import CellSource, ReceivedFile, TurnPort
 from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.steering import as_message as steering_message  # issue 27
 from slackinterp.llm.tooling import tool_result_text
+from slackinterp.llm.turnclock import TurnClock
 from slackinterp.logs import public_url
 from slackinterp.model_client import openai_client
 
@@ -98,6 +101,8 @@ class Agent:
                 settings.max_completion_tokens, str(client.base_url)
             ),
             reply_seconds=settings.model_reply_seconds,
+            temperature=settings.model_temperature,
+            turn_seconds=settings.turn_seconds,
         )
         return cls(client, config, history)
 
@@ -120,8 +125,8 @@ class Agent:
         hooks: TurnPort,
         stop: asyncio.Event,
     ) -> str:
+        state = TurnState(clock=TurnClock(self.config.turn_seconds))
         earlier = await self.history.history(key)
-        state = TurnState()
         content = text or "(The user sent files without a message.)"
         if files:
             raw = await hooks.run_hidden(prompts.file_preview_code([f.name for f in files]))
@@ -134,6 +139,9 @@ class Agent:
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
         for _round in range(self.config.max_rounds):
+            if state.clock.spent():
+                log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
+                return turnclock.out_of_time(self.config.turn_seconds, state.ran_cell)
             await self._steer(key, turn, hooks)  # issue 27: messages sent while it runs
             variables = await hooks.variables()
             system = (
@@ -263,10 +271,14 @@ class Agent:
         if reply.tool_calls:
             named = reply.tool_calls[0]["function"]["name"]
             kept = "call" if named == prompts.TOOL_NAME else "unknown"
+        timed = reply.cut in (bounds.CUT_TIME, bounds.CUT_TURN)
+        limit = (
+            self.config.turn_seconds if reply.cut == bounds.CUT_TURN else self.config.reply_seconds
+        )
         if not kept:
-            kind = FailureKind.TIMEOUT if reply.cut == bounds.CUT_TIME else FailureKind.MODEL
-            raise ModelError(bounds.cut_line(reply.cut, self.config.reply_seconds, kept=""), kind)
-        line = bounds.cut_line(reply.cut, self.config.reply_seconds, kept=kept)
+            kind = FailureKind.TIMEOUT if timed else FailureKind.MODEL
+            raise ModelError(bounds.cut_line(reply.cut, limit, kept=""), kind)
+        line = bounds.cut_line(reply.cut, limit, kept=kept)
         await hooks.notice(NoticeKind.CUT, line)
 
     async def _continue_cut(
@@ -421,7 +433,7 @@ class Agent:
         metrics.MODEL_CALLS.inc()
         started = time.monotonic()
         choice = self._tool_choice(state)
-        reply = await self.completions.create(messages, hooks, choice, state.carried)
+        reply = await self.completions.create(messages, hooks, choice, state.carried, state.clock)
         log.info(
             "model.replied seconds=%.2f tool_calls=%d chars=%d finish=%s",
             time.monotonic() - started,

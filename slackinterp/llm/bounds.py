@@ -40,6 +40,7 @@ _DECODER = json.JSONDecoder(strict=False)
 
 CUT_REPEATING = "repeating"
 CUT_TIME = "time"
+CUT_TURN = "turn"  # the turn's own wall clock ran out (turnclock.py)
 CUT_AFTER_CALL = "after_call"  # not worth a line in the thread: the call runs as written
 
 
@@ -209,11 +210,17 @@ class Partial:
 
 def cut_line(reason: str, seconds: float, *, kept: str) -> str:
     """The one line the thread gets about a cut reply: what happened, what was kept, which
-    setting to change."""
+    setting to change (`seconds`: the limit that ran out)."""
     if reason == CUT_TIME:
         what = (
             f"The model's reply was still going after {seconds:g} s "
             "(SLACKINTERP_MODEL_REPLY_SECONDS), so I stopped it"
+        )
+        advice = "raise that setting if the model is slow but sound"
+    elif reason == CUT_TURN:
+        what = (
+            "The model's reply was still going when this message's time ran out "
+            f"({seconds:g} s, SLACKINTERP_TURN_SECONDS), so I stopped it"
         )
         advice = "raise that setting if the model is slow but sound"
     else:
