@@ -55,6 +55,11 @@ class TextToolCalls(StrEnum):
     OFF = "off"
 
 
+class ToolMode(StrEnum):
+    FUNCTION = "function"
+    BLOCKS = "blocks"
+
+
 class ToolChoice(StrEnum):
     AUTO = "auto"
     REQUIRED = "required"
@@ -428,6 +433,13 @@ class Settings(BaseSettings):
         "past it no new model call starts, the running one is stopped, the cells that ran "
         "are kept and the thread is told (0 = no limit).",
         ge=0,
+    )
+    tool_mode: ToolMode = Field(
+        ToolMode.FUNCTION,
+        description="function: offer the model the `python` function tool (any server with "
+        "tool calling); blocks: send no tool, a short prompt asks for a ```python block, "
+        "which runs, and the output comes back as a message (small local models write "
+        "blocks far better than JSON calls).",
     )
     model_temperature: float | None = Field(
         None,

@@ -30,6 +30,7 @@ from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm import (
     bounds,
+    codeblocks,
     failures,
     hints,
     images,
@@ -91,7 +92,8 @@ class Agent:
             stream=settings.model_stream,
             base_url=public_url(str(client.base_url)),
             api=settings.model_api.value,
-            text_tool_calls=settings.text_tool_calls.value == "auto",
+            text_tool_calls=settings.text_tool_calls.value == "auto"
+            or settings.tool_mode.value == "blocks",
             tool_choice=settings.tool_choice.value,
             vision=settings.model_vision.value,
             max_images=settings.model_max_images,
@@ -102,12 +104,24 @@ class Agent:
             ),
             reply_seconds=settings.model_reply_seconds,
             temperature=settings.model_temperature,
+            tool_mode=settings.tool_mode.value,
             turn_seconds=settings.turn_seconds,
         )
         return cls(client, config, history)
 
     async def close(self) -> None:
         await self.client.close()
+
+    @property
+    def blocks(self) -> bool:
+        return self.config.tool_mode == "blocks"
+
+    def _system_prompt(self) -> str:
+        """The configured prompt; in blocks mode the short one unless one was set."""
+        if self.blocks and self.config.system_prompt == prompts.SYSTEM_PROMPT:
+            config = self.config
+            return codeblocks.system_prompt(config.exec_timeout, config.network, config.packages)
+        return self.config.system_prompt
 
     @property
     def vision(self) -> bool:
@@ -125,9 +139,10 @@ class Agent:
         hooks: TurnPort,
         stop: asyncio.Event,
     ) -> str:
-        state = TurnState(clock=TurnClock(self.config.turn_seconds))
+        state = TurnState(clock=TurnClock(self.config.turn_seconds), blocks=self.blocks)
         earlier = await self.history.history(key)
         content = text or "(The user sent files without a message.)"
+        state.with_files = bool(files)
         if files:
             raw = await hooks.run_hidden(prompts.file_preview_code([f.name for f in files]))
             previews = prompts.describe_previews(raw)
@@ -145,15 +160,16 @@ class Agent:
             await self._steer(key, turn, hooks)  # issue 27: messages sent while it runs
             variables = await hooks.variables()
             system = (
-                self.config.system_prompt
-                + "\n"
-                + prompts.context_block(await hooks.files(), variables)
+                self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
             )
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
             if not reply.tool_calls and self.config.text_tool_calls:
                 found = textcalls.find_calls(
-                    reply.text, succeeded=state.succeeded, already_run=state.already_run
+                    reply.text,
+                    succeeded=state.succeeded,
+                    already_run=state.already_run,
+                    blocks=state.blocks,
                 )
                 calls = found.calls
                 if reply.cut:  # the first complete call only; an unreadable one is none
@@ -183,7 +199,11 @@ class Agent:
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
-                nudge = "" if state.nudged else hints.nudge(answer, state.ran_cell)
+                nudge = (
+                    ""
+                    if state.nudged
+                    else hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
+                )
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
@@ -340,7 +360,7 @@ class Agent:
     def _tool_choice(self, state: TurnState) -> Any:
         """None = the server's default (auto). Forcing stops once a cell succeeded, so the
         model can answer."""
-        if self.config.tool_choice == "auto" or state.succeeded:
+        if self.config.tool_choice == "auto" or state.succeeded or state.blocks:
             return None
         if self.config.tool_choice == "required":
             return "required"
@@ -381,6 +401,8 @@ class Agent:
         while True:
             head = {"role": "system", "content": system}
             messages = [head, *fit_to_budget(earlier, turn, budget - message_size(head) - 2)]
+            if state.blocks:
+                messages = codeblocks.as_plain_messages(messages)
             with_images = bool(state.images) and self.vision
             if with_images:
                 messages.append(images.request_message(state.images))

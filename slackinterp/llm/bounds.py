@@ -101,9 +101,13 @@ def _same_json(text: str) -> int | None:
     return None
 
 
-def after_call(text: str) -> int | None:
+def after_call(text: str, blocks: bool = False) -> int | None:
     """The end of the first complete tool call written as text, when more than
-    AFTER_CALL_CHARS follow it (an imagined result, more calls): where to cut."""
+    AFTER_CALL_CHARS follow it (an imagined result, more calls): where to cut. `blocks`
+    (SLACKINTERP_TOOL_MODE=blocks): the end of the first ```python block, whatever follows."""
+    if blocks:
+        block = _PYTHON_BLOCK.search(text)
+        return block.end() if block and len(text) > block.end() else None
     ends = [e for value, e in _json_objects(text) if _call_like(value)][:1]
     tag = text.find("</tool_call>")
     if tag >= 0:
@@ -134,6 +138,7 @@ def _json_objects(text: str) -> Iterator[tuple[Any, int]]:
         i = end
 
 
+_PYTHON_BLOCK = re.compile(r"```[ \t]*(?:python3?|py|ipython)[ \t]*\n.*?\n[ \t]*```", re.S | re.I)
 _CALL_START = re.compile(r"^[ \t]*(?:\{|\[\s*\{|<tool_call>)", re.M)
 
 
@@ -158,6 +163,7 @@ class Partial:
     finish: str | None = None
     checked: int = 0  # characters of text and arguments at the last repetition check
     text_calls: bool = True  # tool calls written as text are run (SLACKINTERP_TEXT_TOOL_CALLS)
+    blocks: bool = False  # ```python blocks are the calls (SLACKINTERP_TOOL_MODE=blocks)
     cut: str = ""  # why the reply was cut, once it was
 
     def joined(self) -> str:
@@ -180,7 +186,7 @@ class Partial:
         cut = repetition_start(text)
         self.cut = CUT_REPEATING
         if cut is None and self.text_calls and not self.calls:
-            cut, self.cut = after_call(text), CUT_AFTER_CALL
+            cut, self.cut = after_call(text, self.blocks), CUT_AFTER_CALL
         if cut is not None:
             self.text = [text[:cut]]
             return True

@@ -92,7 +92,9 @@ class Completions:
         """One reply within SLACKINTERP_MODEL_REPLY_SECONDS, or what is left of the turn's
         SLACKINTERP_TURN_SECONDS when that is less (the SDK's own timeout bounds only the
         wait between bytes, and it retries)."""
-        partial = bounds.Partial(text_calls=self.config.text_tool_calls)
+        partial = bounds.Partial(
+            text_calls=self.config.text_tool_calls, blocks=self.config.tool_mode == "blocks"
+        )
         started = time.monotonic()
         limit, reason = self.config.reply_seconds, bounds.CUT_TIME
         if clock is not None:
@@ -168,11 +170,9 @@ class Completions:
         tool_choice: Any,
         partial: bounds.Partial,
     ) -> Reply:
-        kwargs: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": messages,
-            "tools": [self.tool()],
-        }
+        kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if self.config.tool_mode != "blocks":  # blocks: the model writes code blocks instead
+            kwargs["tools"] = [self.tool()]
         choice = tool_choice
         if choice is not None:
             kwargs["tool_choice"] = choice
@@ -261,8 +261,9 @@ class Completions:
             "model": self.config.model,
             "instructions": instructions,
             "input": items,
-            "tools": [responses.tool(self.tool())],
         }
+        if self.config.tool_mode != "blocks":
+            kwargs["tools"] = [responses.tool(self.tool())]
         choice = tool_choice
         if choice is not None:
             kwargs["tool_choice"] = responses.tool_choice(choice)
