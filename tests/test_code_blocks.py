@@ -74,3 +74,15 @@ def test_numbers_about_attached_files_without_code_get_a_nudge_in_blocks_mode() 
     assert hints.nudge(guess, False, blocks=True, with_files=False) == ""  # nothing attached
     assert hints.nudge(guess, False, blocks=False, with_files=True) == ""  # function mode
     assert hints.nudge("The file has columns a and b.", False, True, True) == ""
+
+
+def test_an_answer_going_round_in_circles_is_cut_after_the_first_copy() -> None:
+    one = "This code block loads the file into a DataFrame and prints the rows."
+    other = "This code block correctly loads the file into a DataFrame."
+    text = f"{one} {other} {one} {other} {one} and so"
+    assert text[: bounds.repetition_start(text)] == one
+    # Twice is allowed, short sentences and code are left alone.
+    assert bounds.repetition_start(f"{one} {other} {one}") is None
+    assert bounds.repetition_start("Yes. " * 3 + "Done.") is None
+    code = f"```python\nprint('{one}')\nprint('{one}')\nprint('{one}')\n```"
+    assert bounds.repetition_start(code) is None

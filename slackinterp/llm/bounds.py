@@ -32,6 +32,10 @@ MIN_REPEATS = 3
 MIN_CHARS = 240
 # Identical complete JSON objects (tool calls written as text) before the reply is cut.
 SAME_JSON_OBJECTS = 2
+# The same sentence (at least MIN_SENTENCE_CHARS long) this often in prose, anywhere.
+SAME_SENTENCES = 3
+MIN_SENTENCE_CHARS = 30
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]")
 # Text written after a complete tool call written as text (JSON or <tool_call> tags) before
 # the reply is cut there: the model cannot see the call's result within its reply, so what it
 # writes next is an imagined result or more calls built on one (small models do both).
@@ -63,7 +67,8 @@ def repetition_start(text: str) -> int | None:
     periodic = _periodic_tail(text)
     if periodic is not None:
         return periodic
-    return _same_json(text)
+    same = _same_json(text)
+    return same if same is not None else _same_sentence(text)
 
 
 def _periodic_tail(text: str) -> int | None:
@@ -98,6 +103,26 @@ def _same_json(text: str) -> int | None:
         seen[key] = (first_end, count + 1)
         if _call_like(value) and count + 1 >= SAME_JSON_OBJECTS:
             return first_end
+    return None
+
+
+def _same_sentence(text: str) -> int | None:
+    """The end of the first copy of a sentence the text has SAME_SENTENCES times, not
+    necessarily in a row ("This code loads the file. This code correctly loads the file.
+    This code loads the file. …"): a small model's answer going round in circles. Only
+    prose: sentences inside a code block are left alone."""
+    if text.count("```") % 2 or "```" in text:
+        return None
+    first: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for match in _SENTENCE.finditer(text):
+        key = " ".join(match.group().split()).lower()
+        if len(key) < MIN_SENTENCE_CHARS:
+            continue
+        first.setdefault(key, match.end())
+        count[key] = count.get(key, 0) + 1
+        if count[key] >= SAME_SENTENCES:
+            return first[key]
     return None
 
 
