@@ -65,10 +65,10 @@ SHOWN_CODE_NUDGE = (
     "You showed code but ran none, so the user has no result yet. Run it with the `python` "
     "tool, then answer with what it printed."
 )
-BLOCK_FORM = "by writing it in one ```python block"
+BLOCK_FORM = "in one ```python block"
 GUESSED_NUDGE = (
-    "You gave values without running any code, so they are guesses. Compute them first "
-    "with the `python` tool: read the file and print() them."
+    "You gave values without running any code, so they are guesses. Compute exactly what "
+    "the user asked with the `python` tool and print() the result."
 )
 _DIGIT = re.compile(r"\d")
 _PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py)\b", re.I)
