@@ -67,3 +67,19 @@ async def test_a_block_that_leaves_out_an_import_runs_with_it(tmp_path) -> None:
         cell = all_text((await wait_cells(slack, ts, 1))[0])
         assert "import numpy as np" in cell and "adding a standard import" in cell
         assert "status: ok" in model.requests[1].messages[-1]["content"]
+
+
+async def test_values_guessed_about_a_file_are_sent_back_once_and_not_shown(tmp_path) -> None:
+    async with model_bot(tmp_path, tool_mode="blocks", model_stream=False) as (slack, model, _):
+        csv = slack.add_user_file("sales.csv", b"month,revenue\njan,10\nfeb,5\n", "text/csv", "csv")
+        total = "```python\nimport pandas as pd\nprint(pd.read_csv('sales.csv').revenue.sum())\n```"
+        model.script(
+            Reply(text="The total revenue is 480."), Reply(text=total), Reply(text="It is 15.")
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> total revenue?", files=[csv])
+        await wait_final(slack, ts, "It is 15.")
+        assert "15" in all_text((await wait_cells(slack, ts, 1))[0])
+        asked = model.requests[1].messages
+        assert asked[-1]["role"] == "user" and "so they are guesses" in asked[-1]["content"]
+        assert asked[-2]["role"] == "user" and "total revenue?" in asked[-2]["content"]
+        assert not any("480" in all_text(m) for m in bot_messages(slack, ts))

@@ -271,15 +271,17 @@ class Agent:
         hooks: TurnPort,
         state: TurnState,
     ) -> None:
-        """Once per turn: an empty reply, or code shown but not run, gets one more round."""
+        """Once per turn: an empty reply, code shown but not run, or (blocks mode) values
+        guessed without code get one more round. A guess is neither shown nor kept: a small
+        model that sees its own guess above tends to give it again."""
         state.nudged = True
-        log.info("model.nudged empty=%s", not text.strip())
-        if text.strip():
+        guess = hints.is_guess(nudge)
+        log.info("model.nudged empty=%s guess=%s", not text.strip(), guess)
+        if text.strip() and not guess:
             await hooks.answer_done(text)
-        added = [
-            {"role": "assistant", "content": text},
-            {"role": "user", "content": nudge},
-        ]
+        added = [{"role": "user", "content": nudge}]
+        if not guess:
+            added.insert(0, {"role": "assistant", "content": text})
         turn.extend(added)
         await self.history.add_history(key, added)
 

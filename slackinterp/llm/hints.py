@@ -70,6 +70,13 @@ GUESSED_NUDGE = (
     "You gave values without running any code, so they are guesses. Compute exactly what "
     "the user asked with the `python` tool and print() the result."
 )
+
+
+def is_guess(nudge: str) -> bool:
+    """The nudge is about values given without running code (GUESSED_NUDGE)."""
+    return nudge.startswith(GUESSED_NUDGE.split(",")[0])
+
+
 _DIGIT = re.compile(r"\d")
 _PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py)\b", re.I)
 
