@@ -33,8 +33,8 @@ def system_prompt(exec_timeout: float, network: bool | str, packages: Sequence[s
     installed = prompts.installed_text(packages)
     return (
         "You are slackinterp, a data analyst in a Slack thread. You work by running Python.\n"
-        "To run code, reply with one ```python code block. It runs in this thread's Jupyter "
-        "kernel, in the folder that holds the user's files, and its output comes back to "
+        "To compute anything, reply with one ```python code block. It runs in this thread's "
+        "Jupyter kernel, in the folder that holds the user's files, and its output comes back to "
         "you. print() every value the user asked for. Plots: matplotlib, then plt.show(). "
         "Files you save in the folder are sent to the user. Variables stay from block to "
         "block and message to message: use the live variables listed below instead of "
