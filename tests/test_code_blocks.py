@@ -86,3 +86,12 @@ def test_an_answer_going_round_in_circles_is_cut_after_the_first_copy() -> None:
     assert bounds.repetition_start("Yes. " * 3 + "Done.") is None
     code = f"```python\nprint('{one}')\nprint('{one}')\nprint('{one}')\n```"
     assert bounds.repetition_start(code) is None
+
+
+def test_a_block_that_echoes_a_result_is_not_run() -> None:
+    echo = "```python\nstatus: ok (0.0 s)\noutput:\n   month  revenue\n0  jan  120\n```"
+    found = textcalls.find_calls("Here it is:\n" + echo, blocks=True)
+    assert found.calls == [] and found.prose == "Here it is:"
+    again = "```python\nNot run again: this exact code already ran successfully.\n```"
+    assert textcalls.find_calls(again, blocks=True).calls == []
+    assert textcalls.find_calls("```python\nstatus = 1\nprint(status)\n```", blocks=True).calls

@@ -78,7 +78,7 @@ def find_calls(
         return Found([], text)
     if blocks:
         found = _blocks(text)
-        if found.calls:
+        if found is not None:
             return found
     tagged = _tagged(text)
     if tagged is not None:
@@ -171,15 +171,24 @@ def _fenced(text: str, succeeded: bool, already_run: set[str]) -> Found:
     return Found(_fixed([TextCall(code, "fence")]), prose)
 
 
-def _blocks(text: str) -> Found:
+def _blocks(text: str) -> Found | None:
     """The first ```python block is the call (code that already ran is the tool's to refuse,
     as for a real call), the prose before it what the model said; what follows it is the
-    model imagining the output, and is dropped."""
+    model imagining the output, and is dropped. A block that only repeats what the bot told
+    the model (a cell's result, "Not run …") is no code: it is dropped from the text."""
     for block in _FENCE.finditer(text):
-        if block.group("lang").lower() in _PYTHON_TAGS and block.group("code").strip():
-            calls = [TextCall(block.group("code"), "fence")]
-            return Found(_fixed(calls), text[: block.start()].strip())
-    return Found([], text)
+        code = block.group("code")
+        if block.group("lang").lower() not in _PYTHON_TAGS or not code.strip():
+            continue
+        if _ECHO.match(code):
+            return Found([], (text[: block.start()] + text[block.end() :]).strip())
+        return Found(_fixed([TextCall(code, "fence")]), text[: block.start()].strip())
+    return None  # no python block: the other forms are looked for
+
+
+# The first words of what the model is told about a cell (tooling.py, codeblocks.py): small
+# models copy them into a block of their own.
+_ECHO = re.compile(r"\s*(?:status: \w+ \(|Not run|Error: |Output of your code)")
 
 
 # Broken JSON that small models write: a missing closing brace, or the code in Python's
