@@ -83,3 +83,16 @@ async def test_values_guessed_about_a_file_are_sent_back_once_and_not_shown(tmp_
         assert asked[-1]["role"] == "user" and "so they are guesses" in asked[-1]["content"]
         assert asked[-2]["role"] == "user" and "total revenue?" in asked[-2]["content"]
         assert not any("480" in all_text(m) for m in bot_messages(slack, ts))
+
+
+async def test_an_echoed_result_is_no_answer_and_the_turn_ends_with_the_output(tmp_path) -> None:
+    async with model_bot(tmp_path, tool_mode="blocks", model_stream=False) as (slack, model, _):
+        echo = Reply(text="```python\nstatus: ok (0.0 s)\noutput:\n42\n```")
+        model.script(Reply(text="```python\nprint(6 * 7)\n```"), echo, Reply(text=""))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        line = await wait_final(slack, ts, "The model wrote no answer after the cells above.")
+        assert "42" in line["text"]
+        # The echo was neither run nor shown; it got the nudge for an empty reply.
+        assert len(await wait_cells(slack, ts, 1)) == 1
+        assert model.requests[2].messages[-1]["content"].startswith("Your reply was empty")
+        assert not any("status: ok" in all_text(m) for m in bot_messages(slack, ts))

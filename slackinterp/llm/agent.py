@@ -172,6 +172,8 @@ class Agent:
                     blocks=state.blocks,
                 )
                 calls = found.calls
+                if state.blocks and not calls:
+                    reply.text = found.prose  # without a block that only echoed a result
                 if reply.cut:  # the first complete call only; an unreadable one is none
                     calls = [c for c in calls if not c.malformed][:1]
                 if calls:
@@ -207,6 +209,14 @@ class Agent:
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
+                if not answer.strip() and state.succeeded:
+                    # The result is in the cells: say so, and end with what they printed.
+                    log.info("model.no_answer_after_cells")
+                    return (
+                        "The model wrote no answer after the cells above. "
+                        + tooling.last_output(state)
+                        + "Ask me again if you need more."
+                    )
                 if not answer.strip():
                     raise ModelError(
                         "The model returned an empty answer"

@@ -130,7 +130,7 @@ async def run_tool(
                 code,
                 False,
                 "I stopped: the model kept asking to run code that had already run. "
-                + _last_output(state)
+                + last_output(state)
                 + "Ask me again if you need more.",
             )
         return ToolOutcome(
@@ -160,7 +160,7 @@ async def run_tool(
     return ToolOutcome(text, code, not result.ok, "", result)
 
 
-def _last_output(state: TurnState) -> str:
+def last_output(state: TurnState) -> str:
     """The end of the last successful cell's output, as the answer the model did not give."""
     lines = [ln for ln in state.last_output.strip().splitlines() if ln.strip()][-6:]
     if not lines:
