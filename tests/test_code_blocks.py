@@ -95,3 +95,10 @@ def test_a_block_that_echoes_a_result_is_not_run() -> None:
     again = "```python\nNot run again: this exact code already ran successfully.\n```"
     assert textcalls.find_calls(again, blocks=True).calls == []
     assert textcalls.find_calls("```python\nstatus = 1\nprint(status)\n```", blocks=True).calls
+
+
+def test_an_echo_in_a_block_never_closed_is_dropped_too() -> None:
+    found = textcalls.find_calls("```python\nstatus: ok (0.0 s)\noutput:\n240", blocks=True)
+    assert found.calls == [] and found.prose == ""
+    unclosed = textcalls.find_calls("```python\nprint(1)", blocks=True)
+    assert unclosed.calls == [] and unclosed.prose == "```python\nprint(1)"  # left alone

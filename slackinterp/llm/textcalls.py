@@ -183,11 +183,15 @@ def _blocks(text: str) -> Found | None:
         if _ECHO.match(code):
             return Found([], (text[: block.start()] + text[block.end() :]).strip())
         return Found(_fixed([TextCall(code, "fence")]), text[: block.start()].strip())
+    tail = _OPEN_FENCE.search(text)  # a block never closed: only an echo is dropped
+    if tail and _ECHO.match(tail.group("code")):
+        return Found([], text[: tail.start()].strip())
     return None  # no python block: the other forms are looked for
 
 
 # The first words of what the model is told about a cell (tooling.py, codeblocks.py): small
 # models copy them into a block of their own.
+_OPEN_FENCE = re.compile(r"```[ \t]*(?:python3?|py|ipython)[ \t]*\n(?P<code>(?:(?!```).)*)$", re.S)
 _ECHO = re.compile(r"\s*(?:status: \w+ \(|Not run|Error: |Output of your code)")
 
 
