@@ -11,6 +11,7 @@ baseline; docs/models.md has the settings used for its table.)
 
 Any OpenAI-compatible server works; the model comes from the environment (OPENAI_BASE_URL,
 OPENAI_API_KEY, OPENAI_MODEL) and so do the bot's SLACKINTERP_* settings (try
+SLACKINTERP_TOOL_MODE=blocks, SLACKINTERP_MODEL_TEMPERATURE, SLACKINTERP_TURN_SECONDS,
 SLACKINTERP_TOOL_CHOICE=python, SLACKINTERP_MAX_COMPLETION_TOKENS, SLACKINTERP_MODEL_REPLY_SECONDS).
 No Slack: the engine's runtime (real kernels, SQLite store) is driven directly, each question
 in a fresh thread with its small CSV attached, as a user would attach it.
@@ -23,10 +24,11 @@ the model states without running code does not count), images drawn, files writt
 
 The baseline, in the same run against the same server and questions: a naive tool loop. One
 system line, the `python` tool, real tool calls only (no calls written as text are run), no
-file previews, no repair of anything; the same kernel kind, rounds cap, token limit and
-per-call wall clock (without them one runaway reply would stall the benchmark), and the
-configured SLACKINTERP_TOOL_CHOICE on its first call only (forcing every call would never
-let it answer).
+file previews, no repair of anything; the same kernel kind, rounds cap, token limit,
+temperature and per-call wall clock (without them one runaway reply would stall the
+benchmark), and the configured SLACKINTERP_TOOL_CHOICE on its first call only (forcing every
+call would never let it answer). It always offers the `python` function tool, whatever
+SLACKINTERP_TOOL_MODE says: that is the naive way.
 
 Reported for both: questions solved, median seconds per turn, model calls per question, turns
 that ended without a visible answer or reason, the longest turn; per question the bot's rounds,
@@ -387,6 +389,8 @@ class Naive:
             kwargs["tool_choice"] = "required"
         if self.tokens:
             kwargs["max_tokens"] = self.tokens
+        if self.settings.model_temperature is not None:
+            kwargs["temperature"] = self.settings.model_temperature
         async with asyncio.timeout(self.settings.model_reply_seconds):
             response = await self.client.chat.completions.create(**kwargs)
         return response.choices[0].message
@@ -463,6 +467,8 @@ async def main(
         f"api={settings.model_api.value} tool_choice={settings.tool_choice.value} "
         f"text_tool_calls={settings.text_tool_calls.value} max_rounds={settings.max_rounds} "
         f"max_completion_tokens={tokens} reply_seconds={settings.model_reply_seconds:g} "
+        f"tool_mode={settings.tool_mode.value} temperature={settings.model_temperature} "
+        f"turn_seconds={settings.turn_seconds:g} "
         f"load={os.getloadavg()[0]:.1f}",
         flush=True,
     )

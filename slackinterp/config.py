@@ -55,6 +55,11 @@ class TextToolCalls(StrEnum):
     OFF = "off"
 
 
+class ToolMode(StrEnum):
+    FUNCTION = "function"
+    BLOCKS = "blocks"
+
+
 class ToolChoice(StrEnum):
     AUTO = "auto"
     REQUIRED = "required"
@@ -426,6 +431,29 @@ class Settings(BaseSettings):
         "stopped, the thread is told, and a complete tool call in it still runs.",
         ge=1,
     )
+    # Turn budget and sampling (issue 29)
+    turn_seconds: float = _seconds(
+        600,
+        "Seconds the model may work on one message in all, its rounds and cells together: "
+        "past it no new model call starts, the running one is stopped, the cells that ran "
+        "are kept and the thread is told (0 = no limit).",
+        ge=0,
+    )
+    tool_mode: ToolMode = Field(
+        ToolMode.FUNCTION,
+        description="function: offer the model the `python` function tool (any server with "
+        "tool calling); blocks: send no tool, a short prompt asks for a ```python block, "
+        "which runs, and the output comes back as a message (small local models write "
+        "blocks far better than JSON calls).",
+    )
+    model_temperature: float | None = Field(
+        None,
+        ge=0,
+        le=2,
+        description="Sampling temperature sent with every model request; empty = the "
+        "server's default (llama.cpp samples at 0.8; 0 to 0.2 suits small coding models). "
+        "A server that refuses it gets the request again without it, and never again.",
+    )
     # Operations
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="text or json.")
@@ -462,7 +490,9 @@ class Settings(BaseSettings):
             self.network = NetworkMode.OPEN
         return self
 
-    @field_validator("reasoning_effort", "max_completion_tokens", mode="before")
+    @field_validator(
+        "reasoning_effort", "max_completion_tokens", "model_temperature", mode="before"
+    )
     @classmethod
     def _empty_is_default(cls, value: object) -> object:
         """An empty variable (as .env.example writes it) means the server's default."""

@@ -188,8 +188,9 @@ class TurnPrinter:
         who = {
             "model": " (written by the model)",
             "model_text": " (written by the model as text, run as its tool)",
-            "model_text_fixed": " (written by the model as text, run as its tool after "
-            "removing stray leading spaces that kept it from compiling)",
+            "model_text_fixed": " (written by the model as text, run as its tool after a "
+            "repair: removing stray leading spaces that kept it from compiling, or adding a "
+            "standard import it left out)",
         }.get(event.source, "")
         self.screen.line(f"── cell {event.cell_id}{who} " + "─" * 20)
         if event.source != "user":  # the user's own code is on the screen already

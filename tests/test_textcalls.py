@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from slackinterp.llm import textcalls
 from slackinterp.llm.textcalls import find_calls, looks_like_call_start
 
 
@@ -110,3 +111,15 @@ def test_python_calls_without_code_are_malformed_calls(text: str) -> None:
     """Not an answer for the user: the model is asked to send the call again."""
     (call,) = find_calls(text).calls
     assert call.malformed and call.arguments == text
+
+
+def test_standard_imports_left_out_are_added_and_marked_fixed() -> None:
+    code = "df = pd.read_csv('s.csv')\nplt.bar(df['m'], df['r'])\nplt.show()"
+    found = textcalls.find_calls(f"```python\n{code}\n```")
+    (call,) = found.calls
+    assert call.fixed
+    assert call.code == f"import pandas as pd\nimport matplotlib.pyplot as plt\n{code}"
+    assert textcalls.with_missing_imports("import numpy as np\nprint(np.pi)") is None
+    assert textcalls.with_missing_imports("from pylab import *\nplt.show()") is None
+    assert textcalls.with_missing_imports("def f(pd):\n    return pd") is None
+    assert textcalls.with_missing_imports("!pip install x") is None  # not Python: left alone

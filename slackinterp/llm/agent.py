@@ -6,8 +6,9 @@ Real servers and small models bend that: calls written as text are run as the to
 (textcalls.py), the tool can be forced by name, images go to models that can see them, and a
 reply cut at the length limit is continued once. OpenAI's Responses API is an option
 (responses.py). Bounded: rounds per turn, tokens and wall time per reply and replies that
-repeat themselves cut (bounds.py), identical failing code is not run a third time, history
-within a budget, images by count and size. Every way a turn ends leaves a line in the thread.
+repeat themselves cut (bounds.py), the turn's wall clock (turnclock.py), identical failing
+code is not run a third time, history within a budget, images by count and size. Every way
+a turn ends leaves a line in the thread.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm import (
     bounds,
+    codeblocks,
     failures,
     hints,
     images,
@@ -36,6 +38,7 @@ from slackinterp.llm import (
     responses,
     textcalls,
     tooling,
+    turnclock,
 )
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
@@ -44,6 +47,7 @@ from slackinterp.llm.port import CellSource, ReceivedFile, TurnPort
 from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.steering import as_message as steering_message  # issue 27
 from slackinterp.llm.tooling import tool_result_text
+from slackinterp.llm.turnclock import TurnClock
 from slackinterp.logs import public_url
 from slackinterp.model_client import openai_client
 
@@ -88,7 +92,8 @@ class Agent:
             stream=settings.model_stream,
             base_url=public_url(str(client.base_url)),
             api=settings.model_api.value,
-            text_tool_calls=settings.text_tool_calls.value == "auto",
+            text_tool_calls=settings.text_tool_calls.value == "auto"
+            or settings.tool_mode.value == "blocks",
             tool_choice=settings.tool_choice.value,
             vision=settings.model_vision.value,
             max_images=settings.model_max_images,
@@ -98,11 +103,25 @@ class Agent:
                 settings.max_completion_tokens, str(client.base_url)
             ),
             reply_seconds=settings.model_reply_seconds,
+            temperature=settings.model_temperature,
+            tool_mode=settings.tool_mode.value,
+            turn_seconds=settings.turn_seconds,
         )
         return cls(client, config, history)
 
     async def close(self) -> None:
         await self.client.close()
+
+    @property
+    def blocks(self) -> bool:
+        return self.config.tool_mode == "blocks"
+
+    def _system_prompt(self) -> str:
+        """The configured prompt; in blocks mode the short one unless one was set."""
+        if self.blocks and self.config.system_prompt == prompts.SYSTEM_PROMPT:
+            config = self.config
+            return codeblocks.system_prompt(config.exec_timeout, config.network, config.packages)
+        return self.config.system_prompt
 
     @property
     def vision(self) -> bool:
@@ -120,9 +139,10 @@ class Agent:
         hooks: TurnPort,
         stop: asyncio.Event,
     ) -> str:
+        state = TurnState(clock=TurnClock(self.config.turn_seconds), blocks=self.blocks)
         earlier = await self.history.history(key)
-        state = TurnState()
         content = text or "(The user sent files without a message.)"
+        state.with_files = bool(files)
         if files:
             raw = await hooks.run_hidden(prompts.file_preview_code([f.name for f in files]))
             previews = prompts.describe_previews(raw)
@@ -134,20 +154,26 @@ class Agent:
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
         for _round in range(self.config.max_rounds):
+            if state.clock.spent():
+                log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
+                return turnclock.out_of_time(self.config.turn_seconds, state.ran_cell)
             await self._steer(key, turn, hooks)  # issue 27: messages sent while it runs
             variables = await hooks.variables()
             system = (
-                self.config.system_prompt
-                + "\n"
-                + prompts.context_block(await hooks.files(), variables)
+                self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
             )
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
             if not reply.tool_calls and self.config.text_tool_calls:
                 found = textcalls.find_calls(
-                    reply.text, succeeded=state.succeeded, already_run=state.already_run
+                    reply.text,
+                    succeeded=state.succeeded,
+                    already_run=state.already_run,
+                    blocks=state.blocks,
                 )
                 calls = found.calls
+                if state.blocks and not calls:
+                    reply.text = found.prose  # without a block that only echoed a result
                 if reply.cut:  # the first complete call only; an unreadable one is none
                     calls = [c for c in calls if not c.malformed][:1]
                 if calls:
@@ -175,10 +201,22 @@ class Agent:
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
-                nudge = "" if state.nudged else hints.nudge(answer, state.ran_cell)
+                nudge = (
+                    ""
+                    if state.nudged
+                    else hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
+                )
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
+                if not answer.strip() and state.succeeded:
+                    # The result is in the cells: say so, and end with what they printed.
+                    log.info("model.no_answer_after_cells")
+                    return (
+                        "The model wrote no answer after the cells above. "
+                        + tooling.last_output(state)
+                        + "Ask me again if you need more."
+                    )
                 if not answer.strip():
                     raise ModelError(
                         "The model returned an empty answer"
@@ -243,15 +281,17 @@ class Agent:
         hooks: TurnPort,
         state: TurnState,
     ) -> None:
-        """Once per turn: an empty reply, or code shown but not run, gets one more round."""
+        """Once per turn: an empty reply, code shown but not run, or (blocks mode) values
+        guessed without code get one more round. A guess is neither shown nor kept: a small
+        model that sees its own guess above tends to give it again."""
         state.nudged = True
-        log.info("model.nudged empty=%s", not text.strip())
-        if text.strip():
+        guess = hints.is_guess(nudge)
+        log.info("model.nudged empty=%s guess=%s", not text.strip(), guess)
+        if text.strip() and not guess:
             await hooks.answer_done(text)
-        added = [
-            {"role": "assistant", "content": text},
-            {"role": "user", "content": nudge},
-        ]
+        added = [{"role": "user", "content": nudge}]
+        if not guess:
+            added.insert(0, {"role": "assistant", "content": text})
         turn.extend(added)
         await self.history.add_history(key, added)
 
@@ -263,10 +303,14 @@ class Agent:
         if reply.tool_calls:
             named = reply.tool_calls[0]["function"]["name"]
             kept = "call" if named == prompts.TOOL_NAME else "unknown"
+        timed = reply.cut in (bounds.CUT_TIME, bounds.CUT_TURN)
+        limit = (
+            self.config.turn_seconds if reply.cut == bounds.CUT_TURN else self.config.reply_seconds
+        )
         if not kept:
-            kind = FailureKind.TIMEOUT if reply.cut == bounds.CUT_TIME else FailureKind.MODEL
-            raise ModelError(bounds.cut_line(reply.cut, self.config.reply_seconds, kept=""), kind)
-        line = bounds.cut_line(reply.cut, self.config.reply_seconds, kept=kept)
+            kind = FailureKind.TIMEOUT if timed else FailureKind.MODEL
+            raise ModelError(bounds.cut_line(reply.cut, limit, kept=""), kind)
+        line = bounds.cut_line(reply.cut, limit, kept=kept)
         await hooks.notice(NoticeKind.CUT, line)
 
     async def _continue_cut(
@@ -328,7 +372,7 @@ class Agent:
     def _tool_choice(self, state: TurnState) -> Any:
         """None = the server's default (auto). Forcing stops once a cell succeeded, so the
         model can answer."""
-        if self.config.tool_choice == "auto" or state.succeeded:
+        if self.config.tool_choice == "auto" or state.succeeded or state.blocks:
             return None
         if self.config.tool_choice == "required":
             return "required"
@@ -369,6 +413,8 @@ class Agent:
         while True:
             head = {"role": "system", "content": system}
             messages = [head, *fit_to_budget(earlier, turn, budget - message_size(head) - 2)]
+            if state.blocks:
+                messages = codeblocks.as_plain_messages(messages)
             with_images = bool(state.images) and self.vision
             if with_images:
                 messages.append(images.request_message(state.images))
@@ -421,7 +467,7 @@ class Agent:
         metrics.MODEL_CALLS.inc()
         started = time.monotonic()
         choice = self._tool_choice(state)
-        reply = await self.completions.create(messages, hooks, choice, state.carried)
+        reply = await self.completions.create(messages, hooks, choice, state.carried, state.clock)
         log.info(
             "model.replied seconds=%.2f tool_calls=%d chars=%d finish=%s",
             time.monotonic() - started,

@@ -32,6 +32,10 @@ MIN_REPEATS = 3
 MIN_CHARS = 240
 # Identical complete JSON objects (tool calls written as text) before the reply is cut.
 SAME_JSON_OBJECTS = 2
+# The same sentence (at least MIN_SENTENCE_CHARS long) this often in prose, anywhere.
+SAME_SENTENCES = 3
+MIN_SENTENCE_CHARS = 30
+_SENTENCE = re.compile(r"[^.!?\n]+[.!?]")
 # Text written after a complete tool call written as text (JSON or <tool_call> tags) before
 # the reply is cut there: the model cannot see the call's result within its reply, so what it
 # writes next is an imagined result or more calls built on one (small models do both).
@@ -40,6 +44,7 @@ _DECODER = json.JSONDecoder(strict=False)
 
 CUT_REPEATING = "repeating"
 CUT_TIME = "time"
+CUT_TURN = "turn"  # the turn's own wall clock ran out (turnclock.py)
 CUT_AFTER_CALL = "after_call"  # not worth a line in the thread: the call runs as written
 
 
@@ -62,7 +67,8 @@ def repetition_start(text: str) -> int | None:
     periodic = _periodic_tail(text)
     if periodic is not None:
         return periodic
-    return _same_json(text)
+    same = _same_json(text)
+    return same if same is not None else _same_sentence(text)
 
 
 def _periodic_tail(text: str) -> int | None:
@@ -100,9 +106,33 @@ def _same_json(text: str) -> int | None:
     return None
 
 
-def after_call(text: str) -> int | None:
+def _same_sentence(text: str) -> int | None:
+    """The end of the first copy of a sentence the text has SAME_SENTENCES times, not
+    necessarily in a row ("This code loads the file. This code correctly loads the file.
+    This code loads the file. …"): a small model's answer going round in circles. Only
+    prose: sentences inside a code block are left alone."""
+    if text.count("```") % 2 or "```" in text:
+        return None
+    first: dict[str, int] = {}
+    count: dict[str, int] = {}
+    for match in _SENTENCE.finditer(text):
+        key = " ".join(match.group().split()).lower()
+        if len(key) < MIN_SENTENCE_CHARS:
+            continue
+        first.setdefault(key, match.end())
+        count[key] = count.get(key, 0) + 1
+        if count[key] >= SAME_SENTENCES:
+            return first[key]
+    return None
+
+
+def after_call(text: str, blocks: bool = False) -> int | None:
     """The end of the first complete tool call written as text, when more than
-    AFTER_CALL_CHARS follow it (an imagined result, more calls): where to cut."""
+    AFTER_CALL_CHARS follow it (an imagined result, more calls): where to cut. `blocks`
+    (SLACKINTERP_TOOL_MODE=blocks): the end of the first ```python block, whatever follows."""
+    if blocks:
+        block = _PYTHON_BLOCK.search(text)
+        return block.end() if block and len(text) > block.end() else None
     ends = [e for value, e in _json_objects(text) if _call_like(value)][:1]
     tag = text.find("</tool_call>")
     if tag >= 0:
@@ -133,6 +163,7 @@ def _json_objects(text: str) -> Iterator[tuple[Any, int]]:
         i = end
 
 
+_PYTHON_BLOCK = re.compile(r"```[ \t]*(?:python3?|py|ipython)[ \t]*\n.*?\n[ \t]*```", re.S | re.I)
 _CALL_START = re.compile(r"^[ \t]*(?:\{|\[\s*\{|<tool_call>)", re.M)
 
 
@@ -157,6 +188,7 @@ class Partial:
     finish: str | None = None
     checked: int = 0  # characters of text and arguments at the last repetition check
     text_calls: bool = True  # tool calls written as text are run (SLACKINTERP_TEXT_TOOL_CALLS)
+    blocks: bool = False  # ```python blocks are the calls (SLACKINTERP_TOOL_MODE=blocks)
     cut: str = ""  # why the reply was cut, once it was
 
     def joined(self) -> str:
@@ -179,7 +211,7 @@ class Partial:
         cut = repetition_start(text)
         self.cut = CUT_REPEATING
         if cut is None and self.text_calls and not self.calls:
-            cut, self.cut = after_call(text), CUT_AFTER_CALL
+            cut, self.cut = after_call(text, self.blocks), CUT_AFTER_CALL
         if cut is not None:
             self.text = [text[:cut]]
             return True
@@ -209,11 +241,17 @@ class Partial:
 
 def cut_line(reason: str, seconds: float, *, kept: str) -> str:
     """The one line the thread gets about a cut reply: what happened, what was kept, which
-    setting to change."""
+    setting to change (`seconds`: the limit that ran out)."""
     if reason == CUT_TIME:
         what = (
             f"The model's reply was still going after {seconds:g} s "
             "(SLACKINTERP_MODEL_REPLY_SECONDS), so I stopped it"
+        )
+        advice = "raise that setting if the model is slow but sound"
+    elif reason == CUT_TURN:
+        what = (
+            "The model's reply was still going when this message's time ran out "
+            f"({seconds:g} s, SLACKINTERP_TURN_SECONDS), so I stopped it"
         )
         advice = "raise that setting if the model is slow but sound"
     else:

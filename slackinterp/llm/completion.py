@@ -15,13 +15,15 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+import openai
 from openai import AsyncOpenAI
 
 from slackinterp.errors import FailureKind
-from slackinterp.llm import bounds, prompts, responses, textcalls
+from slackinterp.llm import bounds, failures, prompts, responses, textcalls
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.port import TurnPort
 from slackinterp.llm.state import AgentConfig
+from slackinterp.llm.turnclock import TurnClock
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +36,7 @@ class Reply:
     reasoning: list[dict[str, Any]] = field(default_factory=list)  # Responses API items
     item_ids: dict[str, str] = field(default_factory=dict)
     refusal: str = ""  # the model declined (Chat Completions' `refusal`)
-    cut: str = ""  # bounds.CUT_TIME or CUT_REPEATING: stopped by the bot, what was kept
+    cut: str = ""  # bounds.CUT_TIME, CUT_TURN or CUT_REPEATING: stopped by the bot
     seconds: float = 0.0
 
 
@@ -71,6 +73,13 @@ class Completions:
     def __init__(self, client: AsyncOpenAI, config: AgentConfig):
         self.client = client
         self.config = config
+        # SLACKINTERP_MODEL_TEMPERATURE: set once the server refused it (OpenAI's reasoning
+        # models accept only their default); not sent again for the life of the process.
+        self.temperature_refused = False
+
+    @property
+    def temperature(self) -> float | None:
+        return None if self.temperature_refused else self.config.temperature
 
     async def create(
         self,
@@ -78,24 +87,33 @@ class Completions:
         port: TurnPort,
         tool_choice: Any,
         carried: responses.Carried,
+        clock: TurnClock | None = None,
     ) -> Reply:
-        """One reply within SLACKINTERP_MODEL_REPLY_SECONDS (the SDK's own timeout bounds only
-        the wait between bytes, and it retries)."""
-        partial = bounds.Partial(text_calls=self.config.text_tool_calls)
+        """One reply within SLACKINTERP_MODEL_REPLY_SECONDS, or what is left of the turn's
+        SLACKINTERP_TURN_SECONDS when that is less (the SDK's own timeout bounds only the
+        wait between bytes, and it retries)."""
+        partial = bounds.Partial(
+            text_calls=self.config.text_tool_calls, blocks=self.config.tool_mode == "blocks"
+        )
         started = time.monotonic()
-        limit = self.config.reply_seconds
+        limit, reason = self.config.reply_seconds, bounds.CUT_TIME
+        if clock is not None:
+            limit, reason = clock.reply_limit(limit)
+        named = clock.seconds if reason == bounds.CUT_TURN and clock else limit
         try:
             async with asyncio.timeout(limit):
-                if self.config.api == "responses":
-                    reply = await self.respond(messages, port, tool_choice, carried, partial)
-                else:
-                    reply = await self.chat(messages, port, tool_choice, partial)
+                try:
+                    reply = await self._request(messages, port, tool_choice, carried, partial)
+                except openai.BadRequestError as exc:
+                    if not self._refuses_temperature(exc):
+                        raise
+                    reply = await self._request(messages, port, tool_choice, carried, partial)
         except TimeoutError:
-            reply = self._salvage(partial, bounds.CUT_TIME)
+            reply = self._salvage(partial, reason)
             if not (reply.text.strip() or reply.tool_calls):
-                log.warning("model.reply_timeout seconds=%g kept=none", limit)
+                log.warning("model.reply_timeout seconds=%g reason=%s kept=none", limit, reason)
                 raise ModelError(
-                    bounds.cut_line(bounds.CUT_TIME, limit, kept=""), FailureKind.TIMEOUT
+                    bounds.cut_line(reason, named, kept=""), FailureKind.TIMEOUT
                 ) from None
         except _Repeating:
             reply = self._salvage(partial, partial.cut)
@@ -109,6 +127,31 @@ class Completions:
                 len(reply.tool_calls),
             )
         return reply
+
+    async def _request(
+        self,
+        messages: list[dict[str, Any]],
+        port: TurnPort,
+        tool_choice: Any,
+        carried: responses.Carried,
+        partial: bounds.Partial,
+    ) -> Reply:
+        if self.config.api == "responses":
+            return await self.respond(messages, port, tool_choice, carried, partial)
+        return await self.chat(messages, port, tool_choice, partial)
+
+    def _refuses_temperature(self, exc: openai.BadRequestError) -> bool:
+        """A 400 about the temperature we sent: stop sending it (once, for the process) so
+        the same request can be retried."""
+        if self.temperature is None or not failures.refuses_temperature(exc):
+            return False
+        self.temperature_refused = True
+        log.warning(
+            "model.temperature_refused temperature=%g status=%d; not sent from now on",
+            self.config.temperature,
+            exc.status_code,
+        )
+        return True
 
     def _salvage(self, partial: bounds.Partial, reason: str) -> Reply:
         """What is left of a cut reply: its text so far and its first complete tool call."""
@@ -127,16 +170,16 @@ class Completions:
         tool_choice: Any,
         partial: bounds.Partial,
     ) -> Reply:
-        kwargs: dict[str, Any] = {
-            "model": self.config.model,
-            "messages": messages,
-            "tools": [self.tool()],
-        }
+        kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages}
+        if self.config.tool_mode != "blocks":  # blocks: the model writes code blocks instead
+            kwargs["tools"] = [self.tool()]
         choice = tool_choice
         if choice is not None:
             kwargs["tool_choice"] = choice
         if self.config.reasoning_effort:
             kwargs["reasoning_effort"] = self.config.reasoning_effort
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
         if self.config.max_completion_tokens:
             kwargs["max_completion_tokens"] = self.config.max_completion_tokens
             if not bounds.openai_host(self.config.base_url):
@@ -218,13 +261,16 @@ class Completions:
             "model": self.config.model,
             "instructions": instructions,
             "input": items,
-            "tools": [responses.tool(self.tool())],
         }
+        if self.config.tool_mode != "blocks":
+            kwargs["tools"] = [responses.tool(self.tool())]
         choice = tool_choice
         if choice is not None:
             kwargs["tool_choice"] = responses.tool_choice(choice)
         if self.config.reasoning_effort:
             kwargs["reasoning"] = {"effort": self.config.reasoning_effort}
+        if self.temperature is not None:
+            kwargs["temperature"] = self.temperature
         if self.config.max_completion_tokens:
             kwargs["max_output_tokens"] = self.config.max_completion_tokens
         gate = Gate(port, self.config.text_tool_calls)

@@ -65,6 +65,12 @@ def context_too_long(exc: openai.BadRequestError) -> bool:
     )
 
 
+def refuses_temperature(exc: openai.BadRequestError) -> bool:
+    """OpenAI's reasoning models: 400 "Unsupported value: 'temperature' does not support 0.2
+    with this model" (param "temperature"); other servers name it in the message."""
+    return getattr(exc, "param", None) == "temperature" or "temperature" in str(exc).lower()
+
+
 def short(exc: openai.APIStatusError) -> str:
     body = exc.body if isinstance(exc.body, dict) else {}
     message = body.get("message") or str(exc)

@@ -9,12 +9,9 @@ import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
 
-IMPORTS = {
-    "pd": "import pandas as pd",
-    "np": "import numpy as np",
-    "plt": "import matplotlib.pyplot as plt",
-    "sns": "import seaborn as sns",
-}
+from slackinterp.llm.textcalls import STANDARD_IMPORTS
+
+IMPORTS = STANDARD_IMPORTS
 SHOWED_NOTHING = (
     "The cell ran but showed nothing: print() the values the user asked for (a function "
     "you define must also be called)."
@@ -68,14 +65,33 @@ SHOWN_CODE_NUDGE = (
     "You showed code but ran none, so the user has no result yet. Run it with the `python` "
     "tool, then answer with what it printed."
 )
+BLOCK_FORM = "in one ```python block"
+GUESSED_NUDGE = (
+    "You gave values without running any code, so they are guesses. Compute exactly what "
+    "the user asked with the `python` tool and print() the result."
+)
+
+
+def is_guess(nudge: str) -> bool:
+    """The nudge is about values given without running code (GUESSED_NUDGE)."""
+    return nudge.startswith(GUESSED_NUDGE.split(",")[0])
+
+
+_DIGIT = re.compile(r"\d")
 _PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py)\b", re.I)
 
 
-def nudge(answer: str, ran_cell: bool) -> str:
+def nudge(answer: str, ran_cell: bool, blocks: bool = False, with_files: bool = False) -> str:
     """A reply that would end the turn with nothing, or with code nobody ran: what to tell
-    the model (once per turn), or ""."""
+    the model (once per turn), or "". `blocks`: the model runs code by writing a block
+    (SLACKINTERP_TOOL_MODE=blocks, small models); then an answer with numbers about files
+    received with the message, given without running any code, is a guess and gets a nudge
+    too."""
+    text = ""
     if not answer.strip():
-        return EMPTY_NUDGE
-    if not ran_cell and _PYTHON_FENCE.search(answer):
-        return SHOWN_CODE_NUDGE
-    return ""
+        text = EMPTY_NUDGE
+    elif not ran_cell and _PYTHON_FENCE.search(answer):
+        text = SHOWN_CODE_NUDGE
+    elif blocks and with_files and not ran_cell and _DIGIT.search(answer):
+        text = GUESSED_NUDGE
+    return text.replace("with the `python` tool", BLOCK_FORM) if blocks else text

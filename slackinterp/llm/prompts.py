@@ -44,7 +44,7 @@ def tool_description(exec_timeout: float, network: bool | str, packages: Sequenc
         "directory are uploaded to the thread.",
         f"A cell is stopped after {exec_timeout:g} seconds.",
         "No stdin: input() fails.",
-        _installed(packages) + "; import what a cell uses.",
+        installed_text(packages) + "; import what a cell uses.",
     ]
     if network == "allowlist":
         parts.append(
@@ -60,7 +60,7 @@ def tool_description(exec_timeout: float, network: bool | str, packages: Sequenc
     return " ".join(parts)
 
 
-def _installed(packages: Sequence[str]) -> str:
+def installed_text(packages: Sequence[str]) -> str:
     """The kernel's notable packages as read from its environment at start; the fallback is
     what every install has."""
     if not packages:

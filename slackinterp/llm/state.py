@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from slackinterp.llm import images, prompts, responses
+from slackinterp.llm.turnclock import TurnClock
 
 
 @dataclass
@@ -26,6 +27,9 @@ class AgentConfig:
     reasoning_effort: str | None = None
     max_completion_tokens: int | None = None  # None or 0: none sent (the server's default)
     reply_seconds: float = 180  # wall time of one model reply, streamed or not
+    temperature: float | None = None  # None: not sent (the server's default)
+    tool_mode: str = "function"  # or "blocks": no tool sent, ```python blocks (codeblocks.py)
+    turn_seconds: float = 600  # wall time of one turn's model rounds; 0: no limit
     # The kernels' notable packages, "name version" (read at start; empty: not known).
     packages: tuple[str, ...] = ()
 
@@ -51,3 +55,6 @@ class TurnState:
     last_output: str = ""  # what the last successful cell printed and returned
     ran_cell: bool = False  # a cell ran in this turn
     nudged: bool = False  # the model was nudged once (hints.nudge)
+    blocks: bool = False  # SLACKINTERP_TOOL_MODE=blocks: the model writes code blocks
+    with_files: bool = False  # files came with the message
+    clock: TurnClock = field(default_factory=lambda: TurnClock(0))  # SLACKINTERP_TURN_SECONDS

@@ -8,7 +8,8 @@ the bot useful with such models; the cell says where the code came from.
 Such models also name tools that do not exist (`{"name": "plot", "arguments": {...}}`): those
 calls are found too (`known=False`), so the model is told rather than the user shown the JSON.
 Code written by hand into a JSON string picks up escaping artefacts (a space after each `\n`):
-`fix_indentation` repairs that, but only when the code as written does not compile.
+`fix_indentation` repairs that, but only when the code as written does not compile; and
+`with_missing_imports` adds the standard imports (`pd`, `np`, `plt`) code uses but never makes.
 """
 
 from __future__ import annotations
@@ -27,6 +28,13 @@ FENCE_PROSE_CHARS = 600
 # illustration unless it comes (almost) alone.
 FENCE_PROSE_CHARS_AFTER_SUCCESS = 80
 
+# The aliases everyone uses, added when code uses one without importing it.
+STANDARD_IMPORTS = {
+    "pd": "import pandas as pd",
+    "np": "import numpy as np",
+    "plt": "import matplotlib.pyplot as plt",
+    "sns": "import seaborn as sns",
+}
 _TAGS = re.compile(r"<tool_call>\s*(?P<body>.*?)\s*(?:</tool_call>|$)", re.S)
 _FENCE = re.compile(r"```[ \t]*(?P<lang>[\w+-]*)[ \t]*\n(?P<code>.*?)\n?[ \t]*```", re.S)
 _PYTHON_TAGS = {"python", "py", "python3", "ipython"}
@@ -55,11 +63,23 @@ class Found:
     prose: str  # the reply's text without the calls: what the model said around them
 
 
-def find_calls(text: str, *, succeeded: bool = False, already_run: set[str] | None = None) -> Found:
+def find_calls(
+    text: str,
+    *,
+    succeeded: bool = False,
+    already_run: set[str] | None = None,
+    blocks: bool = False,
+) -> Found:
     """The tool calls written in `text`, or none. `succeeded`: a cell of this turn succeeded;
-    `already_run`: normalised code run in this turn (a block repeating it is an illustration)."""
+    `already_run`: normalised code run in this turn (a block repeating it is an illustration);
+    `blocks`: ```python blocks are how the model runs code (SLACKINTERP_TOOL_MODE=blocks),
+    whatever prose surrounds them."""
     if not text.strip():
         return Found([], text)
+    if blocks:
+        found = _blocks(text)
+        if found is not None:
+            return found
     tagged = _tagged(text)
     if tagged is not None:
         return tagged
@@ -151,6 +171,30 @@ def _fenced(text: str, succeeded: bool, already_run: set[str]) -> Found:
     return Found(_fixed([TextCall(code, "fence")]), prose)
 
 
+def _blocks(text: str) -> Found | None:
+    """The first ```python block is the call (code that already ran is the tool's to refuse,
+    as for a real call), the prose before it what the model said; what follows it is the
+    model imagining the output, and is dropped. A block that only repeats what the bot told
+    the model (a cell's result, "Not run …") is no code: it is dropped from the text."""
+    for block in _FENCE.finditer(text):
+        code = block.group("code")
+        if block.group("lang").lower() not in _PYTHON_TAGS or not code.strip():
+            continue
+        if _ECHO.match(code):
+            return Found([], (text[: block.start()] + text[block.end() :]).strip())
+        return Found(_fixed([TextCall(code, "fence")]), text[: block.start()].strip())
+    tail = _OPEN_FENCE.search(text)  # a block never closed: only an echo is dropped
+    if tail and _ECHO.match(tail.group("code")):
+        return Found([], text[: tail.start()].strip())
+    return None  # no python block: the other forms are looked for
+
+
+# The first words of what the model is told about a cell (tooling.py, codeblocks.py): small
+# models copy them into a block of their own.
+_OPEN_FENCE = re.compile(r"```[ \t]*(?:python3?|py|ipython)[ \t]*\n(?P<code>(?:(?!```).)*)$", re.S)
+_ECHO = re.compile(r"\s*(?:status: \w+ \(|Not run|Error: |Output of your code)")
+
+
 # Broken JSON that small models write: a missing closing brace, or the code in Python's
 # triple quotes. Only tried when nothing else matched.
 _TRIPLE = re.compile(r'"name"\s*:\s*"[^"]+".*?"code"\s*:\s*"""\n?(?P<code>.*?)"""', re.S)
@@ -239,9 +283,41 @@ def _call_of(value: Any, form: str) -> TextCall | None:
 def _fixed(calls: list[TextCall]) -> list[TextCall]:
     out = []
     for call in calls:
-        code = fix_indentation(call.code) if call.known and not call.malformed else None
+        if not call.known or call.malformed:
+            out.append(call)
+            continue
+        code = fix_indentation(call.code)
+        code = with_missing_imports(code or call.code) or code
         out.append(call if code is None else TextCall(code, call.form, call.name, fixed=True))
     return out
+
+
+def with_missing_imports(code: str) -> str | None:
+    """The code with the standard imports it uses but never makes (`pd`, `np`, `plt`,
+    `sns`: small models often leave them out) put first, or None when none is missing.
+    Importing again what the kernel already has is harmless."""
+    flags = ast.PyCF_ONLY_AST | ast.PyCF_ALLOW_TOP_LEVEL_AWAIT
+    try:
+        tree = compile(code, "<cell>", "exec", flags=flags, dont_inherit=True)
+    except (SyntaxError, ValueError):
+        return None
+    bound: set[str] = set()
+    used: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import | ast.ImportFrom):
+            if any(alias.name == "*" for alias in node.names):
+                return None
+            bound.update((a.asname or a.name).split(".")[0] for a in node.names)
+        elif isinstance(node, ast.Name):
+            (used if isinstance(node.ctx, ast.Load) else bound).add(node.id)
+        elif isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            bound.add(node.name)
+        elif isinstance(node, ast.arg):
+            bound.add(node.arg)
+    missing = [name for name in STANDARD_IMPORTS if name in used and name not in bound]
+    if not missing:
+        return None
+    return "".join(STANDARD_IMPORTS[name] + "\n" for name in missing) + code
 
 
 # --- escaping artefacts ----------------------------------------------------------------------

@@ -59,8 +59,13 @@ def synthetic_call(call: textcalls.TextCall) -> dict[str, Any]:
     }
 
 
-def unknown_tool_text(name: str) -> str:
+def unknown_tool_text(name: str, blocks: bool = False) -> str:
     """What the model is told when it calls a tool that does not exist."""
+    if blocks:
+        return (
+            f"Error: there is no tool named {name!r}. Write Python that computes what you "
+            "wanted in one ```python block (pandas, numpy and matplotlib are there to use)."
+        )
     return (
         f"Error: there is no tool named {name!r}: only the `python` tool exists; write the "
         "code. Call `python` with one argument `code`, Python that computes what you wanted "
@@ -82,7 +87,7 @@ async def run_tool(
             f"The model asked for a tool named `{name}`, which does "
             "not exist; it was told to write Python instead.",
         )
-        return ToolOutcome(unknown_tool_text(name))
+        return ToolOutcome(unknown_tool_text(name, state.blocks))
     try:
         args = json.loads(raw or "{}")
         code = args["code"] if isinstance(args, dict) else None
@@ -94,6 +99,11 @@ async def run_tool(
             "The model sent a malformed tool call (its arguments were "
             "not valid JSON with a `code` string); it was asked to resend it.",
         )
+        if state.blocks:
+            return ToolOutcome(
+                "Error: that call could not be read. Do not write JSON: send the code in one "
+                "```python block."
+            )
         return ToolOutcome(
             f"Error: the arguments must be a JSON object with a string field `code` "
             f"({type(exc).__name__}). Send the call again, exactly in this form, the code "
@@ -120,7 +130,7 @@ async def run_tool(
                 code,
                 False,
                 "I stopped: the model kept asking to run code that had already run. "
-                + _last_output(state)
+                + last_output(state)
                 + "Ask me again if you need more.",
             )
         return ToolOutcome(
@@ -150,7 +160,7 @@ async def run_tool(
     return ToolOutcome(text, code, not result.ok, "", result)
 
 
-def _last_output(state: TurnState) -> str:
+def last_output(state: TurnState) -> str:
     """The end of the last successful cell's output, as the answer the model did not give."""
     lines = [ln for ln in state.last_output.strip().splitlines() if ln.strip()][-6:]
     if not lines:

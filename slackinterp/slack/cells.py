@@ -36,10 +36,10 @@ OUTPUT_TOTAL = 4000
 STREAM_BUDGET = 1500
 TEXT_BUDGET = 1200
 ERROR_BUDGET = 1100
-# A text call whose stray leading spaces were removed before it ran (the code shown is what ran).
+# A text call repaired before it ran (llm/textcalls.py; the code shown is what ran).
 FIXED_LABEL = (
-    " (written by the model as text, run as its tool after removing stray leading spaces "
-    "that kept it from compiling)"
+    " (written by the model as text, run as its tool after a repair: removing stray leading "
+    "spaces that kept it from compiling, or adding a standard import it left out)"
 )
 MAX_OUTPUT_BLOCKS = 40  # of Slack's 50 per message; code, status, notes, buttons use 4
 TABLE_ROWS = 100  # Slack's table block: ≤ 100 rows, ≤ 20 cells per row

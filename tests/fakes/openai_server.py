@@ -671,6 +671,9 @@ class FakeOpenAI:
         # False: a request with image parts gets OpenAI's 400 for models without vision
         # (before any script step is used).
         self.vision = True
+        # Like OpenAI's reasoning models (gpt-5, o-series): a temperature other than 1 gets
+        # HTTP 400 "Unsupported value" (param "temperature") before any script step is used.
+        self.default_temperature_only = False
         self.requests: list[RecordedRequest] = []
         self.replies_written: list[float] = []
         self.unscripted_requests: list[RecordedRequest] = []
@@ -846,6 +849,7 @@ class FakeOpenAI:
             or (self._check_responses_body(body) if responses_api else self._check_chat_body(body))
             or self._check_images(body.get("input" if responses_api else "messages"))
             or self._check_tool_choice(body)
+            or self._check_temperature(body)
         )
         if rejection is not None:
             return rejection
@@ -858,6 +862,18 @@ class FakeOpenAI:
             400,
             "Invalid content type. image_url is only supported by certain models.",
             param="messages",
+        )
+
+    def _check_temperature(self, body: dict[str, Any]) -> web.Response | None:
+        value = body.get("temperature")
+        if not self.default_temperature_only or value is None or value == 1:
+            return None
+        return error_response(
+            400,
+            f"Unsupported value: 'temperature' does not support {value} with this model. "
+            "Only the default (1) value is supported.",
+            param="temperature",
+            code="unsupported_value",
         )
 
     def _check_tool_choice(self, body: dict[str, Any]) -> web.Response | None:
