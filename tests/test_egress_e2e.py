@@ -7,11 +7,7 @@ user, like tests/test_sandbox_attacks.py. Plus `SLACKINTERP_NETWORK=off`: no lis
 from __future__ import annotations
 
 import errno
-import json
-import os
 import shutil
-import subprocess
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,32 +21,14 @@ from slackinterp.llm.tooling import tool_result_text
 from slackinterp.runtime import Runtime
 from tests.conftest import make_settings, run_turn
 from tests.sandbox_attacks import last_text
-from tests.test_sandbox_attacks import _nobody, python_view
+from tests.test_sandbox_attacks import as_nobody, run_module
 
-REPO = Path(__file__).resolve().parent.parent
-ROOT = os.geteuid() == 0
 HOSTS = "127.0.0.1 localhost\n127.0.0.1 fakepypi.test\n127.0.0.1 rebind.test\n"
 
 pytestmark = [
     pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed"),
     pytest.mark.xdist_group("egress_e2e"),
 ]
-
-
-def run_child(base: Path, wrapper: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(base)}
-    done = subprocess.run(
-        [*wrapper, sys.executable, "-m", "tests.egress_e2e"],
-        input=json.dumps({"base": str(base)}),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=900,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-4000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
 
 
 @pytest.fixture(scope="module", params=["bot_user", "unprivileged"])
@@ -62,20 +40,12 @@ def egress(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     # Its own mount namespace, where /etc/hosts names the fake index (no network namespace:
     # the child's loopback is the host's, where the index listens).
     view = ["--dev-bind", "/", "/"]
-    if request.param == "unprivileged":
-        if not ROOT:
-            pytest.skip("not root: the bot_user run already ran as an unprivileged user")
-        nobody = _nobody()
-        if nobody is None:
-            pytest.skip("no 'nobody' user to run the unprivileged case as")
-        os.chown(base, nobody.pw_uid, nobody.pw_gid)
-        drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
-        view, tail = python_view(nobody), [*drop, "--clear-groups", "--"]
-    else:
-        tail = []
-    wrapper = ["bwrap", *view, "--ro-bind", str(hosts), "/etc/hosts", "--", *tail]
+    tail: list[str] = []
     try:
-        yield run_child(base, wrapper)
+        if request.param == "unprivileged":
+            view, tail = as_nobody(base)
+        wrapper = ["bwrap", *view, "--ro-bind", str(hosts), "/etc/hosts", "--", *tail]
+        yield run_module("tests.egress_e2e", base, wrapper, timeout=900)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from slackinterp.kernels.local import forkspawn, sandbox
-from tests.test_sandbox_attacks import REPO, ROOT, _nobody, python_view
+from tests.test_sandbox_attacks import as_nobody, run_module
 
 pytestmark = [
     pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed"),
@@ -31,38 +31,15 @@ pytestmark = [
 ]
 
 
-def run_probe(base: Path, wrapper: list[str]) -> dict[str, Any]:
-    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(base)}
-    done = subprocess.run(
-        [*wrapper, sys.executable, "-m", "tests.forked_isolation"],
-        input=json.dumps({"base": str(base)}),
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        env=env,
-        timeout=600,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return json.loads(done.stdout.strip().splitlines()[-1])
-
-
 @pytest.fixture(scope="module", params=["bot_user", "unprivileged"])
 def forked(request: pytest.FixtureRequest) -> Iterator[dict[str, Any]]:
     base = Path(tempfile.mkdtemp(prefix="slackinterp-forked-"))
     try:
+        wrapper: list[str] = []
         if request.param == "unprivileged":
-            if not ROOT:
-                pytest.skip("not root: the bot_user run already ran as an unprivileged user")
-            nobody = _nobody()
-            if nobody is None:
-                pytest.skip("no 'nobody' user to run the unprivileged case as")
-            os.chown(base, nobody.pw_uid, nobody.pw_gid)
-            drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
-            wrapper = ["bwrap", *python_view(nobody), "--", *drop, "--clear-groups", "--"]
-        else:
-            wrapper = []
-        yield run_probe(base, wrapper)
+            view, drop = as_nobody(base)
+            wrapper = ["bwrap", *view, "--", *drop]
+        yield run_module("tests.forked_isolation", base, wrapper, timeout=600)
     finally:
         shutil.rmtree(base, ignore_errors=True)
 

@@ -51,6 +51,38 @@ def _nobody() -> pwd.struct_passwd | None:
         return None
 
 
+def as_nobody(base: Path) -> tuple[list[str], list[str]]:
+    """For the `unprivileged` variant of a child bot: (bwrap options giving nobody a view of
+    Python, the command that drops to nobody after bwrap). Skips when that cannot be done;
+    `base` is handed to nobody."""
+    if not ROOT:
+        pytest.skip("not root: the bot_user run already ran as an unprivileged user")
+    nobody = _nobody()
+    if nobody is None:
+        pytest.skip("no 'nobody' user to run the unprivileged case as")
+    os.chown(base, nobody.pw_uid, nobody.pw_gid)
+    drop = ["setpriv", f"--reuid={nobody.pw_uid}", f"--regid={nobody.pw_gid}"]
+    return python_view(nobody), [*drop, "--clear-groups", "--"]
+
+
+def run_module(module: str, base: Path, wrapper: list[str], timeout: float) -> dict[str, Any]:
+    """Run `python -m module` under `wrapper` with {"base": base} on stdin; its last stdout
+    line is the JSON result."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "HOME": str(base)}
+    done = subprocess.run(
+        [*wrapper, sys.executable, "-m", module],
+        input=json.dumps({"base": str(base)}),
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        env=env,
+        timeout=timeout,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-4000:]
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
 def _can_enter(directory: Path, user: pwd.struct_passwd) -> bool:
     """Whether `user` (its own group only: the children run with --clear-groups) may pass
     through `directory`."""
