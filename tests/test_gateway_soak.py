@@ -148,6 +148,16 @@ class Replicas:
                 await asyncio.to_thread(proc.wait)
         return [proc.returncode for proc in self.procs]
 
+    def trace(self, thread_keys: set[str]) -> str:
+        """Every replica's log lines about those threads, for a failure's message."""
+        lines = []
+        for n, path in enumerate(self.logs):
+            text = path.read_text(errors="replace") if path.exists() else ""
+            lines += [
+                f"[{n}] {line}" for line in text.splitlines() if any(k in line for k in thread_keys)
+            ]
+        return "\n".join(sorted(lines, key=lambda line: line[4:27]))
+
     def cells_by_replica(self) -> list[Counter[str]]:
         """The cells each replica ran, by thread key, from its log."""
         ran: list[Counter[str]] = []
@@ -282,9 +292,16 @@ async def test_two_replicas_serve_many_threads_exactly_once(
         if created:
             await test_pg.drop_database(pg_server, db)
 
-    assert checked["duplicates"] == [], checked
-    assert checked["lost"] == [] and checked["failed"] == [], checked
-    assert checked["wrong_output"] == [], checked
+    bad = {m for k in ("duplicates", "lost", "failed", "wrong_output") for m in checked[k]}
+    bad_keys = {
+        f"{fake.team_id}:{run.channel}:{run.thread_ts}"
+        for run in runs
+        if any(m.startswith(f"[T{run.index}.") for m in bad)
+    }
+    why = f"{checked}\n{replicas.trace(bad_keys)}"
+    assert checked["duplicates"] == [], why
+    assert checked["lost"] == [] and checked["failed"] == [], why
+    assert checked["wrong_output"] == [], why
     assert checked["right"] == checked["expected"] == 2 * threads
     assert codes == [0, 0], f"replicas did not stop cleanly: {codes}"
     # Each thread's two turns were sent to different replicas, and the logs agree on who ran

@@ -4,6 +4,7 @@ the cap holds, bursts wait for a seat instead of failing, a leased kernel is nev
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import re
 from pathlib import Path
@@ -21,6 +22,7 @@ class FakeKernel:
         self.control = None
         self.backend = backend
         self.alive = True
+        self.detached = False
 
     @property
     def client(self):
@@ -46,6 +48,9 @@ class FakeKernel:
         await asyncio.sleep(0.05)
         self.alive = False
         self.backend.running -= 1
+
+    async def detach(self) -> None:
+        self.detached = True
 
 
 class FakeBackend:
@@ -160,6 +165,18 @@ class SlowDirectory:
 
     def __init__(self) -> None:
         self.rows: dict[str, tuple[str, str]] = {}
+        self.held: set[str] = set()  # threads whose turn lock another replica holds
+
+    @contextlib.asynccontextmanager
+    async def try_thread_lock(self, key: str):
+        if key in self.held:
+            yield False
+            return
+        self.held.add(key)
+        try:
+            yield True
+        finally:
+            self.held.discard(key)
 
     async def kernel_of(self, key: str):
         return self.rows.get(key)
@@ -204,6 +221,30 @@ async def test_an_evicted_kernel_is_forgotten_before_it_is_deleted() -> None:
     reg.mark_idle("y")
     again = await reg.acquire("x", Path("/nowhere/x"))  # a fresh kernel, not the dead one
     assert again.kernel.alive
+    await reg.shutdown()
+
+
+async def test_a_kernel_another_replica_is_taking_over_is_detached_not_deleted() -> None:
+    """Replica B holds x's turn lock: it read x's kernel from the directory and waits for a
+    seat to attach to it. Evicting x here must then only let go of the kernel, not delete it
+    under B (B would attach to a dead kernel, or claim one, and lose x's variables)."""
+    backend = FakeBackend(start_seconds=0.01)
+    reg = registry(backend, pool_size=0, max_kernels=1)
+    directory = SlowDirectory()
+    reg.directory = directory
+    await reg.start()
+    x = await reg.acquire("x", Path("/nowhere/x"))
+    reg.mark_idle("x")
+    directory.held.add("x")  # B's turn on x began
+    await reg.acquire("y", Path("/nowhere/y"))  # takes x's seat
+    assert x.kernel.alive and x.kernel.detached
+    assert directory.rows["x"] == (x.kernel.kernel_id, reg.replica_id)  # B attaches to it
+    assert "x" not in reg.slots
+    reg.mark_idle("y")
+    directory.held.clear()  # nobody is on y: evicting it deletes it, under y's lock
+    y = reg.slots["y"].kernel
+    await reg.acquire("z", Path("/nowhere/z"))
+    assert not y.alive and "y" not in directory.rows
     await reg.shutdown()
 
 

@@ -560,12 +560,15 @@ class KernelRegistry:
         return True
 
     async def _stop_slot(self, slot: Slot, why: str) -> None:
-        if why != "reset" and await self.replicas.served_elsewhere(slot):
+        if why == "reset":  # under the thread's turn lock, whoever serves it: delete it
+            # Forget it first: the thread's next message (on any replica) must not attach to
+            # a kernel that is being deleted.
+            await self.replicas.forget(slot)
+            await slot.kernel.shutdown()
+        elif not await self.replicas.let_go(
+            slot, slot.kernel.shutdown, locked=slot.key in self._in_turn
+        ):
             return  # another replica serves this thread now: detached, not deleted
-        # Forget it first: the thread's next message (on any replica) must not attach to a
-        # kernel that is being deleted.
-        await self.replicas.forget(slot)
-        await slot.kernel.shutdown()
         log.info("kernels.released thread=%s why=%s", slot.key, why)
         if why in ("reaped", "evicted"):
             metrics.REAPS.labels(why).inc()

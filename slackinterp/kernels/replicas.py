@@ -11,7 +11,9 @@ things it needs of it, so the two never import each other.
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -31,6 +33,10 @@ class KernelDirectory(Protocol):
 
     async def forget_kernel_of(self, key: str, kernel_id: str) -> None: ...
 
+    def try_thread_lock(self, key: str) -> contextlib.AbstractAsyncContextManager[bool]:
+        """The thread's cross-replica turn lock if nobody holds it (yields whether taken)."""
+        ...
+
 
 class Replicas(Protocol):
     """What the registry asks about kernels other replicas may use."""
@@ -47,8 +53,12 @@ class Replicas(Protocol):
         """The slot's kernel is going away: no replica may attach to it any more."""
         ...
 
-    async def served_elsewhere(self, slot: Slot) -> bool:
-        """Another replica serves this thread now: let go of the kernel, do not delete it."""
+    async def let_go(
+        self, slot: Slot, stop: Callable[[], Awaitable[None]], *, locked: bool
+    ) -> bool:
+        """Stop the slot's kernel (`stop`), or only detach from it when another replica serves
+        the thread or is taking it over right now; True if stopped. `locked`: this process
+        holds the thread's turn lock."""
         ...
 
     async def keep_others(self, slots: list[Slot]) -> list[Slot]:
@@ -87,8 +97,11 @@ class SingleProcess:
     async def forget(self, slot: Slot) -> None:
         return None
 
-    async def served_elsewhere(self, slot: Slot) -> bool:
-        return False
+    async def let_go(
+        self, slot: Slot, stop: Callable[[], Awaitable[None]], *, locked: bool
+    ) -> bool:
+        await stop()
+        return True
 
     async def keep_others(self, slots: list[Slot]) -> list[Slot]:
         return slots
@@ -140,27 +153,55 @@ class Shared:
         except Exception as exc:
             log.warning("kernels.forget_failed thread=%s error=%s", slot.key, exc)
 
-    async def served_elsewhere(self, slot: Slot) -> bool:
-        row = await self.directory.kernel_of(slot.key)
-        if row is not None and row[1] != self.me:
-            await slot.kernel.detach()
-            return True
+    async def let_go(
+        self, slot: Slot, stop: Callable[[], Awaitable[None]], *, locked: bool
+    ) -> bool:
+        """A replica that holds the thread's turn lock may be attaching to this very kernel
+        (it read the directory, then waited for a seat): deleting it then would leave that
+        replica a dead kernel, or a claim to one. So the kernel is only deleted under the
+        thread's lock, and forgotten first: whoever takes the lock next starts afresh."""
+        if locked:
+            return await self._stop_if_mine(slot, stop)
+        async with self.directory.try_thread_lock(slot.key) as free:
+            if free:
+                return await self._stop_if_mine(slot, stop)
+        await slot.kernel.detach()
+        log.info("kernels.detached thread=%s why=in_use_elsewhere", slot.key)
         return False
+
+    async def _stop_if_mine(self, slot: Slot, stop: Callable[[], Awaitable[None]]) -> bool:
+        row = await self.directory.kernel_of(slot.key)
+        if row is not None and row[1] != self.me:  # another replica serves it now
+            await slot.kernel.detach()
+            return False
+        await self.forget(slot)
+        await stop()
+        return True
 
     async def keep_others(self, slots: list[Slot]) -> list[Slot]:
         mine = []
         for slot in slots:
-            try:
-                row = await self.directory.kernel_of(slot.key)
-            except Exception as exc:  # database gone at shutdown: delete what we hold
-                log.warning("kernels.directory_unreachable error=%s", exc)
-                row = None
-            if row is not None and row[1] != self.me:
+            if await self._mine_at_exit(slot):
+                mine.append(slot)
+            else:
                 await slot.kernel.detach()
-                continue
-            await self.forget(slot)
-            mine.append(slot)
         return mine
+
+    async def _mine_at_exit(self, slot: Slot) -> bool:
+        """Whether to delete the slot's kernel as this replica stops: forgotten if so, under
+        the thread's lock (see let_go); not if another replica serves the thread or holds it."""
+        try:
+            async with self.directory.try_thread_lock(slot.key) as free:
+                if not free:
+                    return False
+                row = await self.directory.kernel_of(slot.key)
+                if row is not None and row[1] != self.me:
+                    return False
+                await self.forget(slot)
+                return True
+        except Exception as exc:  # database gone at shutdown: delete what we hold
+            log.warning("kernels.directory_unreachable error=%s", exc)
+            return True
 
     async def reset_elsewhere(self, key: str) -> bool:
         row = await self.directory.kernel_of(key)

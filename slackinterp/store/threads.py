@@ -86,7 +86,7 @@ class Threads(ThreadLocks, Seen):
             rows = (await conn.execute(select(inflight.c.thread_key, inflight.c.started_at))).all()
         taken: list[str] = []
         for row in rows:
-            async with self._try_thread_lock(row.thread_key) as free:
+            async with self.try_thread_lock(row.thread_key) as free:
                 if not free:
                     continue  # a live replica is running that turn
                 async with self._engine.begin() as conn:
