@@ -175,6 +175,15 @@ async def probe(base: Path) -> dict[str, Any]:
         found["template_sockets"] = template_control_inode(template.pid)
         found["identity"] = [json.loads(await cell(k, IDENTITY)) for k in kernels]
         found["a_runtime"] = await cell(a, PLANT.format(name="a"))
+        import psutil
+
+        found["cgroups"] = [  # (the kernel's processes on the host, its pids cgroup's members)
+            (
+                sorted([k.pid, *(c.pid for c in psutil.Process(k.pid).children(recursive=True))]),
+                sorted(k.cgroup.pids()) if k.cgroup is not None else None,
+            )
+            for k in kernels
+        ]
         host_pids = [a.pid, b.pid, template.pid, os.getpid()]
         a_sockets = [str(p) for p in a.runtime_subdir.iterdir() if p.is_socket()]  # type: ignore[union-attr]
         paths = [
@@ -189,8 +198,6 @@ async def probe(base: Path) -> dict[str, Any]:
         found["scan"] = json.loads(await cell(b, f"PATTERN = {SECRET_PATTERN!r}\n" + SCAN))
         found["a_host_files"] = sorted(p.name for p in a.cwd.iterdir())
         # Killing the template takes every kernel along (no orphan).
-        import psutil
-
         tree = [a.pid, b.pid]
         for pid in list(tree):
             tree += [c.pid for c in psutil.Process(pid).children(recursive=True)]

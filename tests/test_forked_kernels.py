@@ -55,6 +55,17 @@ def test_both_kernels_were_forked_and_run_unprivileged(forked: dict[str, Any]) -
     assert seen["nested_userns"] != "ok"  # no user namespace inside the kernel's own
 
 
+def test_each_kernel_is_whole_in_its_own_pids_cgroup(forked: dict[str, Any]) -> None:
+    """R joins the cgroup through v1's `tasks` file (one thread) where it can: the kernel it
+    forks, and all that kernel starts, must still be in it."""
+    groups = forked["cgroups"]
+    if forked["bot_uid"] != 0 or groups[0][1] is None:
+        pytest.skip("no pids cgroup for this user: the limit is RLIMIT_NPROC")
+    for tree, members in groups:
+        assert len(tree) >= 2 and set(tree) <= set(members), (tree, members)
+    assert not set(groups[0][1]) & set(groups[1][1])
+
+
 def test_neither_kernel_sees_the_others_files(forked: dict[str, Any]) -> None:
     assert "canary-a.txt" in forked["a_host_files"]  # A did write it, in its own directory
     b = forked["b_sees"]
