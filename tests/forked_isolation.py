@@ -32,6 +32,9 @@ print(json.dumps({
     "random": random.random(), "np": float(np.random.rand()),
     "uuid": str(uuid.uuid4()), "urandom": os.urandom(16).hex(),
     "proc": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
+    "cpus": sorted(
+        sorted(os.sched_getaffinity(int(tid))) for tid in os.listdir("/proc/self/task")
+    ),
 }))
 """
 
@@ -162,7 +165,7 @@ async def probe(base: Path) -> dict[str, Any]:
         kernel_user=user,
         start_mode="fork",
     )
-    found: dict[str, Any] = {"bot_uid": os.geteuid()}
+    found: dict[str, Any] = {"bot_uid": os.geteuid(), "cpus": sorted(os.sched_getaffinity(0))}
     kernels: list[LocalKernel] = []
     try:
         for name in ("a", "b"):

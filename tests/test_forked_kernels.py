@@ -55,6 +55,13 @@ def test_both_kernels_were_forked_and_run_unprivileged(forked: dict[str, Any]) -
     assert seen["nested_userns"] != "ok"  # no user namespace inside the kernel's own
 
 
+def test_every_kernel_thread_may_use_every_cpu(forked: dict[str, Any]) -> None:
+    """The start runs on one CPU (template._one_cpu); afterwards no thread stays pinned."""
+    for who in forked["identity"]:
+        assert len(who["cpus"]) >= 4  # main, IOPub, heartbeat, control, shell channel…
+        assert all(cpus == forked["cpus"] for cpus in who["cpus"]), (who["cpus"], forked["cpus"])
+
+
 def test_each_kernel_is_whole_in_its_own_pids_cgroup(forked: dict[str, Any]) -> None:
     """R joins the cgroup through v1's `tasks` file (one thread) where it can: the kernel it
     forks, and all that kernel starts, must still be in it."""
