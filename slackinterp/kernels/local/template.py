@@ -513,15 +513,16 @@ def _one_cpu() -> Iterator[None]:
     CPU that is a cross-CPU wake-up each way, which in a virtual machine costs an exit to
     the host every time."""
     allowed = os.sched_getaffinity(0)
-    try:
-        os.sched_setaffinity(0, {libc.sched_getcpu()})
-    except OSError:
-        yield
-        return
+    pinned = False
+    cpu = libc.sched_getcpu() if hasattr(libc, "sched_getcpu") else -1
+    if len(allowed) > 1 and cpu in allowed:
+        with contextlib.suppress(OSError):
+            os.sched_setaffinity(0, {cpu})
+            pinned = True
     try:
         yield
     finally:
-        for tid in os.listdir("/proc/self/task"):
+        for tid in os.listdir("/proc/self/task") if pinned else ():
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(int(tid), allowed)
 
