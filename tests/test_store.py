@@ -369,6 +369,46 @@ async def test_thread_lock_excludes_across_replicas(pg_url: str) -> None:
         await second.close()
 
 
+async def test_try_thread_lock_says_whether_another_replica_holds_it(pg_url: str) -> None:
+    """What an evicting replica asks before deleting a shared kernel (kernels/replicas.let_go):
+    False while another replica's turn holds the thread, True (and held) otherwise."""
+    first, second = await Store.open(pg_url), await Store.open(pg_url)
+    try:
+        held, done = asyncio.Event(), asyncio.Event()
+
+        async def turn() -> None:
+            async with first.thread_lock("T:C:1"):
+                held.set()
+                await done.wait()
+
+        holder = asyncio.create_task(turn())
+        await held.wait()
+        async with second.try_thread_lock("T:C:1") as free:
+            assert not free
+        async with second.try_thread_lock("T:C:2") as free:
+            assert free  # another thread is not held up
+        done.set()
+        await holder
+        async with second.try_thread_lock("T:C:1") as free:
+            assert free
+            async with first.try_thread_lock("T:C:1") as also:
+                assert not also  # taken means held, until the block ends
+        async with first.try_thread_lock("T:C:1") as free:
+            assert free
+    finally:
+        await first.close()
+        await second.close()
+
+
+async def test_try_thread_lock_is_always_free_on_sqlite(tmp_path: Path) -> None:
+    store = await Store.open(f"sqlite:///{tmp_path / 'one.db'}")
+    try:
+        async with store.try_thread_lock("T:C:1") as free:
+            assert free
+    finally:
+        await store.close()
+
+
 async def test_thread_lock_serialises_many_turns(pg_url: str) -> None:
     stores = [await Store.open(pg_url) for _ in range(2)]
     inside = 0
