@@ -4,6 +4,7 @@ and the exec_lines the bot adds are set apart for the template to run."""
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -65,3 +66,31 @@ def test_the_bots_exec_lines_are_set_apart_for_a_forked_kernel() -> None:
     assert not [a for a in argv if a.startswith(forkspawn.EXEC_LINES)]
     assert len(lines) == len([a for a in sandbox.KERNEL_ARGUMENTS if "exec_lines" in a]) == 2
     assert all(compile(line, "<exec_lines>", "exec") for line in lines)
+
+
+def test_pid_1_joins_through_tasks_when_it_has_one_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """cgroup v1: `tasks` (no global lock); with a second thread, or without the file (v2),
+    or when it cannot be written (a delegated group), cgroup.procs."""
+    procs, tasks = tmp_path / "cgroup.procs", tmp_path / "tasks"
+    procs.write_text("")
+    tasks.write_text("")
+    monkeypatch.setattr(template, "threads", lambda: 1)
+    template._join(str(procs))
+    assert (tasks.read_text(), procs.read_text()) == ("0", "")
+    monkeypatch.setattr(template, "threads", lambda: 2)
+    tasks.write_text("")
+    template._join(str(procs))
+    assert (tasks.read_text(), procs.read_text()) == ("", "0")
+
+
+def test_pid_1_joins_through_cgroup_procs_when_tasks_cannot_be_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    procs = tmp_path / "cgroup.procs"
+    procs.write_text("")
+    (tmp_path / "tasks").mkdir()  # exists, but opening it for writing fails
+    monkeypatch.setattr(template, "threads", lambda: 1)
+    template._join(str(procs))
+    assert procs.read_text() == "0"

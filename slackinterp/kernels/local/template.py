@@ -615,8 +615,7 @@ def _limit(request: dict[str, Any]) -> None:
     kernels (inherited by everything below)."""
     procs = request.get("cgroup_procs")
     if procs:
-        with open(_join_file(procs), "w") as handle:
-            handle.write("0")  # this process (its pid here is 1: the host's pid 1 is not us)
+        _join(procs)
     limits = request["limits"]
     for name, value in limits.items():
         which = getattr(resource, name)
@@ -624,14 +623,24 @@ def _limit(request: dict[str, Any]) -> None:
     os.nice(request["nice"])
 
 
-def _join_file(procs: str) -> str:
-    """Where R writes itself to join its pids cgroup. A cgroup.procs write takes the kernel's
-    global threadgroup lock, whose RCU grace period cost ~8 ms (up to 16) of every start. On
-    a v1 hierarchy, writing the caller to `tasks` moves only its own thread, without that lock:
-    the same move for R, which has only one thread (checked). cgroup v2 has no such file: a
-    thread cannot leave its domain there."""
+def _join(procs: str) -> None:
+    """Join the kernel's pids cgroup: this process (its pid here is 1, so "0", the writer).
+
+    A cgroup.procs write takes the kernel's global threadgroup lock, whose RCU grace period
+    cost ~8 ms (up to 16) of every start. On a v1 hierarchy, writing the caller to `tasks`
+    moves only its own thread, without that lock: the same move for R, which has one thread
+    (checked). cgroup v2 has no such file (a thread cannot leave its domain there), and a
+    delegated v1 group may not let us write it: then cgroup.procs, as before."""
     tasks = os.path.join(os.path.dirname(procs), "tasks")
-    return tasks if threads() == 1 and os.path.exists(tasks) else procs
+    if threads() == 1 and os.path.exists(tasks):
+        try:
+            with open(tasks, "w") as handle:
+                handle.write("0")
+            return
+        except OSError:
+            pass
+    with open(procs, "w") as handle:
+        handle.write("0")
 
 
 def _map_ids(uid: int, gid: int) -> None:
