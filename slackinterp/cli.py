@@ -229,9 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, *, default_signals: bool = False) -> int:
+    """`default_signals`: put Python's own signal handlers back before the command runs
+    (__main__ quiets a stop while the command line imports): Ctrl-C is then a
+    KeyboardInterrupt that each command handles (`run` exits 0, `chat` stops a cell)."""
     parser = build_parser()
     args = parser.parse_args(argv)
+    if default_signals:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if not hasattr(args, "func"):
         parser.print_help()
         return 0
