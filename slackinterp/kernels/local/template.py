@@ -175,7 +175,8 @@ def clone(flags: int) -> int:
     process (and one copy of the template's page tables) fewer than fork + unshare + fork.
     Returns the pid, 0 in the child. Only ever called single-threaded (Template.fork checks),
     so nothing glibc's fork(3) does for other threads is missing. (clone3's
-    CLONE_INTO_CGROUP was tried: it made a start slower than joining the cgroup afterwards.)"""
+    CLONE_INTO_CGROUP would place the child in its pids cgroup at birth, but only on cgroup
+    v2; R joins afterwards instead, see _join.)"""
     api = ctypes.pythonapi
     api.PyOS_BeforeFork()
     pid = _pylibc.syscall(_CLONE[os.uname().machine], flags | signal.SIGCHLD, 0, 0, 0, 0)
