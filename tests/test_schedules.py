@@ -22,7 +22,8 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.runtime import Runtime
 from slackinterp.schedules import phrases, timing
 from slackinterp.schedules.phrases import Rule
-from slackinterp.schedules.runner import RunReport, ScheduledRunner
+from slackinterp.schedules.report import RunReport
+from slackinterp.schedules.runner import ScheduledRunner
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
 from slackinterp.store import SCHEMA_VERSION, Store, StoredSchedule, meta, schedule_runs, schedules
 from tests.conftest import make_settings, run_turn
@@ -573,7 +574,7 @@ PNG = (
 
 def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
     from slackinterp.kernels.execution import CellResult, Display, Error, Status, Stream
-    from slackinterp.schedules.runner import RunCell
+    from slackinterp.schedules.report import RunCell
     from slackinterp.slack.schedules import run_reply
 
     figures = [Display({"image/png": PNG, "text/plain": "<Figure>"}) for _ in range(14)]
@@ -602,7 +603,7 @@ def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
 
 def test_the_reply_shows_blocked_requests_notices_and_every_word_of_the_answer() -> None:
     from slackinterp.kernels.execution import CellResult, Status
-    from slackinterp.schedules.runner import RunCell
+    from slackinterp.schedules.report import RunCell
     from slackinterp.slack.schedules import run_reply
 
     blocked = "🔒 Network request blocked: `x.test:443` is not on <this> channel's allowlist."

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.execution import CellControl
 
 
@@ -43,6 +44,15 @@ class ThreadSession:
     # `instructions` holds those not yet taken, oldest first.
     steerable: bool = False
     instructions: list[Instruction] = field(default_factory=list)
+    # Whose turn runs (or ran last): a scheduled run's session lives for that one turn.
+    origin: TurnOrigin = TurnOrigin.PERSON
+
+    @property
+    def restores(self) -> bool:
+        """Whether the thread's state is rebuilt when its kernel is new (replayed, or taken
+        from a snapshot) and worth saving for that. Not for a scheduled run: it starts from a
+        fresh kernel every time, because fresh results are its point."""
+        return self.origin is TurnOrigin.PERSON
 
     @property
     def busy(self) -> bool:
