@@ -4,6 +4,6 @@
 `runner` (one scheduled run: a turn of the engine in a fresh kernel), `report` (its events
 folded into what the reply shows), `service` (APScheduler jobs built from the
 stored schedules, claims so each occurrence runs once across replicas, failures, missed runs),
-`ports` (what the service needs from a front-end). Nothing here imports Slack: slack/schedules.py
-renders it.
+`ports` (what the service needs from a front-end). Nothing here imports Slack:
+slack/schedule_front.py renders it.
 """
