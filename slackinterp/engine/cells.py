@@ -66,10 +66,9 @@ class CellRunner:
     # --- where a thread's kernel and files are -----------------------------------------------
     async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
         """The thread's kernel, leased (not evictable) until registry.mark_idle. A new
-        kernel gets the thread's state back, unless the thread is new or does not restore
-        (a scheduled run)."""
-        fresh = session.fresh or not session.restores
-        lease = await self.registry.acquire(session.key.id, session.workdir, fresh=fresh)
+        kernel gets the thread's state back by replay, unless the thread is new (a
+        scheduled run's key always is: its first kernel is fresh)."""
+        lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
         session.fresh = False
         if lease.restore is not None:
             session.variables = None

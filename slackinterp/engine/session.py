@@ -49,9 +49,10 @@ class ThreadSession:
 
     @property
     def restores(self) -> bool:
-        """Whether the thread's state is rebuilt when its kernel is new (replayed, or taken
-        from a snapshot) and worth saving for that. Not for a scheduled run: it starts from a
-        fresh kernel every time, because fresh results are its point."""
+        """Whether the thread's state is kept to come back later (snapshots). Not a
+        scheduled run's: its key is new each time, so it starts from a fresh kernel (fresh
+        results are its point), and it is put away when it ends. Should its kernel be lost
+        mid-run, the run's own cells so far are replayed, as for any thread."""
         return self.origin is TurnOrigin.PERSON
 
     @property

@@ -143,7 +143,8 @@ class RunFold:
                     report.interim.append(self.said)
                 self.said = text
             case TurnFailed(message=message):
-                report.problem = report.problem or message
+                # A phrase like the run's other problems: the reply ends it.
+                report.problem = report.problem or message.strip().rstrip(".")
             case _:
                 pass  # deltas, outputs as they come, start and end: the reply is made at the end
 
