@@ -230,7 +230,9 @@ class Engine:
         deadline = None
         if request.deadline is not None:
             wait = max(0.0, request.deadline - started)
-            deadline = asyncio.get_running_loop().call_later(wait, session.request_stop, "late")
+            deadline = asyncio.get_running_loop().call_later(
+                wait, session.request_stop, "time limit"
+            )
         try:
             start = await self.store.start_turn(session.key.id, context_at=request.position)
             session.fresh = start.fresh
