@@ -17,15 +17,13 @@ import ipaddress
 import logging
 import os
 import socket
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 from slackinterp import metrics
 from slackinterp.kernels.local.egress import addresses
+from slackinterp.kernels.local.egress.head import BadRequest, Request, answer, parse_head, why
 from slackinterp.kernels.local.egress.policy import (
     BadHost,
     Decision,
@@ -34,21 +32,11 @@ from slackinterp.kernels.local.egress.policy import (
     canonical_host,
     decide,
 )
+from slackinterp.kernels.local.egress.tunnel import Flow, tunnel
 
 log = logging.getLogger(__name__)
 
 CHUNK = 256 * 1024
-_HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-    "host",
-}
 
 
 @dataclass(frozen=True)
@@ -86,81 +74,6 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
             if address not in found:
                 found.append(address)
     return found
-
-
-class BadRequest(Exception):
-    def __init__(self, status: int, error: str, message: str):
-        super().__init__(message)
-        self.status = status
-        self.error = error
-
-
-@dataclass
-class Request:
-    method: str
-    host: str
-    port: int
-    connect: bool
-    upstream_head: bytes = b""  # plain HTTP: the rebuilt request head
-
-
-def parse_head(head: bytes) -> Request:
-    """The request line and headers of a proxy request (CONNECT or absolute-form)."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise BadRequest(400, "bad-request", "unreadable request") from None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise BadRequest(400, "bad-request", "malformed request line")
-    method, target, _version = parts
-    if method == "CONNECT":
-        host, port = _authority(target, None)
-        return Request(method, host, port, True)
-    if not target.lower().startswith("http://"):
-        raise BadRequest(
-            400, "bad-request", "send https through CONNECT and http as an absolute URL"
-        )
-    url = urlsplit(target)
-    if url.username is not None or url.password is not None:
-        raise BadRequest(400, "bad-request", "credentials in the URL")
-    host, port = _authority(url.netloc, 80)
-    path = url.path or "/"
-    if url.query:
-        path += "?" + url.query
-    drop = set(_HOP_BY_HOP)
-    headers: list[str] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise BadRequest(400, "bad-request", "malformed header")
-        if name.lower() == "connection":
-            drop |= {v.strip().lower() for v in value.split(",")}
-        headers.append(line)
-    kept = [h for h in headers if h.partition(":")[0].lower() not in drop]
-    authority = url.netloc.rpartition("@")[2]
-    rebuilt = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close"]
-    return Request(method, host, port, False, ("\r\n".join(rebuilt) + "\r\n\r\n").encode("latin-1"))
-
-
-def _authority(text: str, default_port: int | None) -> tuple[str, int]:
-    if text.startswith("["):
-        end = text.find("]")
-        host, rest = text[: end + 1], text[end + 1 :]
-    else:
-        host, sep, rest = text.rpartition(":")
-        if not sep:
-            host, rest = text, ""
-        else:
-            rest = ":" + rest
-    if rest.startswith(":") and rest[1:].isdigit():
-        return host, int(rest[1:])
-    if not rest and default_port is not None:
-        return host, default_port
-    raise BadRequest(400, "bad-request", "the target needs host:port")
 
 
 class KernelListener:
@@ -211,14 +124,6 @@ class KernelListener:
         """The kernel restarts: its connections end and a new listener takes the path."""
         await self.close()
         await self.proxy.start(self)
-
-
-@dataclass
-class _Flow:
-    up: int = 0
-    down: int = 0
-    last: float = field(default_factory=time.monotonic)
-    forwarded: bool = False  # the transports went to _Forward protocols
 
 
 class EgressProxy:
@@ -277,11 +182,11 @@ class EgressProxy:
                 self.active,
                 len(listener.tasks),
             )
-            await _answer(writer, 503, "too-many-tunnels", "too many open connections; try later")
+            await answer(writer, 503, "too-many-tunnels", "too many open connections; try later")
             writer.close()
             return
         self.active += 1
-        flow = _Flow()
+        flow = Flow()
         try:
             await self._request(listener, reader, writer, flow)
         except (ConnectionError, asyncio.IncompleteReadError):
@@ -298,7 +203,7 @@ class EgressProxy:
         listener: KernelListener,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        flow: _Flow,
+        flow: Flow,
     ) -> None:
         limits = self.limits
         try:
@@ -308,18 +213,18 @@ class EgressProxy:
                 raise BadRequest(431, "head-too-large", "request head too large")
             request = parse_head(head[:-4])
         except (TimeoutError, asyncio.LimitOverrunError):
-            await _answer(writer, 431, "head-too-large", "request head too large or too slow")
+            await answer(writer, 431, "head-too-large", "request head too large or too slow")
             return
         except asyncio.IncompleteReadError:
             return  # closed before a request: nothing to say
         except BadRequest as exc:
-            await _answer(writer, exc.status, exc.error, str(exc))
+            await answer(writer, exc.status, exc.error, str(exc))
             return
         policy = await self.policy_for(listener.channel)
         decision = decide(policy, request.host, request.port)
         if not decision.allowed:
             self._refused(listener, decision, decision.reason, request)
-            await _answer(writer, 403, decision.reason, _why(decision))
+            await answer(writer, 403, decision.reason, why(decision))
             return
         upstream = await self._dial(listener, decision, request, writer)
         if upstream is None:
@@ -331,7 +236,7 @@ class EgressProxy:
             else:
                 up_writer.write(request.upstream_head)
                 flow.up += len(request.upstream_head)
-            await self._tunnel(reader, writer, up_reader, up_writer, flow)
+            await tunnel(reader, writer, up_reader, up_writer, flow, self.limits.idle_timeout)
         finally:
             up_writer.close()
             if not flow.forwarded:
@@ -381,7 +286,7 @@ class EgressProxy:
                         "blocked-address",
                     )
                     self._refused(listener, refused, "blocked-address", request, found)
-                    await _answer(
+                    await answer(
                         writer,
                         403,
                         "blocked-address",
@@ -410,7 +315,7 @@ class EgressProxy:
             decision.rule,
             last_error.replace(" ", "_"),
         )
-        await _answer(writer, 502, "upstream-failed", f"cannot reach {decision.host}: {last_error}")
+        await answer(writer, 502, "upstream-failed", f"cannot reach {decision.host}: {last_error}")
         return None
 
     def _refused(
@@ -434,137 +339,3 @@ class EgressProxy:
             ",".join(str(a) for a in found or []) or "-",
         )
         listener.note_blocked(Blocked(decision.host, decision.port, reason, decision.rule))
-
-    async def _tunnel(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-        flow: _Flow,
-    ) -> None:
-        """Bytes both ways until both sides are done, a side fails, or nothing moved for the
-        idle timeout. The transports are handed to forwarding protocols (each received chunk
-        is written to the other side at once, reading pauses while the other side's buffer is
-        full): no coroutine per chunk and no copy through a StreamReader's buffer."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        down = writer.transport
-        up = up_writer.transport
-        to_up = _Forward(up, flow, True, done)
-        to_down = _Forward(down, flow, False, done)
-        to_up.other, to_down.other = to_down, to_up
-        early = _take_buffered(reader)  # sent after the head, before the tunnel (TLS hello)
-        flow.forwarded = True
-        down.set_protocol(to_up)
-        up.set_protocol(to_down)
-        if early:
-            to_up.data_received(early)
-        if reader.at_eof():
-            to_up.eof_received()
-        idle = self.limits.idle_timeout
-        try:
-            while not done.done():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(done), min(idle, 30.0))
-                if not done.done() and time.monotonic() - flow.last > idle:
-                    break
-        finally:
-            for transport in (down, up):
-                transport.close()
-
-
-class _Forward(asyncio.Protocol):
-    """Reads one side of a tunnel and writes the other (`peer`)."""
-
-    def __init__(
-        self, peer: asyncio.BaseTransport, flow: _Flow, upward: bool, done: asyncio.Future[None]
-    ):
-        self.peer: Any = peer
-        self.flow = flow
-        self.upward = upward
-        self.done = done
-        self.other: _Forward | None = None
-        self.eof = False
-
-    def data_received(self, data: bytes) -> None:
-        self.peer.write(data)
-        if self.upward:
-            self.flow.up += len(data)
-        else:
-            self.flow.down += len(data)
-        self.flow.last = time.monotonic()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        with contextlib.suppress(OSError, RuntimeError, AttributeError):
-            if self.peer.can_write_eof():
-                self.peer.write_eof()
-        if self.other is not None and self.other.eof:
-            self._finish()
-        return True  # keep the transport: the other direction may still be running
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.peer.close()
-        self._finish()
-
-    def pause_writing(self) -> None:  # this side's send buffer is full: stop reading the other
-        if self.other is not None:
-            with contextlib.suppress(RuntimeError):
-                self.other._source().pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.other is not None:
-            with contextlib.suppress(RuntimeError):
-                self.other._source().resume_reading()
-
-    def _source(self) -> Any:
-        """The transport this protocol reads: the peer of the other direction."""
-        assert self.other is not None
-        return self.other.peer
-
-    def _finish(self) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
-
-
-def _take_buffered(reader: asyncio.StreamReader) -> bytes:
-    """Bytes a StreamReader already holds beyond what was read (asyncio keeps them in its
-    private buffer; there is no public way to take them without awaiting)."""
-    buffer = getattr(reader, "_buffer", None)
-    if not buffer:
-        return b""
-    data = bytes(buffer)
-    buffer.clear()
-    return data
-
-
-def _why(decision: Decision) -> str:
-    where = f"{decision.host}:{decision.port}"
-    if decision.reason == "blocked-by-denylist":
-        return f"{where} is denied by the network policy (rule {decision.rule})"
-    if decision.reason == "bad-host":
-        return f"malformed host {decision.host!r}"
-    return f"{where} is not on this channel's network allowlist"
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, error: str, message: str) -> None:
-    """A short plain-text answer: clients hide the body, so the header names the cause too."""
-    reasons = {
-        400: "Bad Request",
-        403: "Forbidden",
-        431: "Request Header Fields Too Large",
-        502: "Bad Gateway",
-        503: "Service Unavailable",
-    }
-    body = f"slackinterp egress: {message}\n".encode()
-    head = (
-        f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"
-        f"X-Proxy-Error: {error}\r\n"
-        "Content-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode()
-    with contextlib.suppress(OSError, RuntimeError):
-        writer.write(head + body)
-        await writer.drain()
