@@ -29,8 +29,10 @@ from slackinterp.kernels.local.egress.policy import (
     Decision,
     IPAddress,
     Policy,
+    Verdict,
     canonical_host,
     decide,
+    denied_address,
 )
 from slackinterp.kernels.local.egress.tunnel import Flow, tunnel
 
@@ -226,7 +228,7 @@ class EgressProxy:
             self._refused(listener, decision, decision.reason, request)
             await answer(writer, 403, decision.reason, why(decision))
             return
-        upstream = await self._dial(listener, decision, request, writer)
+        upstream = await self._dial(listener, policy, decision, request, writer)
         if upstream is None:
             return
         up_reader, up_writer = upstream
@@ -259,11 +261,14 @@ class EgressProxy:
     async def _dial(
         self,
         listener: KernelListener,
+        policy: Policy,
         decision: Decision,
         request: Request,
         writer: asyncio.StreamWriter,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """Resolve once, vet, connect to a vetted address; None after answering the client."""
+        """Resolve once, drop the addresses an IP or network deny rule covers (also as the
+        IPv4 they carry), vet the rest, connect to a vetted address; None after answering
+        the client."""
         try:
             literal = canonical_host(decision.host).address
         except BadHost:  # pragma: no cover - decide() canonicalised it already
@@ -276,7 +281,18 @@ class EgressProxy:
                     if literal is not None
                     else await self.resolver(decision.host, decision.port)
                 )
-                vetted = addresses.vet(found, private=decision.private, own=self.own_addresses())
+                kept = [a for a in found if denied_address(policy, a, decision.port) is None]
+                if found and not kept:
+                    rule = denied_address(policy, found[0], decision.port)
+                    assert rule is not None
+                    refused = Decision(
+                        Verdict.DENY, decision.host, decision.port, rule.text, "blocked-by-denylist"
+                    )
+                    self._refused(listener, refused, refused.reason, request, found)
+                    message = f"{decision.host} resolves to an address denied by rule {rule.text}"
+                    await answer(writer, 403, refused.reason, message)
+                    return None
+                vetted = addresses.vet(kept, private=decision.private, own=self.own_addresses())
                 if not vetted:
                     refused = Decision(
                         decision.verdict,
