@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
@@ -43,17 +44,33 @@ class Request:
     upstream_head: bytes = b""  # plain HTTP: the rebuilt request head
 
 
+_TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: a method, a header name
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # not allowed in a header's value
+_VERSION = re.compile(r"HTTP/1\.[01]")
+
+
 def parse_head(head: bytes) -> Request:
-    """The request line and headers of a proxy request (CONNECT or absolute-form)."""
+    """The request line and headers of a proxy request (CONNECT or absolute-form). Raises
+    BadRequest, and nothing else, for any input: whatever a kernel sends gets an answer."""
     try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise BadRequest(400, "bad-request", "unreadable request") from None
+        return _parse(head)
+    except BadRequest:
+        raise
+    except (ValueError, UnicodeError, IndexError) as exc:  # urlsplit and the like
+        raise BadRequest(400, "bad-request", f"malformed request ({type(exc).__name__})") from None
+
+
+def _parse(head: bytes) -> Request:
+    text = head.decode("latin-1")  # every byte decodes; the checks below refuse what is odd
     lines = text.split("\r\n")
+    if any(c in line for line in lines for c in "\r\n\x00"):
+        raise BadRequest(400, "bad-request", "a bare CR, LF or NUL in the request")
     parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+    if len(parts) != 3 or not _VERSION.fullmatch(parts[2]) or not _TOKEN.fullmatch(parts[0]):
         raise BadRequest(400, "bad-request", "malformed request line")
     method, target, _version = parts
+    if not target.isascii() or not target.isprintable():
+        raise BadRequest(400, "bad-request", "the target must be printable ASCII")
     if method == "CONNECT":
         host, port = _authority(target, None)
         return Request(method, host, port, True)
@@ -74,7 +91,7 @@ def parse_head(head: bytes) -> Request:
         if not line:
             continue
         name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
+        if not sep or not _TOKEN.fullmatch(name) or _CONTROL.search(value):
             raise BadRequest(400, "bad-request", "malformed header")
         if name.lower() == "connection":
             drop |= {v.strip().lower() for v in value.split(",")}
@@ -95,8 +112,9 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
             host, rest = text, ""
         else:
             rest = ":" + rest
-    if rest.startswith(":") and rest[1:].isdigit():
-        return host, int(rest[1:])
+    digits = rest[1:]
+    if rest.startswith(":") and digits.isascii() and digits.isdigit() and len(digits) <= 5:
+        return host, int(digits)
     if not rest and default_port is not None:
         return host, default_port
     raise BadRequest(400, "bad-request", "the target needs host:port")

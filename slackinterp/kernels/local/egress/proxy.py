@@ -24,6 +24,7 @@ from pathlib import Path
 from slackinterp import metrics
 from slackinterp.kernels.local.egress import addresses
 from slackinterp.kernels.local.egress.head import BadRequest, Request, answer, parse_head, why
+from slackinterp.kernels.local.egress.journal import Journal, Key
 from slackinterp.kernels.local.egress.policy import (
     BadHost,
     Decision,
@@ -34,6 +35,8 @@ from slackinterp.kernels.local.egress.policy import (
     decide,
     denied_address,
 )
+from slackinterp.kernels.local.egress.shares import ProxyLimits as ProxyLimits
+from slackinterp.kernels.local.egress.shares import Shares
 from slackinterp.kernels.local.egress.tunnel import Flow, tunnel
 
 log = logging.getLogger(__name__)
@@ -42,23 +45,15 @@ CHUNK = 256 * 1024
 
 
 @dataclass(frozen=True)
-class ProxyLimits:
-    per_kernel: int = 32  # concurrent connections of one kernel
-    total: int = 512  # concurrent connections of all kernels
-    head_bytes: int = 8192  # a request's line and headers
-    head_timeout: float = 10.0
-    connect_timeout: float = 10.0  # lookup and connect together
-    idle_timeout: float = 300.0  # no byte either way for this long ends a tunnel
-
-
-@dataclass(frozen=True)
 class Blocked:
     """A refused request, for the thread: what, and why."""
 
     host: str
     port: int
-    reason: str  # blocked-by-allowlist | blocked-by-denylist | blocked-address | bad-host
-    rule: str | None = None
+    # blocked-by-allowlist | blocked-by-denylist | blocked-address | bad-host |
+    # too-many-tunnels (host "" and port 0: refused before its request was read)
+    reason: str
+    rule: str | None = None  # the rule that refused; for too-many-tunnels, the cap
 
 
 PolicyLookup = Callable[[str | None], Awaitable[Policy]]  # channel (None: no thread yet)
@@ -89,6 +84,8 @@ class KernelListener:
         self.thread: str | None = None  # the thread key; None while the kernel is pooled
         self.server: asyncio.Server | None = None
         self.tasks: set[asyncio.Task[None]] = set()
+        self.held = 0  # open connections (Shares.take)
+        self.journal = Journal(log, lambda: self.thread)
         self._blocked: dict[tuple[str, int], Blocked] = {}
 
     @property
@@ -121,6 +118,7 @@ class KernelListener:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         with contextlib.suppress(OSError):
             self.path.unlink()
+        self.journal.flush()
 
     async def restart(self) -> None:
         """The kernel restarts: its connections end and a new listener takes the path."""
@@ -143,6 +141,7 @@ class EgressProxy:
         self.limits = limits or ProxyLimits()
         self.resolver = resolver or system_resolver
         self.own_addresses = own_addresses or addresses.OwnAddresses().get
+        self.shares = Shares(self.limits)
         self.active = 0
 
     async def listen(
@@ -175,26 +174,42 @@ class EgressProxy:
     async def _serve(
         self, listener: KernelListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        limits = self.limits
-        if self.active >= limits.total or len(listener.tasks) > limits.per_kernel:
+        grant = self.shares.take(listener.held, listener.channel)
+        if isinstance(grant, str):  # the cap that refuses
             metrics.EGRESS_REQUESTS.labels("deny", "limit").inc()
-            log.warning(
-                "egress.limit thread=%s active=%d kernel_active=%d",
+            listener.journal.write(
+                logging.WARNING,
+                Key("egress.limit", "deny", "too-many-tunnels"),
+                "egress.limit thread=%s cap=%s kernel_active=%d shared_active=%d",
                 listener.thread,
-                self.active,
-                len(listener.tasks),
+                grant.replace(" ", "_"),
+                listener.held,
+                self.shares.shared,
             )
-            await answer(writer, 503, "too-many-tunnels", "too many open connections; try later")
+            listener.note_blocked(Blocked("", 0, "too-many-tunnels", grant))
+            message = f"too many open connections ({grant}); close some or try later"
+            await answer(writer, 503, "too-many-tunnels", message)
             writer.close()
             return
+        listener.held += 1
         self.active += 1
         flow = Flow()
         try:
             await self._request(listener, reader, writer, flow)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except Exception as exc:  # never a traceback in the log for a kernel's request
+            listener.journal.write(
+                logging.WARNING,
+                Key("egress.failed", "deny", type(exc).__name__),
+                "egress.failed thread=%s error=%s",
+                listener.thread,
+                repr(exc)[:200],
+            )
         finally:
+            listener.held -= 1
             self.active -= 1
+            self.shares.release(grant)
             writer.close()
             if not flow.forwarded:  # else the stream's protocol is gone: nothing to wait for
                 with contextlib.suppress(Exception):
@@ -215,12 +230,13 @@ class EgressProxy:
                 raise BadRequest(431, "head-too-large", "request head too large")
             request = parse_head(head[:-4])
         except (TimeoutError, asyncio.LimitOverrunError):
-            await answer(writer, 431, "head-too-large", "request head too large or too slow")
+            exc = BadRequest(431, "head-too-large", "request head too large or too slow")
+            await self._bad(listener, writer, exc)
             return
         except asyncio.IncompleteReadError:
             return  # closed before a request: nothing to say
         except BadRequest as exc:
-            await answer(writer, exc.status, exc.error, str(exc))
+            await self._bad(listener, writer, exc)
             return
         policy = await self.policy_for(listener.channel)
         decision = decide(policy, request.host, request.port)
@@ -238,7 +254,7 @@ class EgressProxy:
             else:
                 up_writer.write(request.upstream_head)
                 flow.up += len(request.upstream_head)
-            await tunnel(reader, writer, up_reader, up_writer, flow, self.limits.idle_timeout)
+            await tunnel(reader, writer, up_reader, up_writer, flow, limits)
         finally:
             up_writer.close()
             if not flow.forwarded:
@@ -246,7 +262,9 @@ class EgressProxy:
                     await up_writer.wait_closed()
             metrics.EGRESS_BYTES.labels("up").inc(flow.up)
             metrics.EGRESS_BYTES.labels("down").inc(flow.down)
-            log.info(
+            listener.journal.write(
+                logging.INFO,
+                Key("egress.decision", "allow", "-", decision.host, decision.port),
                 "egress.decision thread=%s host=%s port=%d decision=allow rule=%s method=%s "
                 "bytes_up=%d bytes_down=%d",
                 listener.thread,
@@ -322,7 +340,9 @@ class EgressProxy:
             last_error = "timed out"
         except OSError as exc:  # the lookup failed (socket.gaierror)
             last_error = str(exc) or type(exc).__name__
-        log.info(
+        listener.journal.write(
+            logging.INFO,
+            Key("egress.decision", "allow", "upstream-failed", decision.host, decision.port),
             "egress.decision thread=%s host=%s port=%d decision=allow rule=%s "
             "upstream_failed=%s bytes_up=0 bytes_down=0",
             listener.thread,
@@ -334,6 +354,22 @@ class EgressProxy:
         await answer(writer, 502, "upstream-failed", f"cannot reach {decision.host}: {last_error}")
         return None
 
+    async def _bad(
+        self, listener: KernelListener, writer: asyncio.StreamWriter, exc: BadRequest
+    ) -> None:
+        """A malformed request: its answer, and one warning line (bounded by the journal)."""
+        metrics.EGRESS_REQUESTS.labels("deny", exc.error).inc()
+        listener.journal.write(
+            logging.WARNING,
+            Key("egress.bad_request", "deny", exc.error),
+            "egress.bad_request thread=%s status=%d error=%s reason=%s",
+            listener.thread,
+            exc.status,
+            exc.error,
+            str(exc).replace(" ", "_"),
+        )
+        await answer(writer, exc.status, exc.error, str(exc))
+
     def _refused(
         self,
         listener: KernelListener,
@@ -343,7 +379,9 @@ class EgressProxy:
         found: list[IPAddress] | None = None,
     ) -> None:
         metrics.EGRESS_REQUESTS.labels("deny", reason).inc()
-        log.info(
+        listener.journal.write(
+            logging.INFO,
+            Key("egress.decision", "deny", reason, decision.host, decision.port),
             "egress.decision thread=%s host=%s port=%d decision=deny rule=%s reason=%s "
             "method=%s resolved=%s bytes_up=0 bytes_down=0",
             listener.thread,

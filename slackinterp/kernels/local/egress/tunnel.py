@@ -10,6 +10,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from slackinterp.kernels.local.egress.shares import ProxyLimits
+
 
 @dataclass
 class Flow:
@@ -25,18 +27,22 @@ async def tunnel(
     up_reader: asyncio.StreamReader,
     up_writer: asyncio.StreamWriter,
     flow: Flow,
-    idle: float,
+    limits: ProxyLimits,
 ) -> None:
-    """Bytes both ways until both sides are done, a side fails, or nothing moved for `idle`
-    seconds. The transports are handed to forwarding protocols (each received chunk is
-    written to the other side at once, reading pauses while the other side's buffer is full):
-    no coroutine per chunk and no copy through a StreamReader's buffer."""
+    """Bytes both ways until both sides are done, a side fails, or nothing moved for the
+    idle timeout. Once one side has ended (EOF: a client that went away), nothing moving for
+    the much shorter half-open timeout ends it too: an upstream that never answers does not
+    hold the connection, and its share of the caps, for minutes. The transports are handed
+    to forwarding protocols (each received chunk is written to the other side at once,
+    reading pauses while the other side's buffer is full): no coroutine per chunk and no
+    copy through a StreamReader's buffer."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[None] = loop.create_future()
     down = writer.transport
     up = up_writer.transport
-    to_up = _Forward(up, flow, True, done)
-    to_down = _Forward(down, flow, False, done)
+    wake = asyncio.Event()  # a side ended: the timeout shortens
+    to_up = _Forward(up, flow, True, done, wake)
+    to_down = _Forward(down, flow, False, done, wake)
     to_up.other, to_down.other = to_down, to_up
     early = take_buffered(reader)  # sent after the head, before the tunnel (TLS hello)
     flow.forwarded = True
@@ -48,10 +54,19 @@ async def tunnel(
         to_up.eof_received()
     try:
         while not done.done():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.shield(done), min(idle, 30.0))
-            if not done.done() and time.monotonic() - flow.last > idle:
+            half_open = to_up.eof or to_down.eof
+            idle = limits.half_open_timeout if half_open else limits.idle_timeout
+            waiting: list[asyncio.Future[Any]] = [asyncio.shield(done)]
+            if not half_open:
+                waiting.append(asyncio.ensure_future(wake.wait()))
+            left = flow.last + idle - time.monotonic()
+            if left <= 0:
                 break
+            _finished, pending = await asyncio.wait(
+                waiting, timeout=min(left, 30.0), return_when=asyncio.FIRST_COMPLETED
+            )
+            for future in pending:
+                future.cancel()
     finally:
         for transport in (down, up):
             transport.close()
@@ -61,9 +76,15 @@ class _Forward(asyncio.Protocol):
     """Reads one side of a tunnel and writes the other (`peer`)."""
 
     def __init__(
-        self, peer: asyncio.BaseTransport, flow: Flow, upward: bool, done: asyncio.Future[None]
+        self,
+        peer: asyncio.BaseTransport,
+        flow: Flow,
+        upward: bool,
+        done: asyncio.Future[None],
+        wake: asyncio.Event,
     ):
         self.peer: Any = peer
+        self.wake = wake
         self.flow = flow
         self.upward = upward
         self.done = done
@@ -80,6 +101,7 @@ class _Forward(asyncio.Protocol):
 
     def eof_received(self) -> bool:
         self.eof = True
+        self.wake.set()
         with contextlib.suppress(OSError, RuntimeError, AttributeError):
             if self.peer.can_write_eof():
                 self.peer.write_eof()
