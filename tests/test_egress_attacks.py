@@ -16,12 +16,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from prometheus_client import REGISTRY
 
+from slackinterp.egress import journal
+from slackinterp.egress.head import BadRequest, parse_head
+from slackinterp.egress.policy import NetworkMode, Policy, decide, parse_rules
+from slackinterp.egress.proxy import Blocked, KernelListener, ProxyLimits
+from slackinterp.egress.service import Egress
 from slackinterp.engine.notices import network_blocked
-from slackinterp.kernels.local.egress import journal
-from slackinterp.kernels.local.egress.head import BadRequest, parse_head
-from slackinterp.kernels.local.egress.policy import NetworkMode, Policy, decide, parse_rules
-from slackinterp.kernels.local.egress.proxy import Blocked, KernelListener, ProxyLimits
-from slackinterp.kernels.local.egress.service import Egress
 from tests.test_egress_proxy import Upstream, connect, request
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address

@@ -4,7 +4,7 @@ The template used to parse every fork request (host paths such as
 `<data>/threads/T0001-<channel>-<thread ts>`) and keep the freed copies in its heap, which
 every later kernel starts with a copy of; code in about one kernel in twenty found another
 thread's directory name there. Now the request reaches only the forked child
-(forkspawn.Template.fork). Many kernels are forked one after another for distinct threads,
+(fork.client.Template.fork). Many kernels are forked one after another for distinct threads,
 and each scans all of its readable memory (/proc/self/maps and /proc/self/mem, from inside)
 for every other thread's channel and ts. Before the fix, 33 of 48 kernels found some.
 """

@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from slackinterp.kernels.local.egress.shares import ProxyLimits
+from slackinterp.egress.shares import ProxyLimits
 
 
 @dataclass

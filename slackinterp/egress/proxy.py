@@ -22,10 +22,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from slackinterp import metrics
-from slackinterp.kernels.local.egress import addresses
-from slackinterp.kernels.local.egress.head import BadRequest, Request, answer, parse_head, why
-from slackinterp.kernels.local.egress.journal import Journal, Key
-from slackinterp.kernels.local.egress.policy import (
+from slackinterp.egress import addresses
+from slackinterp.egress.head import BadRequest, Request, answer, parse_head, why
+from slackinterp.egress.journal import Journal, Key
+from slackinterp.egress.policy import (
     BadHost,
     Decision,
     IPAddress,
@@ -35,9 +35,9 @@ from slackinterp.kernels.local.egress.policy import (
     decide,
     denied_address,
 )
-from slackinterp.kernels.local.egress.shares import ProxyLimits as ProxyLimits
-from slackinterp.kernels.local.egress.shares import Shares
-from slackinterp.kernels.local.egress.tunnel import Flow, tunnel
+from slackinterp.egress.shares import ProxyLimits as ProxyLimits
+from slackinterp.egress.shares import Shares
+from slackinterp.egress.tunnel import Flow, tunnel
 
 log = logging.getLogger(__name__)
 

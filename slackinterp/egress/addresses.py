@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-from slackinterp.kernels.local.egress.policy import (
+from slackinterp.egress.policy import (
     NAT64_LOCAL,
     IPAddress,
     embedded_ipv4,

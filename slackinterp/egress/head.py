@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slackinterp.kernels.local.egress.policy import Decision
+from slackinterp.egress.policy import Decision
 
 _HOP_BY_HOP = {
     "connection",
