@@ -19,7 +19,7 @@ from prometheus_client import REGISTRY
 from slackinterp.egress import journal
 from slackinterp.egress.head import BadRequest, parse_head
 from slackinterp.egress.policy import NetworkMode, Policy, decide, parse_rules
-from slackinterp.egress.proxy import Blocked, KernelListener, ProxyLimits
+from slackinterp.egress.proxy import Blocked, EgressProxy, KernelListener, ProxyLimits
 from slackinterp.egress.service import Egress
 from slackinterp.engine.notices import network_blocked
 from tests.test_egress_proxy import Upstream, connect, request
@@ -141,7 +141,12 @@ PORTS = st.one_of(
 )
 
 
-@settings(max_examples=400, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(
+    max_examples=400,
+    deadline=None,
+    database=None,  # nothing written into the checkout
+    suppress_health_check=[HealthCheck.too_slow],
+)
 @given(
     method=st.sampled_from(["GET", "CONNECT", "POST", "G\tET", "", "GET\x00"]),
     scheme=st.sampled_from(["http://", "HTTP://", "https://", "", "http:///", "http://u:p@"]),
@@ -323,3 +328,54 @@ async def test_one_persons_threads_cannot_take_everyones_tunnels(tmp_path: Path)
     for listener in [*attackers, victim]:
         await listener.close()
     silent.server.close()
+
+
+HEADS = st.one_of(
+    st.binary(max_size=200),
+    st.builds(
+        lambda method, target, rest: f"{method} {target} {rest}".encode("utf-8", "surrogatepass"),
+        st.sampled_from(["GET", "CONNECT", "PUT", "get"]),
+        st.one_of(
+            st.builds(lambda h, p: f"{h}:{p}", HOSTS, PORTS),
+            st.builds(lambda h, p: f"http://{h}:{p}/", HOSTS, PORTS),
+        ),
+        st.text(max_size=30),
+    ),
+)
+
+
+def test_no_head_raises_out_of_the_handler(tmp_path: Path) -> None:
+    """Random heads through the real handler: each gets an HTTP answer, nothing escapes to
+    the event loop's exception handler, and no traceback is logged."""
+    loop = asyncio.new_event_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _loop, context: errors.append(context))
+
+    async def policy_for(channel: str | None) -> Policy:
+        return Policy(NetworkMode.ALLOWLIST, parse_rules("*.example.test:*+private"))
+
+    async def resolver(host: str, port: int) -> list[IPAddress]:
+        return []  # nothing is ever dialled
+
+    proxy = EgressProxy(policy_for, resolver=resolver, own_addresses=frozenset)
+    listener = loop.run_until_complete(proxy.listen(tmp_path / "k.sock"))
+
+    async def send(head: bytes) -> bytes:
+        reader, writer = await asyncio.open_unix_connection(str(listener.path))
+        writer.write(head.replace(b"\r\n\r\n", b"\r\n") + b"\r\n\r\n")
+        answer = await asyncio.wait_for(reader.read(), 30)
+        writer.close()
+        return answer
+
+    @settings(max_examples=100, deadline=None, database=None)
+    @given(head=HEADS)
+    def one(head: bytes) -> None:
+        answer = loop.run_until_complete(send(head))
+        assert answer[:9] == b"HTTP/1.1 " and answer[9:12] in (b"400", b"403", b"431", b"502")
+
+    try:
+        one()
+    finally:
+        loop.run_until_complete(listener.close())
+        loop.close()
+    assert errors == []
