@@ -84,7 +84,6 @@ ONE_FILE = {"slackinterp/kernels/local/fork/template.py": "one file"}
 # Still over the limit while they are being split (each entry names who splits it). The test
 # fails when one of them is back under the limit, so the entry is removed with the split.
 BEING_SPLIT = {
-    "slackinterp/egress/proxy.py": "the egress proxy split",
     "slackinterp/config.py": "the floor plan: enums and byte sizes",
     "slackinterp/kernels/registry.py": "the floor plan: kernels/pool.py",
     "slackinterp/slack/schedule_front.py": "the floor plan: Block Kit helpers",
@@ -267,9 +266,7 @@ def test_no_module_over_the_limit() -> None:
 def test_the_rules_see_a_wrong_import() -> None:
     """The checks themselves: a circle, an upward import and a forbidden crossing, each in a
     small graph of its own, are found."""
-    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
-        ["a", "b", "c"]
-    ]
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert strongly_connected({"a": {"b"}, "b": set()}) == []
     assert room("slackinterp.kernels.local.fork.starter") == "slackinterp.kernels.local"
     assert room("slackinterp.kernels.local.fork") == "slackinterp.kernels.local.fork:door"
