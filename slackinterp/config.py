@@ -275,6 +275,21 @@ class Settings(BaseSettings):
         "created, paused or deleted on another one).",
         ge=0.1,
     )
+    # Snapshots of a thread's variables (restore without replay, undo, fork)
+    snapshots: bool = Field(
+        True,
+        description="on/off: after each turn the thread's kernel saves its variables into the "
+        "thread's directory, and a new kernel loads them instead of re-running every cell.",
+    )
+    snapshot_max_mb: int = Field(
+        512,
+        ge=1,
+        description="Most disk one thread's snapshots may use, in MiB (counted by the quota "
+        "too); what does not fit is rebuilt by replay.",
+    )
+    snapshot_generations: int = Field(
+        3, ge=2, le=50, description="Snapshots kept per thread: how far `undo` goes back."
+    )
     max_upload_mb: int = Field(
         50, ge=1, description="Largest produced file uploaded to Slack, in MiB."
     )

@@ -26,6 +26,7 @@ class NoticeKind(StrEnum):
     VISION = "vision"  # the model server refused images
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
+    SNAPSHOT = "snapshot"  # the thread's variables no longer all fit its snapshot cap
 
 
 class FailureKind(StrEnum):

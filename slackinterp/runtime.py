@@ -27,6 +27,7 @@ from slackinterp.kernels.local.egress.service import Egress
 from slackinterp.kernels.local.sandbox import MIB, Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.snapshots import SnapshotLimits, Snapshots
 from slackinterp.store import Store, StoreError, sqlite_url
 
 if TYPE_CHECKING:
@@ -71,8 +72,8 @@ class Runtime:
     async def _with_backend(
         cls, settings: Settings, store: Store, backend: KernelBackend, bwrap: str | None
     ) -> Runtime:
-        async def replay_source(key: str) -> list[str]:
-            return [cell.code for cell in await store.replayable_cells(key)]
+        async def replay_source(key: str) -> list[tuple[int, str]]:
+            return [(cell.id, cell.code) for cell in await store.replayable_cells(key)]
 
         registry = KernelRegistry(
             backend,
@@ -84,6 +85,7 @@ class Runtime:
             exec_grace=settings.interrupt_grace,
             max_output_chars=settings.max_output_chars,
             capacity_wait=settings.capacity_wait,
+            snapshots=_snapshots(settings),
         )
         reaper = Reaper(
             registry,
@@ -278,6 +280,17 @@ def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | 
     if bwrap is None:  # resolve_sandbox refused allowlist mode without one
         return None
     return Egress.from_settings(settings, store)
+
+
+def _snapshots(settings: Settings) -> Snapshots | None:
+    if not settings.snapshots:
+        return None
+    limits = SnapshotLimits(
+        max_bytes=settings.snapshot_max_mb * 1024 * 1024,
+        generations=settings.snapshot_generations,
+        save_timeout=max(settings.exec_timeout, settings.restore_timeout),
+    )
+    return Snapshots(limits, grace=settings.interrupt_grace)
 
 
 def _runtime_dir(settings: Settings) -> Path:

@@ -23,6 +23,7 @@ from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import intake, notebook, notices, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
+from slackinterp.engine.snapshots import SnapshotSteps
 from slackinterp.engine.events import (
     AgentStarted,
     AssistantDelta,
@@ -120,6 +121,8 @@ class Engine:
         self.notice_listeners: list[NoticeListener] = []
         # Each cell: lease → quota → run → record → report (cells.py).
         self.cells = CellRunner(settings, store, registry)
+        # After each turn the kernel saves what changed (engine/snapshots.py).
+        self.snapshots = SnapshotSteps(settings, store, registry, self._tell)
         registry.listeners.append(self._on_lifecycle)
 
     # --- sessions ------------------------------------------------------------------------
@@ -311,6 +314,10 @@ class Engine:
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
             await self.store.turn_finished(session.key.id)
             emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started))
+            try:  # the turn's output is out; the next turn of this thread waits for it
+                await self.snapshots.save(session)
+            except Exception:
+                log.exception("snapshot.save_crashed thread=%s", session.key.id)
 
     # --- controls ------------------------------------------------------------------------
     def stop(self, key: ThreadKey) -> bool:
@@ -332,12 +339,18 @@ class Engine:
             await self.store.clear_transcript(key.id)
             session.variables = None
             session.snapshot = {}
+            session.unsaved_cell = None
+            await self.snapshots.discard(session)
             await asyncio.to_thread(clear_staging, self.cells.spill_dir(session))
             if wipe:
                 await asyncio.to_thread(workspace.wipe, session.workdir)
         what = "Kernel reset" if had_kernel else "State cleared"
         files = "files deleted" if wipe else "files kept"
         return f"{what}: variables and history are gone, {files}."
+
+    async def undo(self, key: ThreadKey) -> str:
+        """The thread's variables back to before its last step; the answer to post."""
+        return await self.snapshots.undo(self.session(key))
 
     async def status(self, key: ThreadKey) -> ThreadStatus:
         session = self.session(key)
@@ -416,6 +429,13 @@ class Engine:
                 return
 
     # --- lifecycle notices from the registry ----------------------------------------------
+    async def _tell(self, session: ThreadSession, notice: Notice) -> None:
+        for listener in list(self.notice_listeners):
+            try:
+                await listener(session.key, notice)
+            except Exception as exc:
+                log.error("engine.notice_failed thread=%s error=%s", session.key.id, exc)
+
     async def _on_lifecycle(self, key_id: str, what: str) -> None:
         key = ThreadKey.parse(key_id)
         notice = notices.stopped_kernel(what, self.settings.idle_timeout)

@@ -1,0 +1,112 @@
+"""A thread's variables come back from its snapshot, end to end: fake Slack, the real bot, real
+(sandboxed where bubblewrap works) kernels. Replay is only the fallback."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from pathlib import Path
+
+from slackinterp.app import SlackBot
+from tests.fakes.slack import FakeSlack
+from tests.slack_harness import (
+    CHANNEL,
+    all_text,
+    bot_messages,
+    code,
+    running_bot,
+    wait_cells,
+    wait_text,
+)
+
+
+async def settled(fake: FakeSlack, bot: SlackBot) -> None:
+    """Every turn is over, its snapshot saved (the save ends the turn's hold on the thread)."""
+    engine = bot.runtime.engine
+    async with asyncio.timeout(60):
+        while any(s.busy for s in engine.sessions.values()):
+            await asyncio.sleep(0.05)
+
+
+async def idle_stop(fake: FakeSlack, bot: SlackBot, ts: str) -> None:
+    await settled(fake, bot)
+    assert await bot.runtime.registry.reap_idle(0.0)
+    await wait_text(fake, ts, "idle")
+
+
+async def test_idle_stop_brings_back_the_same_values_without_rerunning(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path) as bot:
+        first = "import random\nrv = random.random()\nopen('effects.txt', 'a').write('ran\\n')\nprint(rv)"
+        ts, _ = await fake.user_message(CHANNEL, code(first))
+        cells = await wait_cells(fake, ts, 1)
+        shown = re.search(r"0\.\d{6,}", all_text(cells[0]))
+        assert shown is not None
+        await idle_stop(fake, bot, ts)
+        await fake.user_message(
+            CHANNEL, "```print(rv, open('effects.txt').read().count('ran'))```", thread_ts=ts
+        )
+        cells = await wait_cells(fake, ts, 2)
+        assert f"{shown.group()} 1" in all_text(cells[1])  # the same number; the file once
+        notice = await wait_text(fake, ts, "from the snapshot")
+        assert "Restored 2 variables from the snapshot" in notice["text"]
+        assert not any("replaying" in m["text"] for m in bot_messages(fake, ts))
+
+
+async def test_a_lock_is_rebuilt_by_rerunning_only_its_cell(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path) as bot:
+        ts, _ = await fake.user_message(CHANNEL, code("import threading\nvalue = 41"))
+        await wait_cells(fake, ts, 1)
+        for n, src in enumerate(
+            [
+                "lk = threading.Lock()\nopen('lock-cell.txt', 'a').write('x')",
+                "counter = value + 1\nopen('other-cell.txt', 'a').write('x')",
+            ],
+            2,
+        ):
+            await settled(fake, bot)
+            await fake.user_message(CHANNEL, f"```{src}```", thread_ts=ts)
+            await wait_cells(fake, ts, n)
+        await idle_stop(fake, bot, ts)
+        check = (
+            "print(type(lk).__name__, lk.acquire(blocking=False), counter, "
+            "open('lock-cell.txt').read(), open('other-cell.txt').read())"
+        )
+        await fake.user_message(CHANNEL, f"```{check}```", thread_ts=ts)
+        cells = await wait_cells(fake, ts, 4)
+        assert "lock True 42 xx x" in all_text(cells[3])  # cell 2 re-ran, cell 3 did not
+        notice = await wait_text(fake, ts, "from the snapshot")
+        assert "re-ran cell #2 for lk (a lock)" in notice["text"]
+
+
+async def test_a_long_history_is_not_replayed(tmp_path: Path) -> None:
+    # The issue's case: a slow cell, and less restore budget than it took. Replay would run
+    # out of time (NameError); the snapshot does not run it at all.
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, restore_timeout=1) as bot:
+        slow = "import time\ntime.sleep(4)\nbase = 40\nopen('slow.txt', 'a').write('x')"
+        ts, _ = await fake.user_message(CHANNEL, code(slow))
+        await wait_cells(fake, ts, 1)
+        await idle_stop(fake, bot, ts)
+        await fake.user_message(
+            CHANNEL, "```print(base + 2, open('slow.txt').read())```", thread_ts=ts
+        )
+        cells = await wait_cells(fake, ts, 2)
+        assert "42 x" in all_text(cells[1])
+        await wait_text(fake, ts, "from the snapshot")
+
+
+async def test_reset_discards_the_snapshot(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path) as bot:
+        ts, _ = await fake.user_message(CHANNEL, code("before_reset = 1"))
+        await wait_cells(fake, ts, 1)
+        await settled(fake, bot)
+        await fake.user_message(CHANNEL, "<@UBOT> reset", thread_ts=ts)
+        await wait_text(fake, ts, "Kernel reset")
+        await fake.user_message(CHANNEL, "```after_reset = 2```", thread_ts=ts)
+        await wait_cells(fake, ts, 2)
+        await idle_stop(fake, bot, ts)
+        await fake.user_message(
+            CHANNEL, "```print('before_reset' in dir(), after_reset)```", thread_ts=ts
+        )
+        cells = await wait_cells(fake, ts, 3)
+        assert "False 2" in all_text(cells[2])
+        await wait_text(fake, ts, "Restored 1 variable from the snapshot")
