@@ -110,3 +110,58 @@ async def test_reset_discards_the_snapshot(tmp_path: Path) -> None:
         cells = await wait_cells(fake, ts, 3)
         assert "False 2" in all_text(cells[2])
         await wait_text(fake, ts, "Restored 1 variable from the snapshot")
+
+
+def undo_answers(fake: FakeSlack, ts: str) -> list[str]:
+    return [m["text"] for m in bot_messages(fake, ts) if "Undid" in m["text"]]
+
+
+async def test_undo_steps_back_one_turn_at_a_time(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path) as bot:
+        ts, _ = await fake.user_message(CHANNEL, code("x = 1\nopen('kept.txt', 'w').write('k')"))
+        await wait_cells(fake, ts, 1)
+        await settled(fake, bot)
+        await fake.user_message(CHANNEL, "```x = 2\ny = 5```", thread_ts=ts)
+        await wait_cells(fake, ts, 2)
+        await settled(fake, bot)
+        await fake.user_message(CHANNEL, "<@UBOT> undo", thread_ts=ts)
+        undone = await wait_text(fake, ts, "Undid cell #2")
+        assert "`x = 2`" in undone["text"] and "Files are not undone" in undone["text"]
+        # Stopped now, the thread comes back as undone: cell 2 is not replayed.
+        await idle_stop(fake, bot, ts)
+        await fake.user_message(
+            CHANNEL, "```print(x, 'y' in dir(), open('kept.txt').read())```", thread_ts=ts
+        )
+        cells = await wait_cells(fake, ts, 3)
+        assert "1 False k" in all_text(cells[2])
+        await wait_text(fake, ts, "from the snapshot")
+        await settled(fake, bot)
+        # Numbers are those of the cells a restore would replay: cell 2 is gone, so the
+        # print is #2 now.
+        for n, label in enumerate(("Undid cell #2 (`print(x", "Undid cell #1 (`x = 1"), 2):
+            await fake.user_message(CHANNEL, "<@UBOT> undo", thread_ts=ts)
+            await fake.wait_for(lambda n=n: len(undo_answers(fake, ts)) >= n)
+            assert label in undo_answers(fake, ts)[-1]
+        await fake.user_message(CHANNEL, "<@UBOT> undo", thread_ts=ts)
+        await wait_text(fake, ts, "Nothing more to undo")
+        await fake.user_message(CHANNEL, "```print('x' in dir())```", thread_ts=ts)
+        cells = await wait_cells(fake, ts, 4)
+        assert "False" in all_text(cells[3])
+
+
+async def test_undo_reaches_back_as_far_as_the_generations_kept(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, snapshot_generations=2) as bot:
+        ts, _ = await fake.user_message(CHANNEL, code("a = 1"))
+        await wait_cells(fake, ts, 1)
+        for n, src in enumerate(["a = 2", "a = 3"], 2):
+            await settled(fake, bot)
+            await fake.user_message(CHANNEL, f"```{src}```", thread_ts=ts)
+            await wait_cells(fake, ts, n)
+        await settled(fake, bot)
+        await fake.user_message(CHANNEL, "<@UBOT> undo", thread_ts=ts)
+        await wait_text(fake, ts, "Undid cell #3")
+        await fake.user_message(CHANNEL, "<@UBOT> undo", thread_ts=ts)
+        await wait_text(fake, ts, "Nothing more to undo")
+        await fake.user_message(CHANNEL, "```print(a)```", thread_ts=ts)
+        cells = await wait_cells(fake, ts, 4)
+        assert "2" in all_text(cells[3]).split("print(a)")[-1]

@@ -143,6 +143,7 @@ CONTROLS: tuple[Control, ...] = (
     Control("status", "kernel state, cells run and files"),
     Control("files", "list the files in the working directory"),
     Control("export", "this session as a Jupyter notebook (.ipynb)"),
+    Control("undo", "variables back to before the last step (files are not undone)"),
     Control("help", "this text"),
 )
 

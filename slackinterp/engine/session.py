@@ -46,6 +46,8 @@ class ThreadSession:
     # Snapshots (engine/snapshots.py): the newest successful cell (store id) not saved yet,
     # and whether the thread was told its variables no longer all fit SLACKINTERP_SNAPSHOT_MAX_MB.
     unsaved_cell: int | None = None
+    # False for a scheduled run: it starts fresh and is worth no snapshot.
+    restores: bool = True
     told_over_cap: bool = False
 
     @property

@@ -27,7 +27,7 @@ log = logging.getLogger(__name__)
 Tell = Callable[[ThreadSession, Notice], Awaitable[None]]
 
 UNDO_OFF = "Undo needs snapshots, and they are off here (SLACKINTERP_SNAPSHOTS)."
-NOTHING_TO_UNDO = "Nothing to undo: no cell has changed this thread's variables since its reset."
+NOTHING_TO_UNDO = "Nothing more to undo: no cell since the thread's reset changed its variables."
 FILES_NOT_UNDONE = "Files are not undone."
 
 
@@ -85,7 +85,7 @@ class SnapshotSteps:
         snapshots = self.registry.snapshots
         cell = session.unsaved_cell
         key = session.key.id
-        if snapshots is None or cell is None:
+        if snapshots is None or cell is None or not session.restores:
             return
         slot = self.registry.slot(key)
         if slot is None or slot.busy or slot.needs_restore:

@@ -39,7 +39,7 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             "• Attach a notebook with `run it` to run its cells here.",
             f"• `{mention} every Monday at 9:00` re-runs this thread on a schedule and posts "
             f"the results (`{mention} schedules` lists them, `{mention} unschedule` stops it).",
-            f"• `{command} reset|stop|status|files|export [thread link]` does the same from "
+            f"• `{command} reset|stop|status|files|export|undo [thread link]` does the same from "
             "anywhere in the channel; without a link it lists the channel's kernels.",
             f"• `{command} network show|allow RULE|deny RULE|reset`: the hosts this channel's "
             "kernels may reach (admins change them).",
@@ -101,6 +101,8 @@ async def run_control(
         return status_text(await engine.status(key))
     if word == "files":
         return files_text(await engine.files(key))
+    if word == "undo":
+        return await engine.undo(key)
     return help_text(command, mention)
 
 
