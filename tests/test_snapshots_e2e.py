@@ -24,8 +24,9 @@ async def settled(fake: FakeSlack, bot: SlackBot) -> None:
     """Every turn is over, its snapshot saved (the save ends the turn's hold on the thread)."""
     engine = bot.runtime.engine
     async with asyncio.timeout(60):
-        while any(s.busy for s in engine.sessions.values()):
-            await asyncio.sleep(0.05)
+        for session in list(engine.sessions.values()):
+            async with session.lock:
+                pass
 
 
 async def idle_stop(fake: FakeSlack, bot: SlackBot, ts: str) -> None:
@@ -36,7 +37,10 @@ async def idle_stop(fake: FakeSlack, bot: SlackBot, ts: str) -> None:
 
 async def test_idle_stop_brings_back_the_same_values_without_rerunning(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path) as bot:
-        first = "import random\nrv = random.random()\nopen('effects.txt', 'a').write('ran\\n')\nprint(rv)"
+        first = (
+            "import random\nrv = random.random()\n"
+            "open('effects.txt', 'a').write('ran\\n')\nprint(rv)"
+        )
         ts, _ = await fake.user_message(CHANNEL, code(first))
         cells = await wait_cells(fake, ts, 1)
         shown = re.search(r"0\.\d{6,}", all_text(cells[0]))

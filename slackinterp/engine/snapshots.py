@@ -117,7 +117,9 @@ class SnapshotSteps:
         )
         if saved.over_cap and not session.told_over_cap:
             session.told_over_cap = True
-            notice = Notice(NoticeKind.SNAPSHOT, over_cap(saved.over_cap, self.settings.snapshot_max_mb))
+            notice = Notice(
+                NoticeKind.SNAPSHOT, over_cap(saved.over_cap, self.settings.snapshot_max_mb)
+            )
             await self.tell(session, notice)
 
     async def undo(self, session: ThreadSession) -> str:

@@ -23,7 +23,6 @@ from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import intake, notebook, notices, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
-from slackinterp.engine.snapshots import SnapshotSteps
 from slackinterp.engine.events import (
     AgentStarted,
     AssistantDelta,
@@ -38,6 +37,7 @@ from slackinterp.engine.events import (
 )
 from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
 from slackinterp.engine.session import Instruction, ThreadSession
+from slackinterp.engine.snapshots import SnapshotSteps
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.backend import KernelStartError

@@ -22,8 +22,8 @@ from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 from slackinterp.kernels.restore import Replayer, RestoreReport, restore
-from slackinterp.kernels.snapshots import Snapshots
 from slackinterp.kernels.slots import Slot
+from slackinterp.kernels.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 

@@ -12,9 +12,10 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+import time
 from dataclasses import dataclass
-from typing import TypeVar
 from importlib import resources
+from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -23,9 +24,16 @@ from slackinterp.kernels.execution import run_cell
 
 log = logging.getLogger(__name__)
 
-_SOURCE = resources.files("slackinterp.kernels.inside").joinpath("snapshot.py").read_text("utf-8")
-# Named by its content: a kernel that loaded an older version (a bot upgrade) loads this one.
-_MODULE = "_slackinterp_snapshot_" + hashlib.sha256(_SOURCE.encode()).hexdigest()[:12]
+
+def _inside(name: str) -> tuple[str, str]:
+    """(module name in the kernel, source) of kernels/inside/NAME.py. Named by its content: a
+    kernel that loaded an older version (before a bot upgrade) loads this one."""
+    source = resources.files("slackinterp.kernels.inside").joinpath(f"{name}.py").read_text()
+    return f"_slackinterp_{name}_" + hashlib.sha256(source.encode()).hexdigest()[:12], source
+
+
+SNAPSHOT = _inside("snapshot")
+REBUILD = _inside("rebuild")
 MARK = "slackinterp-snapshot:"
 MAX_ANSWER = 256 * 1024  # characters of the kernel's answer read at most
 DIRNAME = ".slackinterp-snapshots"
@@ -56,9 +64,15 @@ class Loaded(_Answer):
     generation: int = 0
     cell: int = 0  # the newest cell the snapshot includes (store id)
     restored: int = 0
+    unsaved: dict[str, str] = Field(default_factory=dict)  # name → why it was not saved
     reran: list[Rerun] = Field(default_factory=list, max_length=1000)
     lost: list[tuple[str, str]] = Field(default_factory=list, max_length=1000)
     seconds: float = 0.0
+
+
+class Rebuilt(_Answer):
+    reran: list[Rerun] = Field(default_factory=list, max_length=1000)
+    lost: list[tuple[str, str]] = Field(default_factory=list, max_length=1000)
 
 
 class Saved(_Answer):
@@ -98,31 +112,46 @@ class Snapshots:
         self.grace = grace
 
     async def save(self, kernel: Kernel, *, cell: int, since: int) -> Saved | None:
-        call = f"save({cell:d}, {since:d}, {self.limits.generations:d}, {self.limits.max_bytes:d})"
-        return await self._call(kernel, call, Saved, self.limits.save_timeout)
+        limits = self.limits
+        call = f"save({cell:d}, {since:d}, {limits.generations:d}, {limits.max_bytes:d})"
+        return await self._call(kernel, SNAPSHOT, call, Saved, limits.save_timeout)
 
     async def load(
         self, kernel: Kernel, cells: list[tuple[int, str]], *, since: int, timeout: float
     ) -> Loaded | None:
-        """Load the newest snapshot, rebuilding what it could not hold from `cells` (the
-        thread's successful cells since its reset: [(id, code)])."""
-        listed = json.dumps([[int(i), code] for i, code in cells])
-        return await self._call(kernel, f"load({listed!r}, {since:d})", Loaded, timeout)
+        """Load the newest snapshot, then rebuild what it could not hold by re-running the
+        cells that made it, from `cells` (the thread's successful cells since its reset:
+        [(id, code)])."""
+        began = time.monotonic()
+        loaded = await self._call(kernel, SNAPSHOT, f"load({since:d})", Loaded, timeout)
+        if loaded is None or not loaded.found or not loaded.unsaved:
+            return loaded
+        included = json.dumps([[int(i), code] for i, code in cells if i <= loaded.cell])
+        call = f"rebuild({json.dumps(loaded.unsaved)!r}, {included!r})"
+        left = max(0.1, timeout - (time.monotonic() - began))
+        rebuilt = await self._call(kernel, REBUILD, call, Rebuilt, left)
+        if rebuilt is None:
+            loaded.lost = [(name, why) for name, why in loaded.unsaved.items()]
+        else:
+            loaded.reran, loaded.lost = rebuilt.reran, rebuilt.lost
+        return loaded
 
     async def undo(self, kernel: Kernel, *, since: int, timeout: float) -> Undone | None:
-        return await self._call(kernel, f"undo({since:d})", Undone, timeout)
+        return await self._call(kernel, SNAPSHOT, f"undo({since:d})", Undone, timeout)
 
     async def _call(
-        self, kernel: Kernel, call: str, answer: type[A], timeout: float
+        self, kernel: Kernel, module: tuple[str, str], call: str, answer: type[A], timeout: float
     ) -> A | None:
+        name, source = module
         code = (
             "def __si_snapshot_call():\n"
             "    import sys\n"
-            f"    module = sys.modules.get({_MODULE!r})\n"
+            f"    module = sys.modules.get({name!r})\n"
             "    if module is None:\n"
-            f"        module = type(sys)({_MODULE!r})\n"
-            f"        exec(compile({_SOURCE!r}, '<slackinterp snapshot>', 'exec'), module.__dict__)\n"
-            f"        sys.modules[{_MODULE!r}] = module\n"
+            f"        module = type(sys)({name!r})\n"
+            f"        code = compile({source!r}, {name!r}, 'exec')\n"
+            "        exec(code, module.__dict__)\n"
+            f"        sys.modules[{name!r}] = module\n"
             f"    print(module.{call})\n"
             "try:\n"
             "    __si_snapshot_call()\n"

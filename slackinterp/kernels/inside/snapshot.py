@@ -1,26 +1,24 @@
 """Inside a thread's kernel: its variables saved after a turn, loaded into its next kernel.
 
-This module is sent to the kernel by source (kernels/snapshots.py) and runs there, inside the
-thread's sandbox. The kernel writes its own snapshot, and a later kernel of the same thread loads
-it: a crafted pickle can only ever run code in the sandbox of the thread that wrote it. The bot
-reads nothing but the one line of JSON each call prints.
+Sent to the kernel by source (kernels/snapshots.py), it runs inside the thread's sandbox: the
+kernel writes its own snapshot and the thread's next kernel loads it, so a crafted pickle only
+ever runs code in the sandbox of the thread that wrote it. The bot reads only the JSON line
+each call prints.
 
 `.slackinterp-snapshots/` in the working directory (hidden, so counted by the quota, not listed):
   blobs/<hash>   immutable and content-addressed: a variable's pickle (protocol 5) or one of its
                  out-of-band buffers, written once and shared by every generation that uses it
   gen-<n>.json   one generation: name → how to load it, and the last cell it includes
 
-Only what changed is written: an unchanged buffer hashes to a blob that exists, and a variable
-no cell since the last save named (and still the same object) is not even pickled again when it
-was costly. Objects that must not come back from a pickle (locks, open files, sockets,
-generators) or that fail to pickle are recorded as unsaved; a restore re-runs only the cells that
-made them, and what those use, in a scratch namespace.
+Only what changed is written (an unchanged buffer hashes to an existing blob; a costly variable
+no cell named since the last save, still the same object, is not pickled again). Locks, open
+files, sockets, generators and what fails to pickle are recorded as unsaved: rebuild.py re-runs
+the cells that made them.
 """
 
 from __future__ import annotations
 
 import ast
-import builtins
 import contextlib
 import hashlib
 import importlib
@@ -71,19 +69,13 @@ def _why(obj: Any) -> str | None:
     return None
 
 
-def _in_cell(obj: Any) -> bool:
-    return (
-        isinstance(obj, (types.FunctionType, type)) and getattr(obj, "__module__", "") == "__main__"
-    )
-
-
 class _Pickler(pickle.Pickler):
     def reducer_override(self, obj: Any) -> Any:
         why = _why(obj)
         if why is not None:
             raise _Unsaveable(why)
-        if _in_cell(obj):
-            raise _NeedsDill
+        if isinstance(obj, (types.FunctionType, type)) and obj.__module__ == "__main__":
+            raise _NeedsDill  # defined in a cell
         return NotImplemented
 
 
@@ -399,9 +391,9 @@ def _head(root: str, since: int) -> tuple[int, dict[str, Any]] | None:
     return (max(gens), gens[max(gens)]) if gens else None
 
 
-def load(cells_json: str, since: int) -> str:
-    """Load the newest generation into this (new) kernel, then rebuild what it could not hold
-    by re-running the cells that made it; `cells_json`: [[cell id, code], …] since the reset."""
+def load(since: int) -> str:
+    """Load the newest generation into this (new) kernel. What it could not hold is named in
+    the answer (`unsaved`): kernels/inside/rebuild.py re-runs the cells that made it."""
     began = time.perf_counter()
     _hook()
     root = _root()
@@ -413,9 +405,6 @@ def load(cells_json: str, since: int) -> str:
         return _report(found=False, why="made by another Python version")
     ns = _shell().user_ns
     restored, unsaved = _assign(root, gen["vars"], ns, keep_live=False)
-    cells = [(int(i), str(c)) for i, c in json.loads(cells_json) if int(i) <= int(gen["cell"])]
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):
-        reran, lost = _rebuild(unsaved, cells, ns)
     _STATE["seen"] = {
         n: (ns[n], e) for n, e in gen["vars"].items() if e["k"] != "unsaved" and n in ns
     }
@@ -425,8 +414,7 @@ def load(cells_json: str, since: int) -> str:
         generation=number,
         cell=int(gen["cell"]),
         restored=restored,
-        reran=reran,
-        lost=lost,
+        unsaved=unsaved,
         seconds=time.perf_counter() - began,
     )
 
@@ -462,104 +450,6 @@ def _assign(
         except Exception as exc:
             unsaved[name] = f"could not be loaded ({type(exc).__name__})"
     return restored, unsaved
-
-
-class _Uses(ast.NodeVisitor):
-    """Top-level definitions of a cell, and every name it reads (in functions too)."""
-
-    def __init__(self) -> None:
-        self.defs: set[str] = set()
-        self.uses: set[str] = set()
-        self.depth = 0
-
-    def visit_Name(self, node: ast.Name) -> None:
-        if isinstance(node.ctx, ast.Load):
-            self.uses.add(node.id)
-        elif self.depth == 0:
-            self.defs.add(node.id)
-
-    def _scope(self, node: Any) -> None:
-        if self.depth == 0 and hasattr(node, "name"):
-            self.defs.add(node.name)
-        self.depth += 1
-        self.generic_visit(node)
-        self.depth -= 1
-
-    visit_FunctionDef = visit_AsyncFunctionDef = visit_ClassDef = visit_Lambda = _scope
-
-    def visit_Import(self, node: ast.Import | ast.ImportFrom) -> None:
-        if self.depth == 0:
-            self.defs.update((a.asname or a.name).split(".")[0] for a in node.names)
-
-    visit_ImportFrom = visit_Import
-
-    def visit_Global(self, node: ast.Global) -> None:
-        self.defs.update(node.names)
-
-
-def _rebuild(
-    unsaved: dict[str, str], cells: list[tuple[int, str]], ns: dict[str, Any]
-) -> tuple[list[dict[str, Any]], list[list[str]]]:
-    """Re-run, in a scratch namespace, only the cells that made the unsaved variables and the
-    cells those need; copy back just those variables. (what was re-run, [[name, why]] lost)."""
-    if not unsaved:
-        return [], []
-    shell = _shell()
-    parsed: list[tuple[set[str], set[str]] | None] = []
-    for _id, code in cells:
-        visitor = _Uses()
-        try:
-            visitor.visit(ast.parse(shell.transform_cell(code)))
-            parsed.append((visitor.defs, visitor.uses))
-        except SyntaxError:
-            parsed.append(None)
-
-    def maker(name: str, before: int) -> int | None:
-        for index in range(min(before, len(cells)) - 1, -1, -1):
-            info = parsed[index]
-            if info is not None and name in info[0]:
-                return index
-        return None
-
-    needed: dict[int, set[str]] = {}
-    lost: list[list[str]] = []
-    todo = [(name, len(cells)) for name in unsaved]
-    done: set[str] = set()
-    while todo:
-        name, before = todo.pop()
-        if name in done:
-            continue
-        done.add(name)
-        index = maker(name, before)
-        if index is None:
-            if name in unsaved:
-                lost.append([name, unsaved[name]])
-            continue
-        needed.setdefault(index, set()).add(name)
-        info = parsed[index]
-        for used in info[1] if info else ():
-            if (used in unsaved or used not in ns) and not hasattr(builtins, used):
-                todo.append((used, index))
-    scratch = dict(ns)
-    reran: list[dict[str, Any]] = []
-    failed: dict[str, str] = {}
-    for index in sorted(needed):
-        names = sorted(n for n in needed[index] if n in unsaved)
-        try:
-            code = compile(shell.transform_cell(cells[index][1]), f"<cell {index + 1}>", "exec")
-            exec(code, scratch)
-        except BaseException as exc:  # noqa: BLE001 - a failing re-run loses only its names
-            for name in names:
-                failed[name] = f"{unsaved[name]}; re-running cell #{index + 1} failed ({type(exc).__name__})"
-            continue
-        if names:
-            reran.append({"number": index + 1, "names": names, "why": [unsaved[n] for n in names]})
-    for name in unsaved:
-        if name in failed:
-            lost.append([name, failed[name]])
-        elif name in scratch and any(name in r["names"] for r in reran):
-            ns[name] = scratch[name]
-    return reran, lost
 
 
 def undo(since: int) -> str:
