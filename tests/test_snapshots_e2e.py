@@ -7,7 +7,7 @@ import asyncio
 import re
 from pathlib import Path
 
-from slackinterp.app import SlackBot
+from slackinterp.slack.bot import SlackBot
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import (
     CHANNEL,
