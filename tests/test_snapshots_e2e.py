@@ -8,12 +8,14 @@ import re
 from pathlib import Path
 
 from slackinterp.slack.bot import SlackBot
+from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import (
     CHANNEL,
     all_text,
     bot_messages,
     code,
+    finished_cells,
     running_bot,
     wait_cells,
     wait_text,
@@ -169,3 +171,47 @@ async def test_undo_reaches_back_as_far_as_the_generations_kept(tmp_path: Path) 
         await fake.user_message(CHANNEL, "```print(a)```", thread_ts=ts)
         cells = await wait_cells(fake, ts, 4)
         assert "2" in all_text(cells[3]).split("print(a)")[-1]
+
+
+async def test_with_snapshots_off_the_state_comes_back_by_replay(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, snapshots=False) as bot:
+        ts, _ = await fake.user_message(CHANNEL, code("n = 6 * 7"))
+        await wait_cells(fake, ts, 1)
+        await idle_stop(fake, bot, ts)
+        await fake.user_message(CHANNEL, "```print(n)```", thread_ts=ts)
+        cells = await wait_cells(fake, ts, 2)
+        assert "42" in all_text(cells[1])
+        await wait_text(fake, ts, "Restored state by replaying 1 of 1")
+        assert not list((tmp_path / "data").rglob(".slackinterp-snapshots"))
+
+
+async def test_a_kernel_death_restores_the_last_snapshot_then_replays_the_cells_after_it(
+    tmp_path: Path,
+) -> None:
+    async with FakeSlack() as fake, FakeOpenAI() as model:
+        values = {
+            "openai_base_url": model.base_url,
+            "openai_api_key": "sk-test",
+            "openai_model": "test-model",
+        }
+        async with running_bot(fake, tmp_path, **values) as bot:
+            ts, _ = await fake.user_message(CHANNEL, code("a = 1"))
+            await wait_cells(fake, ts, 1)
+            await settled(fake, bot)
+            # One model turn: a cell that succeeds, then one that kills the kernel before the
+            # turn's snapshot.
+            model.script(
+                Reply(tool_calls=[ToolCall("python", {"code": "b = a + 1"})]),
+                Reply(tool_calls=[ToolCall("python", {"code": "import os\nos._exit(1)"})]),
+                Reply(text="Done."),
+            )
+            await fake.user_message(CHANNEL, "<@UBOT> go on", thread_ts=ts)
+            await wait_text(fake, ts, "Done.")
+            await settled(fake, bot)
+            await fake.user_message(CHANNEL, "```print(a, b)```", thread_ts=ts)
+            await fake.wait_for(
+                lambda: any("1 2" in all_text(m) for m in finished_cells(fake, ts)[3:])
+            )
+            notice = await wait_text(fake, ts, "from the snapshot")
+            assert "Restored 1 variable from the snapshot" in notice["text"]
+            assert "Replayed 1 of the 1 cell after it" in notice["text"]

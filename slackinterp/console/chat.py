@@ -259,7 +259,9 @@ class Console:
         status = await self.engine.status(self.key)
         if status.alive:
             return
-        if status.replayable:
+        if status.replayable and status.snapshots:
+            self.screen.line("starting kernel and restoring state from the snapshot…")
+        elif status.replayable:
             cells = f"{status.replayable} cell{'s' if status.replayable != 1 else ''}"
             self.screen.line(f"starting kernel and restoring state (replaying {cells})…")
         elif not self.runtime.registry.pool:

@@ -99,6 +99,7 @@ class ThreadStatus:
     files: int
     queued: int
     replayable: int
+    snapshots: bool = False  # a stopped kernel's state comes back from its snapshot first
 
 
 NoticeListener = Callable[[ThreadKey, Notice], Awaitable[None]]
@@ -367,6 +368,7 @@ class Engine:
             files=len(await self._listing(session)),
             queued=session.waiting,
             replayable=len(await self.store.replayable_cells(key.id)),
+            snapshots=self.snapshots.enabled,
         )
 
     async def files(self, key: ThreadKey) -> list[tuple[str, int]]:
