@@ -61,6 +61,7 @@ class RestoreReason(StrEnum):
     REAPED = "reaped"
     RESTARTED = "restarted"
     NEW_PROCESS = "new process"
+    FORKED = "forked"  # a new thread started from another one's state
 
 
 class SlackinterpError(Exception):

@@ -147,6 +147,7 @@ _WHY = {
     RestoreReason.REAPED: "after the idle stop",
     RestoreReason.RESTARTED: "after the restart",
     RestoreReason.NEW_PROCESS: "after the bot restarted",
+    RestoreReason.FORKED: "of the original thread",
 }
 
 

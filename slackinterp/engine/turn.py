@@ -21,7 +21,7 @@ import psutil
 
 from slackinterp import metrics
 from slackinterp.config import Settings
-from slackinterp.engine import intake, notebook, notices, workspace
+from slackinterp.engine import fork, intake, notebook, notices, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
@@ -35,6 +35,7 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
+from slackinterp.engine.fork import Forked
 from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
 from slackinterp.engine.session import Instruction, ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
@@ -348,6 +349,10 @@ class Engine:
         what = "Kernel reset" if had_kernel else "State cleared"
         files = "files deleted" if wipe else "files kept"
         return f"{what}: variables and history are gone, {files}."
+
+    async def fork(self, source: ThreadKey, target: ThreadKey) -> Forked:
+        """A new thread (`target`, empty) that starts where `source` stands (engine/fork.py)."""
+        return await fork.fork(self.snapshots, self.session(source), self.session(target))
 
     async def undo(self, key: ThreadKey) -> str:
         """The thread's variables back to before its last step; the answer to post."""

@@ -84,7 +84,7 @@ def manifest(
                 {
                     "command": command,
                     "description": "Reset, stop, inspect or export a thread's kernel",
-                    "usage_hint": "reset|stop|status|files|export|undo|schedules|network|help"
+                    "usage_hint": "reset|stop|status|files|export|undo|fork|schedules|network|help"
                     " [thread link]",
                     "should_escape": False,
                 }

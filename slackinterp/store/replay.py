@@ -99,6 +99,29 @@ class Replay(StoreBase):
             )
         return [StoredCell(r.id, r.code, r.ok, r.duration) for r in rows if r.ok]
 
+    async def fork_cells(self, source: str, target: str) -> list[tuple[int, str]]:
+        """A fork: the source thread's successful cells since its reset, copied to the target
+        thread in order (new ids); [(target id, code)]."""
+        copied = []
+        async with self._engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    select(cells.c.code, cells.c.duration)
+                    .where(
+                        cells.c.thread_key == source,
+                        cells.c.replay.is_(True),
+                        cells.c.ok.is_(True),
+                    )
+                    .order_by(cells.c.id)
+                )
+            ).all()
+            for row in rows:
+                new = await self._add_cell(
+                    conn, target, row.code, ok=True, error_name=None, duration=row.duration
+                )
+                copied.append((new, str(row.code)))
+        return copied
+
     async def count_cells(self, key: str) -> int:
         query = select(func.count()).select_from(cells).where(cells.c.thread_key == key)
         async with self._engine.connect() as conn:

@@ -118,8 +118,8 @@ def _rebuild(
     for index in sorted(needed):
         names = sorted(n for n in needed[index] if n in unsaved)
         try:
-            code = compile(shell.transform_cell(cells[index][1]), f"<cell {index + 1}>", "exec")
-            exec(code, scratch)
+            source = shell.transform_cell(cells[index][1])
+            exec(compile(source, f"<cell {index + 1}>", "exec"), scratch)
         except BaseException as exc:
             for name in names:
                 failed[name] = (

@@ -80,7 +80,7 @@ class _Pickler(pickle.Pickler):
 
 
 def _dill_pickler(dill: Any) -> Any:
-    class DillPickler(dill.Pickler):  # type: ignore[misc,name-defined]
+    class DillPickler(dill.Pickler):  # type: ignore[misc]
         def reducer_override(self, obj: Any) -> Any:
             why = _why(obj)
             if why is not None:
@@ -127,7 +127,7 @@ def _dump_as(kind: str, obj: Any, out_of_band: bool = True) -> tuple[str, bytes,
 
 def _hash(data: Any) -> str:
     try:
-        import xxhash  # type: ignore[import-not-found]
+        import xxhash
 
         return str(xxhash.xxh3_128_hexdigest(data))
     except ImportError:
