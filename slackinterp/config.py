@@ -165,7 +165,7 @@ class Settings(BaseSettings):
     idle_timeout: float = _seconds(
         1800,
         "Seconds a thread's kernel may sit idle before it is stopped (files stay; variables "
-        "come back by re-running the thread's cells).",
+        "come back from the thread's snapshot, else by re-running its cells).",
     )
     reap_interval: float = _seconds(60, "Seconds between checks for idle kernels.")
     exec_timeout: float = _seconds(
@@ -179,8 +179,8 @@ class Settings(BaseSettings):
     )
     restore_timeout: float = _seconds(
         60,
-        "Seconds re-running a thread's earlier cells may take when a stopped kernel is "
-        "brought back.",
+        "Seconds bringing a stopped kernel's state back may take: loading its snapshot and "
+        "re-running the cells it could not cover (all of them with snapshots off).",
     )
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
