@@ -294,6 +294,8 @@ def save(cell: int, since: int, keep: int, max_bytes: int) -> str:
     pending: dict[str, Any] = {}  # blob → data to write
     by_id: dict[int, dict[str, Any]] = {}
     for name, value in _user_names(ns, shell.user_ns_hidden).items():
+        if isinstance(value, io.IOBase) and value.closed:
+            continue  # `with open(…) as f` leaves one behind: nothing worth a re-run
         old = seen.get(name)
         if old is not None and old[0] is value and head and head["vars"].get(name) == old[1]:
             costly = old[1].get("cost", 0.0) >= COSTLY
