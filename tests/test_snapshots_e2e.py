@@ -10,6 +10,7 @@ from pathlib import Path
 from slackinterp.slack.bot import SlackBot
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
+from tests.gateway import Gateway, kernel_gateway  # noqa: F401 - a fixture
 from tests.slack_harness import (
     CHANNEL,
     all_text,
@@ -261,3 +262,27 @@ async def test_fork_starts_a_new_thread_where_this_one_stands(tmp_path: Path) ->
         await fake.user_message(CHANNEL, "```print(rv, open('data.txt').read())```", thread_ts=ts)
         cells = await wait_cells(fake, ts, 2)
         assert f"{shown.group()} hello" in all_text(cells[1])
+
+
+async def test_gateway_kernels_save_and_load_their_own_snapshots(
+    tmp_path: Path,
+    kernel_gateway: Gateway,  # noqa: F811
+) -> None:
+    # The files live with the kernel, on the gateway's side: the kernel does the I/O itself.
+    gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **gateway) as bot:
+        first = (
+            "import random\nrv = random.random()\nopen('effects.txt', 'a').write('ran')\nprint(rv)"
+        )
+        ts, _ = await fake.user_message(CHANNEL, code(first))
+        await wait_cells(fake, ts, 1)
+        await fake.user_message(CHANNEL, "```print(rv)```", thread_ts=ts)
+        cells = await wait_cells(fake, ts, 2)
+        shown = re.search(r"0\.\d{6,}", all_text(cells[1]))
+        assert shown is not None
+        await idle_stop(fake, bot, ts)
+        check = "```print(rv, open('effects.txt').read().count('ran'))```"
+        await fake.user_message(CHANNEL, check, thread_ts=ts)
+        cells = await wait_cells(fake, ts, 3)
+        assert f"{shown.group()} 1" in all_text(cells[2])
+        await wait_text(fake, ts, "Restored 2 variables from the snapshot")
