@@ -33,6 +33,8 @@ import time
 import types
 from typing import Any
 
+from IPython import get_ipython as _shell
+
 DIR = ".slackinterp-snapshots"
 FORMAT = 1
 MARK = "slackinterp-snapshot:"
@@ -140,12 +142,6 @@ def _root() -> str:
     return str(_STATE["root"])
 
 
-def _shell() -> Any:
-    from IPython import get_ipython
-
-    return get_ipython()
-
-
 def _hook() -> None:
     """Collect the code of the user's cells (never the bot's silent ones) until the next save."""
     if _STATE["hooked"]:
@@ -168,6 +164,9 @@ def _user_names(ns: dict[str, Any], hidden: dict[str, Any]) -> dict[str, Any]:
     }
 
 
+_READERS = frozenset({"len", "print", "repr", "str", "type", "id", "isinstance", "display"})
+
+
 def _touched(ns: dict[str, Any]) -> set[str] | None:
     """Names the cells since the last save mention, and the globals the functions they name
     use; None: unknown (read everything)."""
@@ -180,8 +179,12 @@ def _touched(ns: dict[str, Any]) -> set[str] | None:
             tree = ast.parse(shell.transform_cell(code))
         except SyntaxError:
             return None
+        looked_at: set[int] = set()  # `len(x)`, `print(x)`: a builtin that only reads its argument
         for node in ast.walk(tree):
-            if isinstance(node, ast.Name):
+            if isinstance(node, ast.Call) and getattr(node.func, "id", "") in _READERS:
+                looked_at.update(id(a) for a in node.args if isinstance(a, ast.Name))
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Name) and id(node) not in looked_at:
                 names.add(node.id)
             elif isinstance(node, ast.Global):
                 names.update(node.names)
@@ -242,12 +245,14 @@ def _collect(root: str, gens: dict[int, dict[str, Any]], keep: int, max_bytes: i
     """Keep the newest `keep` generations, fewer when their blobs exceed `max_bytes`; delete
     blobs no kept generation uses."""
     blobs = os.path.join(root, "blobs")
+    with os.scandir(blobs) as entries:
+        sizes = {e.name: e.stat(follow_symlinks=False).st_size for e in entries}
     kept: list[int] = []
     used: set[str] = set()
     total = 0
     for number in sorted(gens, reverse=True):
         mine = {b for e in gens[number]["vars"].values() for b in e.get("blobs", ())}
-        extra = sum(_size(blobs, b) for b in mine - used)
+        extra = sum(sizes.get(b, 0) for b in mine - used)
         if kept and (len(kept) >= keep or total + extra > max_bytes):
             with contextlib.suppress(OSError):
                 os.unlink(os.path.join(root, f"gen-{number}.json"))
@@ -260,13 +265,6 @@ def _collect(root: str, gens: dict[int, dict[str, Any]], keep: int, max_bytes: i
             if name not in used:
                 with contextlib.suppress(OSError):
                     os.unlink(os.path.join(blobs, name))
-
-
-def _size(blobs: str, name: str) -> int:
-    try:
-        return os.lstat(os.path.join(blobs, name)).st_size
-    except OSError:
-        return 0
 
 
 def _write_gen(root: str, number: int, gen: dict[str, Any]) -> None:
