@@ -93,6 +93,7 @@ async def bot(tmp: Path, snapshots: bool) -> AsyncIterator[tuple[FakeSlack, Any]
             fake,
             tmp,
             snapshots=snapshots,
+            pool_size=2,  # the default: a stopped thread's next kernel comes warm
             restore_timeout=900,
             exec_timeout=900,
             memory_limit_mb=8192,
