@@ -13,7 +13,8 @@ cell messages and notices out; times are taken when the fake has the bot's messa
 
 (a) follow-up   For each history (seconds of compute before the stop: one cell sleeps that
                 long, then builds the state) and each state size (a third a numpy array, a
-                third a pandas frame, a third a dict of small objects): the thread is stopped
+                third a pandas frame, a third a dict of small objects; --mix arrays: half an
+                array, half a frame): the thread is stopped
                 idle, then a follow-up `print(...)` is sent; measured: message → finished cell
                 in Slack. Targets (snapshots on): <= 1 s at 100 MB, <= 3 s at 500 MB, any
                 history. Cells re-run on restore: must be 0 (a side-effect file counts runs).
@@ -36,6 +37,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
+import os
 import re
 import statistics
 import sys
@@ -58,16 +60,25 @@ from tests.slack_harness import running_bot as harness_bot  # noqa: E402
 MAKE_STATE = """
 import numpy as np, pandas as pd, time
 def __make(mb):
-    third = int(mb * 1e6 / 3)
+    third = int(mb * 1e6 / {parts})
     arr = np.random.rand(third // 8)
     df = pd.DataFrame(np.random.rand(max(1, third // 80), 10), columns=list('abcdefghij'))
-    objs = {{i: {{'id': i, 'name': 'n%d' % i, 'v': i * 0.5}} for i in range(third // 60)}}
+    objs = {{i: {{'id': i, 'name': 'n%d' % i, 'v': i * 0.5}} for i in range({objects})}}
     return arr, df, objs
 time.sleep({history})
 arr, df, objs = __make({mb})
 open('runs.txt', 'a').write('x')
 """
 CHECK = "print('rows', len(df), 'objs', len(objs), 'runs', open('runs.txt').read().count('x'))"
+
+
+def state(history: float, mb: float) -> str:
+    """A cell that computes for `history` s, then builds `mb` MB of state (see --mix)."""
+    parts, objects = {"all": (3, "third // 60"), "arrays": (2, "100")}[MIXED[0]]
+    return MAKE_STATE.format(history=history, mb=mb, parts=parts, objects=objects)
+
+
+MIXED = ["all"]  # --mix
 
 
 class SaveLog(logging.Handler):
@@ -129,7 +140,7 @@ async def reply(fake: FakeSlack, ts: str, needle: str, after: int = 0) -> float:
 
 
 async def follow_up(fake: FakeSlack, the_bot: Any, history: float, mb: float) -> dict[str, Any]:
-    ts, _ = await send(fake, "<@UBOT> ```" + MAKE_STATE.format(history=history, mb=mb) + "```")
+    ts, _ = await send(fake, "<@UBOT> ```" + state(history, mb) + "```")
     await cells_done(fake, ts, 1)
     await settled(the_bot)
     await the_bot.runtime.registry.reap_idle(0.0)
@@ -165,7 +176,7 @@ async def output_turns(fake: FakeSlack, the_bot: Any, turns: int) -> list[float]
 
 
 async def saves(fake: FakeSlack, the_bot: Any, log: SaveLog, mb: float, n: int) -> Path:
-    ts, _ = await send(fake, "<@UBOT> ```" + MAKE_STATE.format(history=0, mb=mb) + "```")
+    ts, _ = await send(fake, "<@UBOT> ```" + state(0, mb) + "```")
     await cells_done(fake, ts, 1)
     await settled(the_bot)
     log.seconds.clear()
@@ -178,7 +189,7 @@ async def saves(fake: FakeSlack, the_bot: Any, log: SaveLog, mb: float, n: int) 
 
 
 async def undo(fake: FakeSlack, the_bot: Any, mb: float) -> float:
-    ts, _ = await send(fake, "<@UBOT> ```" + MAKE_STATE.format(history=0, mb=mb) + "```")
+    ts, _ = await send(fake, "<@UBOT> ```" + state(0, mb) + "```")
     await cells_done(fake, ts, 1)
     await settled(the_bot)
     await send(fake, f"```arr2 = np.random.rand({int(10e6 / 8)})```", ts)
@@ -190,7 +201,7 @@ async def undo(fake: FakeSlack, the_bot: Any, mb: float) -> float:
 
 
 async def fork(fake: FakeSlack, the_bot: Any, mb: float, file_mb: int) -> tuple[float, str]:
-    make = MAKE_STATE.format(history=0, mb=mb) + (
+    make = state(0, mb) + (
         f"\nimport os\nwith open('big.bin', 'wb') as f:\n"
         f"    for _ in range({file_mb}): f.write(os.urandom(1 << 20))"
     )
@@ -239,6 +250,7 @@ async def main(args: argparse.Namespace) -> int:
                 off,
             ),
         ):
+            print(f"state mix: {MIXED[0]}; machine load average {os.getloadavg()[0]:.1f}")
             print("(a) follow-up after an idle stop: message → finished cell in Slack")
             print(
                 f"{'history':>8} {'state':>8} {'snapshot':>10} {'replay':>10} {'ratio':>7}  re-runs"
@@ -304,11 +316,19 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--fork-state", type=float, default=100)
     parser.add_argument("--fork-files", type=int, default=100)
     parser.add_argument(
+        "--mix",
+        choices=("all", "arrays"),
+        default="all",
+        help="all: a third each array, frame, dict of small objects; arrays: half each array "
+        "and frame (the pickle speed of small objects aside)",
+    )
+    parser.add_argument(
         "--quick", action="store_true", help="histories 1,15 and states 1,100 (a loaded machine)"
     )
     args = parser.parse_args()
     if args.quick:
         args.histories, args.states = "1,15", "1,100"
+    MIXED[0] = args.mix
     return args
 
 
