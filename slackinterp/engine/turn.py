@@ -200,6 +200,8 @@ class Engine:
     def _offer(self, session: ThreadSession, request: TurnRequest) -> Instruction | None:
         """A plain message (no code block, files or notebook run) arriving while a model turn
         runs is offered to that turn; anything else queues behind it as before."""
+        if not (session.busy and session.steerable):
+            return None  # no model turn runs to take it
         text = request.text.strip()
         plain = not request.files and direct_code(text) is None
         plain = plain and notebook.run_request(text, []) is None
