@@ -64,6 +64,14 @@ class RestoreReason(StrEnum):
     FORKED = "forked"  # a new thread started from another one's state
 
 
+class TurnOrigin(StrEnum):
+    """Who a turn is for: a person in a thread, or a scheduled run (on a key of its own, in a
+    fresh kernel). Budgets and usage tell them apart; a scheduled run never restores state."""
+
+    PERSON = "person"
+    SCHEDULED = "scheduled"
+
+
 class SlackinterpError(Exception):
     """Base of the errors whose message is meant for the user, as is."""
 
