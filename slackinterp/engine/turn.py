@@ -15,7 +15,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 
@@ -47,6 +47,9 @@ from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
 from slackinterp.llm.steering import Steering
 from slackinterp.store import Store
+
+if TYPE_CHECKING:
+    from slackinterp.datasources.service import DataSources
 
 # Front-ends import these from here: a turn's request is made of them.
 __all__ = [
@@ -120,6 +123,8 @@ class Engine:
         self.notice_listeners: list[NoticeListener] = []
         # Each cell: lease → quota → run → record → report (cells.py).
         self.cells = CellRunner(settings, store, registry)
+        # SQL data sources (set by runtime.py when configured): who queries, what the model sees.
+        self.data: DataSources | None = None
         registry.listeners.append(self._on_lifecycle)
 
     # --- sessions ------------------------------------------------------------------------
@@ -255,6 +260,8 @@ class Engine:
         self.registry.turn_began(session.key.id)
         try:
             start = await self.store.start_turn(session.key.id, context_at=request.position)
+            if self.data is not None and request.user:  # the audit line's user for sql()
+                self.data.note_user(session.key.id, request.user)
             session.fresh = start.fresh
             context = await intake.thread_context(session.key.id, request.context, start, emit)
             incoming = context.files + request.files
@@ -455,6 +462,10 @@ class _Port:
 
     async def files(self) -> list[tuple[str, int]]:
         return await self.engine.files(self.session.key)
+
+    async def data_sources(self) -> str:
+        data = self.engine.data
+        return await data.summary(self.session.key.channel) if data is not None else ""
 
     async def variables(self) -> list[str]:
         """Known from the last cell's user expression; otherwise asked of the kernel."""

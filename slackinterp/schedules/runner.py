@@ -416,6 +416,9 @@ class _RunPort:
     async def steering(self) -> list[Steering]:
         return []  # nobody types into a scheduled run: its prompt is fixed when it is made
 
+    async def data_sources(self) -> str:
+        return ""  # the run's cells query afresh; its prompt names no sources
+
     async def variables(self) -> list[str]:
         if self.variables_known is None:
             raw = await self.run_hidden(prompts.VARIABLES_CODE)

@@ -15,7 +15,7 @@ import os
 import shutil
 import subprocess
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import psutil
 from jupyter_client.manager import AsyncKernelManager
@@ -43,6 +43,28 @@ START_SLOTS_PER_CORE = 2
 # section e), so four times as many keep the cores as busy.
 FORK_SLOTS_PER_CORE = 8
 _serial = itertools.count(1)
+
+
+class KernelSocket(Protocol):
+    """A per-kernel socket of a bot service (the data sources' one): it speaks for `thread`."""
+
+    thread: str | None
+    path: Path
+
+    async def close(self) -> None: ...
+
+    async def restart(self) -> None: ...
+
+
+class KernelSockets(Protocol):
+    """A service giving each sandboxed kernel a socket in its runtime directory before the
+    kernel starts, and the variables naming it inside (slackinterp/datasources/service.py)."""
+
+    async def open(
+        self, runtime: Path, uid: int | None, gid: int | None
+    ) -> KernelSocket | None: ...
+
+    def kernel_env(self, socket_inside: str) -> dict[str, str]: ...
 
 
 class SandboxedKernelManager(AsyncKernelManager):
@@ -110,6 +132,7 @@ class LocalKernel:
         self.runtime_subdir: Path | None = None
         self.cgroup: cgroups.KernelCgroup | None = None
         self.egress: KernelListener | None = None  # allowlist mode: this kernel's proxy socket
+        self.data: KernelSocket | None = None  # data sources: this kernel's sql() socket
 
     @property
     def client(self) -> Any:
@@ -158,6 +181,8 @@ class LocalKernel:
         """A fresh process with the same connection; its cwd is reapplied."""
         if self.egress is not None:  # the old process's connections end with it
             await self.egress.restart()
+        if self.data is not None:
+            await self.data.restart()
         await self.km.restart_kernel(now=True)
         await ready.drain_iopub(self._client)
         await ready.wait_ready(self._client, READY_TIMEOUT, self.is_alive)
@@ -214,6 +239,8 @@ class LocalKernel:
             self.km.close_args()
         if self.egress is not None:
             await self.egress.close()
+        if self.data is not None:
+            await self.data.close()
         if self._recorder is not None and self._recorded_pid is not None:
             await self._recorder.forget_kernel(self._recorded_pid)
             self._recorded_pid = None
@@ -244,6 +271,7 @@ class LocalBackend:
         kernel_user: privileges.KernelUser | None = None,
         egress: Egress | None = None,
         start_mode: str = "spawn",
+        data: KernelSockets | None = None,
     ):
         self.kernel_name = kernel_name
         self.cache_dir = cache_dir
@@ -253,6 +281,7 @@ class LocalBackend:
         self.bwrap = bwrap
         self.network = network  # off | allowlist | open (sandbox.shares_host_network)
         self.egress = egress  # sandboxed kernels' proxy and environment (kernels/local/egress)
+        self.data = data  # sandboxed kernels' sql() socket (slackinterp/datasources)
         self.hidden = hidden or []
         self.user = kernel_user  # None: kernels run as the bot's own user (it is not root)
         self._user_checked = kernel_user is None or bwrap is not None
@@ -368,10 +397,11 @@ class LocalBackend:
                 self.pids_root, runtime.name.removeprefix("k"), self.limits.max_processes
             )
         listener: KernelListener | None = None
+        data: KernelSocket | None = None
         try:
             if self.bwrap is not None:
                 await self._prepare_sandbox(km, cwd, runtime)
-                env, listener = await self.sandboxed_env(runtime)
+                env, listener, data = await self.sandboxed_env(runtime)
             await km.start_kernel(
                 cwd=str(cwd),
                 stdout=subprocess.DEVNULL,
@@ -393,11 +423,14 @@ class LocalBackend:
             km.close_args()
             if listener is not None:
                 await listener.close()
+            if data is not None:
+                await data.close()
             raise self._start_error(exc) from exc
         kernel = LocalKernel(km, cwd, self.recorder, self.user)
         kernel.runtime_subdir = runtime
         kernel.cgroup = group
         kernel.egress = listener
+        kernel.data = data
         try:
             await kernel.connect()
         except BaseException:
@@ -405,18 +438,33 @@ class LocalBackend:
             raise
         return kernel
 
-    async def sandboxed_env(self, runtime: Path) -> tuple[dict[str, str], KernelListener | None]:
+    async def sandboxed_env(
+        self, runtime: Path
+    ) -> tuple[dict[str, str], KernelListener | None, KernelSocket | None]:
         """A sandboxed kernel's complete environment, computed once per start and the same
         for both start modes (a forked kernel gets exactly this dict, nothing of the template),
         and, with SLACKINTERP_NETWORK=allowlist, its egress listener: the one hook through
-        which egress adds its socket (in `runtime`, made before the kernel) and variables."""
+        which egress adds its socket (in `runtime`, made before the kernel) and variables.
+        With data sources, the kernel's data socket likewise (its third item)."""
         env = sandbox.sandbox_env()
+        data = None
+        if self.data is not None:
+            uid = self.user.uid if self.user is not None else None
+            gid = self.user.gid if self.user is not None else None
+            data = await self.data.open(runtime, uid, gid)
+            if data is not None:
+                env.update(self.data.kernel_env(f"{sandbox.SANDBOX_RUNTIME}/{data.path.name}"))
         if self.egress is None:
-            return env, None
-        listener = await self.egress.open(runtime, self.user)
+            return env, None, data
+        try:
+            listener = await self.egress.open(runtime, self.user)
+        except BaseException:
+            if data is not None:
+                await data.close()
+            raise
         inside = f"{sandbox.SANDBOX_RUNTIME}/{listener.path.name}" if listener else None
         env.update(self.egress.kernel_env(inside, sandbox.SANDBOX_HOME))
-        return env, listener
+        return env, listener, data
 
     def _start_error(self, exc: Exception) -> KernelStartError:
         return KernelStartError(

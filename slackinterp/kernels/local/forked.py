@@ -239,7 +239,8 @@ async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
     kernel.runtime_subdir = runtime
     kernel.cgroup = group
     try:
-        env, kernel.egress = await backend.sandboxed_env(runtime)  # closed by shutdown
+        # shutdown closes both sockets
+        env, kernel.egress, kernel.data = await backend.sandboxed_env(runtime)
         await km.start_kernel(
             cwd=str(cwd),
             env=env,

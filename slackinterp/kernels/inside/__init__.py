@@ -1,0 +1,12 @@
+"""Code that runs inside kernels, kept as real modules and sent by source (never strings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+
+def exec_line(module: str, name: str) -> str:
+    """One exec_lines entry running `module`'s source in a namespace of its own, named `name`
+    (the module's `if __name__ == name:` part runs)."""
+    source = (Path(__file__).parent / f"{module}.py").read_text(encoding="utf-8")
+    return f"exec(compile({source!r}, '<slackinterp-{module}>', 'exec'), {{'__name__': {name!r}}})"
