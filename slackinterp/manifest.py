@@ -84,7 +84,7 @@ def manifest(
                 {
                     "command": command,
                     "description": "Reset, stop, inspect or export a thread's kernel",
-                    "usage_hint": "reset|stop|status|files|export|schedules|network|help"
+                    "usage_hint": "reset|stop|status|files|export|schedules|network|data|help"
                     " [thread link]",
                     "should_escape": False,
                 }

@@ -128,7 +128,7 @@ class PostgresReader:
         # holds the query again; the database's own words follow "ERROR:".
         if "ERROR:" in text:
             text = text.split("ERROR:", 1)[1]
-        text = text.split("\nQuery was:", 1)[0].strip()
+        text = text.split("\nQuery was:", 1)[0].split(". SQLSTATE:", 1)[0].strip()
         text = text.replace("[libpq] ", "").removeprefix("IO: ")
         return ReaderError(self.secrets.scrub(text) or type(exc).__name__)
 
@@ -180,13 +180,18 @@ class PostgresReader:
             self._seats.release()
 
     def _begin(self, cur: Any, label: str, timeout: float) -> None:
+        """Read-only, bounded, labelled; and a snapshot taken, after which the transaction
+        can no longer be switched to READ WRITE ("must be set before any query")."""
         millis = max(1, int(timeout * 1000))
-        cur.execute("SET TRANSACTION READ ONLY")
-        cur.execute(f"SET LOCAL statement_timeout = {millis}")
-        cur.execute(f"SET LOCAL lock_timeout = {millis}")
-        cur.execute(f"SET LOCAL idle_in_transaction_session_timeout = {millis + 5000}")
         safe = "".join(c for c in label if c.isalnum() or c in ":-_.~")[:60]
-        cur.execute(f"SET LOCAL application_name = 'slackinterp:{safe}'")
+        cur.execute("SET TRANSACTION READ ONLY")
+        cur.execute(
+            f"SELECT set_config('statement_timeout', '{millis}', true), "
+            f"set_config('lock_timeout', '{millis}', true), "
+            f"set_config('idle_in_transaction_session_timeout', '{millis + 5000}', true), "
+            f"set_config('application_name', 'slackinterp:{safe}', true)"
+        )
+        cur.fetchall()
 
     def batches(
         self, sql: str, label: str, timeout: float, stop: threading.Event
@@ -227,9 +232,9 @@ class PostgresReader:
             where = f"c.table_schema IN ({names})"
         rows = self._rows(
             "SELECT c.table_schema, c.table_name, c.column_name, c.data_type, "
-            "COALESCE(s.n_live_tup, -1) FROM information_schema.columns c "
-            "LEFT JOIN pg_stat_user_tables s ON s.schemaname = c.table_schema "
-            "AND s.relname = c.table_name "
+            "COALESCE(k.reltuples, -1)::bigint FROM information_schema.columns c "
+            "LEFT JOIN pg_class k ON k.oid = (quote_ident(c.table_schema) || '.' || "
+            "quote_ident(c.table_name))::regclass "
             f"WHERE {where} AND has_table_privilege(quote_ident(c.table_schema) || '.' || "
             "quote_ident(c.table_name), 'SELECT') "
             "ORDER BY c.table_schema, c.table_name, c.ordinal_position LIMIT 20000"
@@ -246,10 +251,10 @@ class PostgresReader:
 
     def probe(self) -> Probe:
         notes = []
-        (writes,) = self._rows(
+        writes = self._rows(
             "SELECT count(*) FROM information_schema.table_privileges WHERE grantee = "
             "current_user AND privilege_type IN ('INSERT', 'UPDATE', 'DELETE', 'TRUNCATE')"
-        )[0:1] or [(0,)]
+        )[0][0]
         (create,) = self._rows(
             "SELECT has_database_privilege(current_user, current_database(), 'CREATE') "
             "OR has_schema_privilege(current_user, 'public', 'CREATE')"
@@ -270,7 +275,8 @@ class PostgresReader:
 
 
 # --- SQLite ----------------------------------------------------------------------------------
-_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION}
+# SQLITE_RECURSIVE (33): WITH RECURSIVE; not every Python names it.
+_READS = {sqlite3.SQLITE_SELECT, sqlite3.SQLITE_READ, sqlite3.SQLITE_FUNCTION, 33}
 
 
 class SqliteReader:
