@@ -18,7 +18,7 @@ from slackinterp.datasources.readers import Column, ReaderError, Table, reader_f
 from slackinterp.datasources.service import DataLimits, DataSources
 from slackinterp.datasources.sources import Secrets, SourceError, SourceSpec
 from slackinterp.kernels.inside import sql as inside
-from tests.datasource_db import SECRET_ENV, SIGNUPS, Warehouse, make_sqlite, warehouse  # noqa: F401
+from tests.datasource_db import SECRET_ENV, SIGNUPS, Warehouse, make_sqlite
 
 THREAD = "T1:C1:100.1"
 
@@ -271,7 +271,8 @@ async def test_a_channel_without_the_source_may_not_query(
     sales: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     class Rules:
-        rows: list[tuple[str, str]] = []
+        def __init__(self) -> None:
+            self.rows: list[tuple[str, str]] = []
 
         async def data_rules(self, channel: str) -> list[tuple[str, str]]:
             return list(self.rows)
