@@ -1,4 +1,7 @@
-"""Code that runs inside kernels, kept as real modules and sent by source (never strings)."""
+"""Code that runs inside a kernel, sent to it by the bot: `figure_alt` (a plot's title as alt
+text), `transfer` (a gateway kernel's files: walks, reads and writes) and `sql` (`sql()` and
+`%%sql`, asking the bot over the kernel's data socket).
+"""
 
 from __future__ import annotations
 
