@@ -69,12 +69,16 @@ def _v6(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
+def _v7(conn: Connection) -> None:
+    """Version 7: nothing (it was held for snapshots, which needed no table)."""
+
+
 def _v8(conn: Connection) -> None:
     """Version 8: SQL data sources enabled or disabled per channel by admins."""
     channel_data_rules.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 8: _v8}
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
