@@ -110,16 +110,17 @@ def _scrub(check: Check, secrets: Iterable[str]) -> Check:
 
 async def run_checks(settings: Settings) -> list[Check]:
     """Every check, run concurrently, in a fixed order for printing."""
-    bot, connection, model, kernel, storage, sandbox, data = await asyncio.gather(
+    data = asyncio.ensure_future(check_data_sources(settings))
+    bot, connection, model, kernel, storage, sandbox = await asyncio.gather(
         check_bot_token(settings),
         check_slack_connection(settings),
         check_model(settings),
         check_kernel(settings),
         check_storage(settings),
         check_sandbox(settings),
-        check_data_sources(settings),
     )
-    checks = [*check_settings(settings), bot, connection, model, kernel, *storage, sandbox, *data]
+    checks = [*check_settings(settings), bot, connection, model, kernel, *storage, sandbox]
+    checks += await data
     secrets = _secrets(settings)
     return [_scrub(check, secrets) for check in checks]
 
