@@ -81,6 +81,30 @@ def reader_for(url: URL, secrets: Secrets, pool_size: int = 4) -> Reader:
     return PostgresReader(url, secrets, pool_size)
 
 
+def plain(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """A batch pandas can read: the driver's extension types become their storage (ADBC gives
+    PostgreSQL's numeric as an opaque string type, which to_pandas cannot convert), numeric as
+    float64 (what an analysis wants; exact decimals: cast to text in the query)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    if not any(isinstance(f.type, pa.BaseExtensionType) for f in batch.schema):
+        return batch
+    arrays, fields = [], []
+    for field, column in zip(batch.schema, batch.columns, strict=True):
+        if isinstance(field.type, pa.BaseExtensionType):
+            column = column.storage
+            if getattr(field.type, "type_name", "") == "numeric":
+                try:
+                    column = pc.cast(column, pa.float64())
+                except (pa.ArrowInvalid, pa.ArrowNotImplementedError):
+                    pass  # stays text
+            field = pa.field(field.name, column.type, field.nullable, field.metadata)
+        arrays.append(column)
+        fields.append(field)
+    return pa.RecordBatch.from_arrays(arrays, schema=pa.schema(fields, batch.schema.metadata))
+
+
 class _Deadline:
     """Calls `cancel` once `timeout` has passed or `stop` is set, whichever comes first."""
 
@@ -204,7 +228,8 @@ class PostgresReader:
                     self._begin(cur, label, timeout)
                     cur.execute(sql)
                     reader = cur.fetch_record_batch()
-                    yield from reader
+                    for batch in reader:
+                        yield plain(batch)
                 except Exception as exc:
                     if deadline.expired or "statement timeout" in str(exc):
                         raise _timeout_error(timeout) from None
