@@ -381,6 +381,14 @@ class Settings(BaseSettings):
         False,
         description="Deprecated: true means SLACKINTERP_NETWORK=open.",
     )
+    # Secrets the egress proxy adds for internal HTTPS APIs (docs/configuration.md "Secrets
+    # for internal APIs"); the kernel never holds them
+    egress_secrets_file: Path | None = Field(
+        None,
+        description='A TOML file binding headers or basic auth to hosts ([hosts."api.internal"] '
+        'headers = {Authorization = "Bearer $TOKEN"}); values come from the environment. '
+        "Needs SLACKINTERP_NETWORK=allowlist and the host allowed in the channel.",
+    )
     # SQL data sources (docs/configuration.md "Data sources"; queries run by the bot, never
     # the kernel, which gets only a socket to ask through)
     data_sources_file: Path | None = Field(

@@ -20,6 +20,9 @@ from slackinterp import metrics
 from slackinterp.config import NetworkMode, SandboxMode, Settings
 from slackinterp.datasources import sources
 from slackinterp.datasources.service import DataLimits, DataSources
+from slackinterp.egress import secrets
+from slackinterp.egress.ca import BotCA
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.service import Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels import packages
@@ -288,7 +291,25 @@ def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | 
     isolation to enforce: kernels use the host's network, and doctor says so)."""
     if bwrap is None:  # resolve_sandbox refused allowlist mode without one
         return None
-    return Egress.from_settings(settings, store)
+    egress = Egress.from_settings(settings, store)
+    if settings.egress_secrets_file is not None:
+        egress.set_injector(injector_for(settings))
+    return egress
+
+
+def injector_for(settings: Settings) -> SecretInjector:
+    """The hosts whose secrets the proxy adds, and the bot's CA (made at first start)."""
+    path = settings.egress_secrets_file
+    assert path is not None
+    try:
+        bound = secrets.parse(path.read_text(encoding="utf-8"), os.environ, str(path))
+    except (OSError, secrets.SecretError) as exc:
+        raise EgressSecretsUnusable(f"SLACKINTERP_EGRESS_SECRETS_FILE: {exc}") from None
+    return SecretInjector(bound, BotCA((settings.data_dir / "ca").resolve()))
+
+
+class EgressSecretsUnusable(StoreError):
+    """The secrets file cannot be used (said at start)."""
 
 
 class DataSourcesUnusable(StoreError):

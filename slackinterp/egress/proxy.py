@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 
 from slackinterp import metrics
 from slackinterp.egress import addresses
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import (
     BadHost,
     Decision,
@@ -231,8 +232,10 @@ class EgressProxy:
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
         own_addresses: Callable[[], frozenset[IPAddress]] | None = None,
+        injector: SecretInjector | None = None,
     ):
         self.policy_for = policy_for
+        self.injector = injector  # hosts whose secrets the proxy adds (egress/inject.py)
         self.limits = limits or ProxyLimits()
         self.resolver = resolver or system_resolver
         self.own_addresses = own_addresses or addresses.OwnAddresses().get
@@ -331,7 +334,15 @@ class EgressProxy:
             else:
                 up_writer.write(request.upstream_head)
                 flow.up += len(request.upstream_head)
-            await self._tunnel(reader, writer, up_reader, up_writer, flow)
+            bound = self.injector.bound(decision.host, decision.port) if self.injector else None
+            if bound is not None and request.connect and self.injector is not None:
+                # A host with a bound secret: TLS ends here, the secret is added (egress/inject.py).
+                up, down = await self.injector.serve(
+                    listener.thread, bound, reader, writer, up_reader, up_writer
+                )
+                flow.up, flow.down = flow.up + up, flow.down + down
+            else:
+                await self._tunnel(reader, writer, up_reader, up_writer, flow)
         finally:
             up_writer.close()
             if not flow.forwarded:
