@@ -12,6 +12,7 @@ import datetime as dt
 import http.client
 import ipaddress
 import json
+import shutil
 import socket
 import ssl
 from collections.abc import AsyncIterator
@@ -31,10 +32,14 @@ from slackinterp.egress import secrets
 from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import NetworkMode, Policy, parse_rules
 from slackinterp.egress.proxy import EgressProxy
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.runtime import Runtime
+from tests.conftest import make_settings, run_turn
 
 TOKEN = "tok-" + "9f3c1a7e5b2d4c6e8a0b1c2d3e4f5a6b"
 USER, PASSWORD = "svc-bot", "pw-0c9d8e7f6a5b4c3d"
 HOST, OTHER = "api.test", "other.test"
+OWN: list[str] = []
 
 
 def _cert(
@@ -56,7 +61,12 @@ def _cert(
     if not ca:
         builder = builder.add_extension(
             x509.SubjectAlternativeName(
-                [x509.DNSName(HOST), x509.DNSName(OTHER), x509.DNSName("basic.test")]
+                [
+                    x509.DNSName(HOST),
+                    x509.DNSName(OTHER),
+                    x509.DNSName("basic.test"),
+                    *[x509.IPAddress(ipaddress.IPv4Address(a)) for a in OWN],
+                ]
             ),
             False,
         )
@@ -68,12 +78,27 @@ class Upstream:
     port: int
     ca_file: Path
     seen: list[dict[str, str]]
+    own: tuple[str, int] | None = None  # the same API on this host's own address, if it has one
+
+
+def own_address() -> str | None:
+    """This host's address on its default route (no packet is sent), for a kernel, whose
+    NO_PROXY covers loopback, to reach through the proxy."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))
+        except OSError:
+            return None
+        address = str(probe.getsockname()[0])
+    return None if address.startswith("127.") else address
 
 
 @pytest.fixture
 async def upstream(tmp_path: Path) -> AsyncIterator[Upstream]:
     """An HTTPS API with its own CA: /echo reflects the request's headers (in the body and in a
     header), /drip reflects them a few bytes at a time, /redirect sends the client elsewhere."""
+    own = own_address()
+    OWN[:] = [own] if own else []
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = _cert("test CA", ca_key, None, True)
     key = ec.generate_private_key(ec.SECP256R1())
@@ -122,8 +147,13 @@ async def upstream(tmp_path: Path) -> AsyncIterator[Upstream]:
     site = web.TCPSite(runner, "127.0.0.1", 0, ssl_context=context)
     await site.start()
     port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+    found = None
+    if own:
+        other_site = web.TCPSite(runner, own, 0, ssl_context=context)
+        await other_site.start()
+        found = (own, other_site._server.sockets[0].getsockname()[1])  # type: ignore[union-attr]
     try:
-        yield Upstream(port, ca_file, seen)
+        yield Upstream(port, ca_file, seen, found)
     finally:
         await runner.cleanup()
 
@@ -346,3 +376,58 @@ def test_the_scrubber_masks_words_split_anywhere() -> None:
         out = b"".join(scrubber.feed(stream[i : i + size]) for i in range(0, len(stream), size))
         out += scrubber.end()
         assert out == stream.replace(b"secret-value", b"*" * 12) and scrubber.masked == 2
+
+
+PROBE = """
+import glob, json, os, urllib.request
+answer = urllib.request.urlopen("https://127.0.0.1:PORT/echo", timeout=30)
+files = {}
+for path in glob.glob("/run/kernel/*") + glob.glob("/proc/*/environ"):
+    try:
+        files[path] = open(path, "rb").read().decode("latin-1")
+    except OSError:
+        pass
+json.dump({"status": answer.status, "body": answer.read().decode(), "env": dict(os.environ),
+           "files": files}, open("probe.json", "w"))
+"""
+
+
+@pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed")
+async def test_a_kernel_gets_the_api_answer_but_never_the_secret(
+    tmp_path: Path, upstream: Upstream, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    if upstream.own is None:
+        pytest.skip("this host has no address besides loopback (kernels reach loopback directly)")
+    address, port = upstream.own
+    monkeypatch.setenv("SLACKINTERP_TEST_API_TOKEN", TOKEN)
+    bound = tmp_path / "secrets.toml"
+    bound.write_text(
+        f'[hosts."{address}"]\nport = {port}\nca_file = "{upstream.ca_file}"\n'
+        'headers = { Authorization = "Bearer $SLACKINTERP_TEST_API_TOKEN" }\n'
+    )
+    settings = make_settings(
+        tmp_path,
+        network="allowlist",
+        network_allow=[f"{address}:{port}+private"],
+        egress_secrets_file=bound,
+    )
+    runtime = await Runtime.open(settings)
+    await runtime.start()
+    try:
+        key = ThreadKey("T1", "C1", "1.1")
+        code = PROBE.replace("127.0.0.1:PORT", f"{address}:{port}")
+        events = await run_turn(runtime.engine, key, f"```python\n{code}\n```")
+        assert not any("Error" in type(e).__name__ for e in events), events
+        found_files = list(settings.threads_dir.glob("*/probe.json"))
+        assert found_files, [repr(e)[:3000] for e in events]
+        (found,) = found_files
+        probe = json.loads(found.read_text())
+    finally:
+        await runtime.stop()
+    assert probe["status"] == 200
+    assert upstream.seen[-1]["Authorization"] == f"Bearer {TOKEN}"
+    assert probe["env"]["SSL_CERT_FILE"] == "/run/kernel/ca-bundle.pem"
+    assert probe["env"]["REQUESTS_CA_BUNDLE"] == "/run/kernel/ca-bundle.pem"
+    everything = json.dumps(probe)
+    assert TOKEN not in everything and "*" * len(TOKEN) in probe["body"]
+    assert "PRIVATE KEY" not in everything  # the bundle holds certificates only
