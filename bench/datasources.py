@@ -14,7 +14,11 @@ kernel's socket. The kernel times its own sql() calls. Measured:
     fetched with ADBC straight into a DataFrame in this process (the floor: no bot, no socket);
   - the bot's event-loop lag (a 5 ms ticker) while that result streams: p99 (target < 50 ms);
   - a 10-row query: sql() in the kernel against SQLAlchemy (asyncpg) straight to the database
-    from this process, medians of 50 (target: at most 20 ms added).
+    from this process, medians of 50 (target: at most 20 ms added);
+  - `--only https` (no database needed): a request to a secret-bearing HTTPS host through the
+    egress proxy (TLS terminated, the secret added, the answer scrubbed) against plain CONNECT
+    to the same server, each on a kept-alive connection (bench/https_secrets.py; target: at
+    most 5 ms added per request).
 """
 
 from __future__ import annotations
@@ -159,16 +163,21 @@ async def run(args: argparse.Namespace) -> None:
         f'[sources.bench]\nurl = "{public.render_as_string(hide_password=False)}"\n'
         f'password_env = "{PASSWORD_ENV}"\nchannels = ["{CHANNEL}"]\n'
     )
-    async with FakeSlack() as slack, running_bot(
-        slack,
-        tmp,
-        data_sources_file=sources,
-        data_max_rows=max(args.rows, 1_000_000),
-        data_max_mb=1024,
-        memory_limit_mb=4096,
-        exec_timeout=300,
-    ) as bot:
-        wide = textwrap.dedent(KERNEL_WIDE).replace("WIDE", WIDE).replace("REPEAT", str(args.repeat))
+    async with (
+        FakeSlack() as slack,
+        running_bot(
+            slack,
+            tmp,
+            data_sources_file=sources,
+            data_max_rows=max(args.rows, 1_000_000),
+            data_max_mb=1024,
+            memory_limit_mb=4096,
+            exec_timeout=300,
+        ) as bot,
+    ):
+        wide = (
+            textwrap.dedent(KERNEL_WIDE).replace("WIDE", WIDE).replace("REPEAT", str(args.repeat))
+        )
         lag: list[float] = []
         stop = asyncio.Event()
         ticker = asyncio.create_task(_lag(lag, stop))
@@ -222,11 +231,35 @@ def report(
     )
 
 
+async def https(requests: int) -> None:
+    from bench.https_secrets import measure
+
+    found = await measure(requests)
+    plain = [float(t) * 1000 for t in found["plain"]]
+    inject = [float(t) * 1000 for t in found["inject"]]
+    added = statistics.median(inject) - statistics.median(plain)
+    print(f"load average: {os.getloadavg()[0]:.1f} (2 cores, shared)")
+    print(
+        f"HTTPS GET on a kept-alive connection through the proxy, {len(plain)} each: plain "
+        f"CONNECT median {statistics.median(plain):.2f} ms (p95 {pct(plain, 95):.2f}); "
+        f"secret-bearing host median {statistics.median(inject):.2f} ms (p95 "
+        f"{pct(inject, 95):.2f}): {added:+.2f} ms per request (target <= 5 ms: "
+        f"{'ok' if added <= 5 else 'MISSED'}); upstream saw auth {found['inject_auth']!r} "
+        f"with the secret, {found['plain_auth']!r} without"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rows", type=int, default=1_000_000)
     parser.add_argument("--repeat", type=int, default=3)
-    asyncio.run(run(parser.parse_args()))
+    parser.add_argument("--only", choices=["sql", "https"], default=None)
+    parser.add_argument("--requests", type=int, default=300)
+    args = parser.parse_args()
+    if args.only != "https":
+        asyncio.run(run(args))
+    if args.only != "sql":
+        asyncio.run(https(args.requests))
 
 
 if __name__ == "__main__":
