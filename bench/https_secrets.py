@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import json
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -41,7 +40,8 @@ web.run_app(app, host="127.0.0.1", port=int(sys.argv[3]), ssl_context=context, p
 
 CLIENT = """
 import http.client, json, socket, ssl, sys, time
-path, port, bundle, test_ca, n = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5])
+path, port, bundle, test_ca, n = sys.argv[1:6]
+port, n = int(port), int(n)
 def session(host, trust):
     raw = socket.socket(socket.AF_UNIX)
     raw.connect(path)
@@ -91,8 +91,8 @@ async def measure(requests: int = 300) -> dict[str, list[float] | str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    server = subprocess.Popen(
-        [sys.executable, "-c", UPSTREAM, str(tmp / "cert.pem"), str(tmp / "key.pem"), str(port)]
+    server = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", UPSTREAM, str(tmp / "cert.pem"), str(tmp / "key.pem"), str(port)
     )
     try:
         text = (
@@ -144,4 +144,4 @@ async def measure(requests: int = 300) -> dict[str, list[float] | str]:
         return found
     finally:
         server.terminate()
-        server.wait()
+        await server.wait()
