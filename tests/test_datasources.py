@@ -6,6 +6,7 @@ summary. End to end through the fake Slack: tests/test_datasources_e2e.py."""
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import threading
 from pathlib import Path
@@ -301,3 +302,60 @@ async def test_a_channel_without_the_source_may_not_query(
     finally:
         await listener.close()
         await data.close()
+
+
+def test_a_scheduled_runs_key_speaks_for_its_threads_channel() -> None:
+    from slackinterp.datasources.service import channel_of
+
+    assert channel_of("T1:C1:1700000000.0001~run-ab12cd34-1700003600-9f2e") == "C1"
+    assert channel_of("local:console:default") == "console"
+
+
+async def test_doctor_checks_each_source(
+    sales: Path, warehouse: Warehouse, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from slackinterp.doctor.data_check import check_data_sources
+    from tests.conftest import make_settings
+
+    monkeypatch.setenv(SECRET_ENV, warehouse.password)
+    file = tmp_path / "sources.toml"
+    file.write_text(
+        f'[sources.wh]\nurl = "{warehouse.url}"\npassword_env = "{SECRET_ENV}"\n'
+        f'[sources.root]\nurl = "{warehouse.admin_url}"\n'
+    )
+    settings = make_settings(
+        tmp_path, data_sources_file=file, data_sources=[f"sales=sqlite:///{sales}"]
+    )
+    checks = {c.name: c for c in await check_data_sources(settings)}
+    assert (
+        checks["data source wh"].ok
+        and "read-only; 1 table(s): signups" in checks["data source wh"].detail
+    )
+    assert checks["data source sales"].ok
+    root = checks["data source root"]
+    assert not root.ok and "superuser" in root.detail and "GRANT SELECT" in (root.fix or "")
+    assert warehouse.password not in json.dumps([c.detail for c in checks.values()])
+
+
+async def test_a_result_cut_short_cancels_the_query_and_keeps_the_connection(
+    warehouse: Warehouse,
+) -> None:
+    reader = _pg_reader(warehouse)
+
+    def first_batch_only() -> int:
+        batches = reader.batches(
+            "SELECT g, md5(g::text) FROM generate_series(1, 5000000) g", "t", 30, threading.Event()
+        )
+        rows = next(batches).num_rows
+        batches.close()  # what the service does at a cap
+        return int(rows)
+
+    try:
+        began = asyncio.get_running_loop().time()
+        assert await asyncio.to_thread(first_batch_only) > 0
+        (batch,) = await asyncio.to_thread(_run, reader, "SELECT count(*) AS n FROM signups")
+        assert batch.column("n").to_pylist() == [SIGNUPS]
+        assert asyncio.get_running_loop().time() - began < 20
+        assert len(reader._idle) == 1  # the same connection, back in the pool
+    finally:
+        reader.close()

@@ -182,6 +182,8 @@ class PostgresReader:
 
     @contextlib.contextmanager
     def _connection(self) -> Iterator[Any]:
+        """A pooled connection; back to the pool after a ROLLBACK that worked (also after the
+        database's own error or a cancel), closed when even that fails."""
         self._seats.acquire()
         conn = None
         try:
@@ -190,17 +192,16 @@ class PostgresReader:
             if conn is None:
                 conn = self._connect()
             yield conn
-            with contextlib.suppress(Exception):
-                conn.rollback()  # never COMMIT: whatever ran is undone
-            with self._lock:
-                self._idle.append(conn)
-            conn = None
         finally:
             if conn is not None:
-                with contextlib.suppress(Exception):
-                    conn.rollback()
-                with contextlib.suppress(Exception):
-                    conn.close()
+                try:
+                    conn.rollback()  # never COMMIT: whatever ran is undone
+                except Exception:
+                    with contextlib.suppress(Exception):
+                        conn.close()
+                else:
+                    with self._lock:
+                        self._idle.append(conn)
             self._seats.release()
 
     def _begin(self, cur: Any, label: str, timeout: float) -> None:
@@ -223,6 +224,7 @@ class PostgresReader:
         with self._connection() as conn:
             cur = conn.cursor()
             deadline = _Deadline(timeout, stop, cur.adbc_cancel)
+            finished = False
             try:
                 try:
                     self._begin(cur, label, timeout)
@@ -230,6 +232,7 @@ class PostgresReader:
                     reader = cur.fetch_record_batch()
                     for batch in reader:
                         yield plain(batch)
+                    finished = True
                 except Exception as exc:
                     if deadline.expired or "statement timeout" in str(exc):
                         raise _timeout_error(timeout) from None
@@ -238,6 +241,9 @@ class PostgresReader:
                     raise self._error(exc) from None
             finally:
                 deadline.close()
+                if not finished:  # capped or stopped mid-stream: the server stops sending
+                    with contextlib.suppress(Exception):
+                        cur.adbc_cancel()
                 with contextlib.suppress(Exception):
                     cur.close()
 
