@@ -17,13 +17,14 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
-from slackinterp.config import NetworkMode, SandboxMode, Settings
+from slackinterp.config import SandboxMode, Settings
 from slackinterp.datasources import sources
 from slackinterp.datasources.service import DataLimits, DataSources
 from slackinterp.egress import secrets
 from slackinterp.egress.ca import BotCA
 from slackinterp.egress.inject import SecretInjector
-from slackinterp.egress.service import Egress
+from slackinterp.egress.policy import NetworkMode
+from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels import packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
@@ -259,7 +260,7 @@ def local_backend(
         hidden=hidden_paths(settings),
         kernel_user=kernel_user,
         egress=egress,
-        start_mode=settings.kernel_start.value,
+        start_mode=settings.kernel_start,
         data=data,
     )
 
@@ -291,7 +292,7 @@ def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | 
     isolation to enforce: kernels use the host's network, and doctor says so)."""
     if bwrap is None:  # resolve_sandbox refused allowlist mode without one
         return None
-    egress = Egress.from_settings(settings, store)
+    egress = egress_from_settings(settings, store)
     if settings.egress_secrets_file is not None:
         egress.set_injector(injector_for(settings))
     return egress
@@ -342,6 +343,21 @@ def data_sources_for(settings: Settings, store: Store, bwrap: str | None) -> Dat
         ),
         summary_chars=settings.data_summary_chars,
         summary_ttl=settings.data_summary_ttl,
+    )
+
+
+def egress_from_settings(settings: Settings, channel_rules: ChannelRules | None) -> Egress:
+    if settings.kernel_network:
+        log.warning(
+            "config.deprecated setting=SLACKINTERP_KERNEL_NETWORK use=SLACKINTERP_NETWORK "
+            "network=%s",
+            settings.network.value,
+        )
+    return Egress(
+        settings.network,
+        settings.network_allow,
+        settings.network_deny,
+        channel_rules=channel_rules,
     )
 
 
