@@ -16,9 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import Settings
@@ -41,6 +39,7 @@ from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFil
 from slackinterp.engine.port import EnginePort
 from slackinterp.engine.session import Instruction, ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
+from slackinterp.engine.status import ThreadStatus, kernel_memory
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
@@ -51,6 +50,9 @@ from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import TurnAgent
 from slackinterp.store import Store
+
+if TYPE_CHECKING:
+    from slackinterp.datasources.service import DataSources
 
 # Front-ends import these from here: a turn's request is made of them.
 __all__ = [
@@ -102,19 +104,6 @@ class TurnRequest:
     deadline: float | None = None
 
 
-@dataclass(frozen=True)
-class ThreadStatus:
-    alive: bool
-    busy: bool
-    idle_seconds: float | None
-    memory_bytes: int | None
-    cells: int
-    files: int
-    queued: int
-    replayable: int
-    snapshots: bool = False  # a stopped kernel's state comes back from its snapshot first
-
-
 NoticeListener = Callable[[ThreadKey, Notice], Awaitable[None]]
 _DONE = object()
 
@@ -137,6 +126,8 @@ class Engine:
         self.cells = CellRunner(settings, store, registry)
         # After each turn the kernel saves what changed (engine/snapshots.py).
         self.snapshots = SnapshotSteps(settings, store, registry, self._tell)
+        # SQL data sources (set by runtime.py when configured): who queries, what the model sees.
+        self.data: DataSources | None = None
         registry.listeners.append(self._on_lifecycle)
 
     # --- sessions ------------------------------------------------------------------------
@@ -242,6 +233,8 @@ class Engine:
             )
         try:
             start = await self.store.start_turn(session.key.id, context_at=request.position)
+            if self.data is not None and request.user:  # the audit line's user for sql()
+                self.data.note_user(session.key.id, request.user)
             session.fresh = start.fresh
             context = await intake.thread_context(session.key.id, request.context, start, emit)
             incoming = context.files + request.files
@@ -299,7 +292,7 @@ class Engine:
         elif request.text.strip() or received or context.earlier:
             if request.text.strip():
                 await self.store.add_entry(session.key.id, "question", request.text.strip())
-            port = EnginePort(self.cells, self.store, session, emit)
+            port = EnginePort(self.cells, self.store, session, emit, self.data)
             text = prompts.with_earlier_conversation(
                 context.earlier, request.text, self.settings.thread_context_chars
             )
@@ -399,7 +392,7 @@ class Engine:
         slot = self.registry.slot(key.id)
         memory = None
         if slot is not None and slot.kernel.pid:
-            memory = _memory(slot.kernel.pid)
+            memory = kernel_memory(slot.kernel.pid)
         return ThreadStatus(
             alive=slot is not None,
             busy=session.busy,
@@ -480,20 +473,3 @@ class Engine:
 
 def _ignore(_event: Event) -> None:
     """Events nobody shows (a discarded thread's last hidden cell)."""
-
-
-def _memory(pid: int) -> int | None:
-    """PSS of the kernel and its children (under bwrap the pid is the sandbox's)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except (psutil.Error, OSError):
-        return None
-    total = 0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error, OSError, AttributeError):
-            total += int(proc.memory_full_info().pss)
-            continue
-        with contextlib.suppress(psutil.Error, OSError):
-            total += int(proc.memory_info().rss)
-    return total or None

@@ -352,6 +352,9 @@ class KernelRegistry:
         egress = getattr(slot.kernel, "egress", None)
         if egress is not None:  # its requests (replay included) speak for this thread now
             egress.thread = key
+        data = getattr(slot.kernel, "data", None)
+        if data is not None:  # and its sql() queries (slackinterp/datasources)
+            data.thread = key
         restore = None
         if slot.needs_restore:
             if not fresh:

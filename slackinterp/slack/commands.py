@@ -1,5 +1,5 @@
 """The slash command (`/interp reset|stop|status|files|export|help [thread link]`, and
-`/interp network …` for the channel's network rules).
+`/interp network …` for the channel's network rules, `/interp data …` for its data sources).
 
 Slack sends a command no thread, so without a link it answers with the channel's kernels and a
 button for each; with a link it acts on that thread, if the thread is in this channel."""
@@ -15,6 +15,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 from slackinterp.slack import controls, fork_front
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import Admins
+from slackinterp.slack.data import DataCommand
 from slackinterp.slack.listener_base import ListenerBase
 from slackinterp.slack.network import NetworkCommand
 from slackinterp.slack.render import buttons
@@ -36,6 +37,12 @@ class CommandListeners(ListenerBase):
     def network(self) -> NetworkCommand:
         return NetworkCommand(self.settings, self.store, self.egress, Admins(self.settings.admins))
 
+    @functools.cached_property
+    def data_command(self) -> DataCommand:
+        """`data …`: the channel's SQL data sources (slack/data.py)."""
+        admins = Admins(self.settings.admins)
+        return DataCommand(self.settings, self.store, self.engine.data, admins)
+
     async def on_command(
         self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
     ) -> None:
@@ -52,6 +59,12 @@ class CommandListeners(ListenerBase):
             await ack()
             user = body.get("user_id", "")
             answer = await self.network.handle(client, user, channel, words[1:])
+            await respond(response_type="ephemeral", text=answer)
+            return
+        if word == "data":  # the channel's SQL data sources (slack/data.py)
+            await ack()
+            user = body.get("user_id", "")
+            answer = await self.data_command.handle(client, user, channel, words[1:])
             await respond(response_type="ephemeral", text=answer)
             return
         if word not in controls.SLACK_WORDS:

@@ -50,6 +50,9 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             "same from anywhere in the channel; without a link it lists the channel's kernels.",
             f"• `{command} network show|allow RULE|deny RULE|reset`: the hosts this channel's "
             "kernels may reach (admins change them).",
+            f"• `{mention} data` lists this channel's SQL data sources and their tables "
+            f"(`{mention} data refresh` reads them again); `{command} data allow|deny NAME` "
+            "enables or disables one (admins).",
         ]
     )
 

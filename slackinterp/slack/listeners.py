@@ -33,6 +33,7 @@ from slackinterp.slack.admins import Admins
 from slackinterp.slack.assistant import AssistantView  # issue 14
 from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
+from slackinterp.slack.data import is_data_command
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.listener_base import installation_team
 from slackinterp.slack.network import is_network_command
@@ -240,6 +241,10 @@ class SlackListeners(CommandListeners, ButtonListeners):
             if is_network_command(words):  # `@interp network allow HOST` (slack/network.py)
                 answer = self.network.handle(client, user, channel, words[1:])
                 self.spawn(self._answer(client, key, answer), f"network-{key.id}")
+                return
+            if is_data_command(words):  # `@interp data`, `@interp data refresh` (slack/data.py)
+                answer = self.data_command.handle(client, user, channel, words[1:])
+                self.spawn(self._answer(client, key, answer), f"data-{key.id}")
                 return
         if len(text) > MAX_TEXT:
             await self._reply(
