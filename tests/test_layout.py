@@ -35,6 +35,7 @@ FLOORS: dict[str, int] = {
     "slackinterp.settings_docs": 3,
     "slackinterp.store": 3,
     "slackinterp.egress": 3,
+    "slackinterp.datasources": 3,  # SQL data sources: settings arrive as arguments
     "slackinterp.kernels": 4,
     "slackinterp.kernels.inside": 4,
     "slackinterp.kernels.local": 5,
@@ -67,6 +68,16 @@ FORBIDDEN: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "slackinterp.egress",
+        (
+            "slackinterp.config",
+            "slackinterp.engine",
+            "slackinterp.llm",
+            "slackinterp.slack",
+            "slackinterp.console",
+        ),
+    ),
+    (
+        "slackinterp.datasources",
         (
             "slackinterp.config",
             "slackinterp.engine",
