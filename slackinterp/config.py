@@ -157,7 +157,7 @@ class Settings(BaseSettings):
     idle_timeout: float = _seconds(
         1800,
         "Seconds a thread's kernel may sit idle before it is stopped (files stay; variables "
-        "come back by re-running the thread's cells).",
+        "come back from the thread's snapshot, else by re-running its cells).",
     )
     reap_interval: float = _seconds(60, "Seconds between checks for idle kernels.")
     exec_timeout: float = _seconds(
@@ -171,8 +171,8 @@ class Settings(BaseSettings):
     )
     restore_timeout: float = _seconds(
         60,
-        "Seconds re-running a thread's earlier cells may take when a stopped kernel is "
-        "brought back.",
+        "Seconds bringing a stopped kernel's state back may take: loading its snapshot and "
+        "re-running the cells it could not cover (all of them with snapshots off).",
     )
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
@@ -266,6 +266,21 @@ class Settings(BaseSettings):
         "Seconds between reloads of the stored schedules (a replica learns of schedules "
         "created, paused or deleted on another one).",
         ge=0.1,
+    )
+    # Snapshots of a thread's variables (restore without replay, undo, fork)
+    snapshots: bool = Field(
+        True,
+        description="on/off: after each turn the thread's kernel saves its variables into the "
+        "thread's directory, and a new kernel loads them instead of re-running every cell.",
+    )
+    snapshot_max_mb: int = Field(
+        512,
+        ge=1,
+        description="Most disk one thread's snapshots may use, in MiB (counted by the quota "
+        "too); what does not fit is rebuilt by replay.",
+    )
+    snapshot_generations: int = Field(
+        3, ge=2, le=50, description="Snapshots kept per thread: how far `undo` goes back."
     )
     max_upload_mb: int = Field(
         50, ge=1, description="Largest produced file uploaded to Slack, in MiB."

@@ -33,6 +33,7 @@ from slackinterp.kernels.local.backend import LocalBackend
 from slackinterp.kernels.local.sandbox import MIB, Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.snapshots import SnapshotLimits, Snapshots
 from slackinterp.store import Store, StoreError, sqlite_url
 
 if TYPE_CHECKING:
@@ -82,8 +83,8 @@ class Runtime:
     async def _with_backend(
         cls, settings: Settings, store: Store, backend: KernelBackend, bwrap: str | None
     ) -> Runtime:
-        async def replay_source(key: str) -> list[str]:
-            return [cell.code for cell in await store.replayable_cells(key)]
+        async def replay_source(key: str) -> list[tuple[int, str]]:
+            return [(cell.id, cell.code) for cell in await store.replayable_cells(key)]
 
         registry = KernelRegistry(
             backend,
@@ -95,6 +96,7 @@ class Runtime:
             exec_grace=settings.interrupt_grace,
             max_output_chars=settings.max_output_chars,
             capacity_wait=settings.capacity_wait,
+            snapshots=_snapshots(settings),
         )
         reaper = Reaper(
             registry,
@@ -359,6 +361,17 @@ def egress_from_settings(settings: Settings, channel_rules: ChannelRules | None)
         settings.network_deny,
         channel_rules=channel_rules,
     )
+
+
+def _snapshots(settings: Settings) -> Snapshots | None:
+    if not settings.snapshots:
+        return None
+    limits = SnapshotLimits(
+        max_bytes=settings.snapshot_max_mb * 1024 * 1024,
+        generations=settings.snapshot_generations,
+        save_timeout=max(settings.exec_timeout, settings.restore_timeout),
+    )
+    return Snapshots(limits, grace=settings.interrupt_grace)
 
 
 def _runtime_dir(settings: Settings) -> Path:

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp.slack import controls
+from slackinterp.slack import controls, fork_front
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import Admins
 from slackinterp.slack.data import DataCommand
@@ -67,7 +67,7 @@ class CommandListeners(ListenerBase):
             answer = await self.data_command.handle(client, user, channel, words[1:])
             await respond(response_type="ephemeral", text=answer)
             return
-        if word not in controls.WORDS:
+        if word not in controls.SLACK_WORDS:
             await ack(
                 response_type="ephemeral",
                 text=f"Unknown command `{t.escape(word)}`.\n"
@@ -105,6 +105,8 @@ class CommandListeners(ListenerBase):
             return
         if word == "export":
             answer = await self._export(client, key)
+        elif word == "fork":
+            answer = await fork_front.fork_thread(client, self.engine, key)
         else:
             answer = await controls.run_control(
                 self.engine, key, word, arg, command=command, mention=self._mention()

@@ -23,6 +23,7 @@ from slackinterp.schedules.service import ScheduleService
 from slackinterp.slack import (
     agent_session,  # issue 27
     controls,
+    fork_front,
     stream,  # issue 14
 )
 from slackinterp.slack import schedule_front as schedule_controls
@@ -319,6 +320,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
     async def _control(self, client: AsyncWebClient, key: ThreadKey, word: str, arg: str) -> None:
         if word == "export":
             await self._reply(client, key, await self._export(client, key))
+            return
+        if word == "fork":
+            await self._reply(client, key, await fork_front.fork_thread(client, self.engine, key))
             return
         answer = await controls.run_control(
             self.engine, key, word, arg, command=self.settings.command, mention=self._mention()

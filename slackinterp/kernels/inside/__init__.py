@@ -1,6 +1,7 @@
 """Code that runs inside a kernel, sent to it by the bot: `figure_alt` (a plot's title as alt
-text), `transfer` (a gateway kernel's files: walks, reads and writes) and `sql` (`sql()` and
-`%%sql`, asking the bot over the kernel's data socket).
+text), `transfer` (a gateway kernel's files: walks, reads and writes), `snapshot` and `rebuild`
+(a thread's variables saved and loaded by its own kernel: kernels/snapshots.py) and `sql`
+(`sql()` and `%%sql`, asking the bot over the kernel's data socket).
 """
 
 from __future__ import annotations
