@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
 from importlib.metadata import PackageNotFoundError, version
@@ -66,33 +65,46 @@ def _fail(lines: list[str], *, hint: bool = True) -> int:
     return 2
 
 
-class _StopRequested(BaseException):
-    """SIGTERM before the event loop's own handlers are installed (imports, settings)."""
+class _StopRequested(SystemExit):
+    """SIGINT or SIGTERM before the event loop's own handlers are installed (imports,
+    settings, the loop's first step).
+
+    A SystemExit, never a KeyboardInterrupt: CPython ends a `python -m` run by SIGINT (exit
+    status -2, no output) once a KeyboardInterrupt has passed through code run by exec() or
+    eval() of a string, even when the program caught it; dataclasses and namedtuple build
+    their methods that way while modules import, so Python's own Ctrl-C handler would leave
+    a window in which a stop kills the bot."""
+
+
+_stop_seen = False
 
 
 def _stop_early(_signum: int, _frame: object) -> None:
-    raise _StopRequested
+    global _stop_seen
+    _stop_seen = True
+    raise _StopRequested(0)
+
+
+def stop_seen() -> bool:
+    """A stop arrived before the loop's handlers; true even if some library swallowed the
+    exception it raised (a signal can land in a __del__ or a finalizer)."""
+    return _stop_seen
 
 
 def cmd_run(_args: argparse.Namespace) -> int:
     """Exit status: 0 after a requested stop, 2 for a configuration Slack or the store
     rejects, 1 when Slack stayed unreachable (SLACKINTERP_CONNECT_TIMEOUT) or on a crash."""
-    # Importing Bolt, SQLAlchemy and jupyter_client takes a second or more: a stop asked for
-    # meanwhile is honoured quietly too. asyncio.run's loop replaces these handlers.
-    signal.signal(signal.SIGTERM, _stop_early)
+    # From here until serve() installs the loop's handlers, a stop is _StopRequested. The
+    # handlers are replaced, never reset in between: no moment leaves Python's defaults.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _stop_early)
     try:
         return _run()
-    except (KeyboardInterrupt, _StopRequested):
+    except _StopRequested:
         return 0
 
 
 def _run() -> int:
-    import logging
-
-    from slackinterp import logs
-    from slackinterp.app import GaveUp, StartError, serve
-    from slackinterp.store import StoreError
-
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -100,9 +112,20 @@ def _run() -> int:
     problems = check_run_settings(settings)
     if problems:
         return _fail(problems)
+    # The bot's imports (Bolt, SQLAlchemy, jupyter_client) take a second or more: only
+    # after the settings are known to be usable.
+    import asyncio
+    import logging
+
+    from slackinterp import logs
+    from slackinterp.app import GaveUp, StartError, serve
+    from slackinterp.store import StoreError
+
     logs.configure(settings.log_level, settings.log_format.value)
+    if _stop_seen:
+        return 0
     try:
-        return asyncio.run(serve(settings))
+        return asyncio.run(serve(settings, stopping=stop_seen))
     except StartError as exc:
         return _fail([str(exc)])
     except StoreError as exc:
@@ -230,12 +253,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, *, default_signals: bool = False) -> int:
-    """`default_signals`: put Python's own signal handlers back before the command runs
-    (__main__ quiets a stop while the command line imports): Ctrl-C is then a
-    KeyboardInterrupt that each command handles (`run` exits 0, `chat` stops a cell)."""
+    """`default_signals`: __main__ quiets a stop while the command line imports; each
+    command then gets the signal handling it expects. `run` replaces __main__'s handlers
+    with its own start-up ones (cmd_run); the others get Python's own back, so Ctrl-C is a
+    KeyboardInterrupt they handle (`chat` stops a cell)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if default_signals:
+    if default_signals and getattr(args, "func", None) is not cmd_run:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if not hasattr(args, "func"):
