@@ -10,7 +10,7 @@ The window that made the first run red: CPython ends a `python -m` process by SI
 even when the program caught it, and dataclasses build their methods that way while modules
 import. A spread of moments hits it only by luck, so one test also puts the signal exactly
 there: an interpreter hook (a sitecustomize on the bot's path, no code of ours replaced)
-sends it from inside the first such exec() once the bot itself (slackinterp.app) imports.
+sends it from inside the first such exec() once the bot itself (slackinterp.slack.bot) imports.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ _sent = False
 
 def _exec_sending_a_stop(source, *args, **kwargs):
     global _sent
-    if not _sent and isinstance(source, str) and "slackinterp.app" in sys.modules:
+    if not _sent and isinstance(source, str) and "slackinterp.slack.bot" in sys.modules:
         _sent = True
         # The handler runs at the loop's backward jump, still inside this exec()'d code.
         source = (
