@@ -65,7 +65,9 @@ class CellRunner:
 
     # --- where a thread's kernel and files are -----------------------------------------------
     async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
-        """The thread's kernel, leased (not evictable) until registry.mark_idle."""
+        """The thread's kernel, leased (not evictable) until registry.mark_idle. A new
+        kernel gets the thread's state back by replay, unless the thread is new (a
+        scheduled run's key always is: its first kernel is fresh)."""
         lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
         session.fresh = False
         if lease.restore is not None:
@@ -94,6 +96,13 @@ class CellRunner:
         """After thread_files: the lease (if it took one) ends."""
         if self.files_with_kernel:
             self.registry.mark_idle(session.key.id)
+
+    async def listing(self, session: ThreadSession) -> workspace.Snapshot:
+        """The thread's files. With the kernel: as of the last cell (asking the kernel would
+        wait behind a running cell)."""
+        if self.files_with_kernel:
+            return session.snapshot
+        return await asyncio.to_thread(workspace.snapshot, session.workdir)
 
     def outbox(self, session: ThreadSession) -> Path:
         """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
@@ -270,7 +279,9 @@ class CellRunner:
         return produced
 
     # --- a hidden cell -----------------------------------------------------------------------
-    async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
+    async def run_hidden(
+        self, session: ThreadSession, code: str, emit: Emit, *, timeout: float = 30.0
+    ) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
         lease = await self.lease(session, emit)
@@ -279,7 +290,7 @@ class CellRunner:
             result = await run_cell(
                 lease.kernel,
                 code,
-                timeout=min(30.0, self.settings.exec_timeout),
+                timeout=min(timeout, self.settings.exec_timeout),
                 grace=self.settings.interrupt_grace,
                 max_output_chars=200_000,
                 silent=True,
