@@ -5,9 +5,13 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING
 
-from slackinterp.config import Settings, SettingsError, load_settings
+# Only the standard library at the top: `manifest` needs no settings, and `run` reads them
+# (pydantic) before it imports the bot (Bolt, SQLAlchemy, jupyter_client: seconds on a busy
+# machine), so a missing token is reported at once. bench/cli_start.py measures it.
+if TYPE_CHECKING:
+    from slackinterp.config import Settings
 
 HOW_TO_GET = {
     "SLACK_BOT_TOKEN": "install the app to your workspace and copy the Bot User OAuth Token "
@@ -20,6 +24,8 @@ HOW_TO_GET = {
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("slackinterp")
     except PackageNotFoundError:
@@ -105,6 +111,8 @@ def cmd_run(_args: argparse.Namespace) -> int:
 
 
 def _run() -> int:
+    from slackinterp.config import SettingsError, load_settings
+
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -148,6 +156,7 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from slackinterp.config import SettingsError, load_settings
     from slackinterp.console import chat as console
 
     try:
@@ -159,6 +168,7 @@ def cmd_chat(args: argparse.Namespace) -> int:
 
 def cmd_doctor(_args: argparse.Namespace) -> int:
     from slackinterp import doctor
+    from slackinterp.config import SettingsError, load_settings
 
     try:
         settings = load_settings()
@@ -209,11 +219,28 @@ def command_name(value: str) -> str:
     return value
 
 
+class _ShowVersion(argparse.Action):
+    """--version, looked up only when asked (importlib.metadata costs tens of ms)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest=dest,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show the version and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        print(f"slackinterp {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slackinterp", description="A code interpreter that lives in Slack."
     )
-    parser.add_argument("--version", action="version", version=f"slackinterp {_version()}")
+    parser.add_argument("--version", action=_ShowVersion)
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     run = sub.add_parser(
         "run", help="run the Slack bot (Socket Mode or HTTP mode)", description=RUN_HELP

@@ -553,12 +553,14 @@ def normalize_database_url(value: str) -> str:
     Empty stays empty (SQLite in the data directory). PostgreSQL URLs of any driver
     (`postgres://`, `postgresql://`, `postgresql+psycopg2://` …) are moved to asyncpg.
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     value = value.strip()
     if not value:
         return ""
+    # Only for a URL that is set: SQLAlchemy takes a good part of a second to import, and
+    # every command line reads the settings (the default is validated too).
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(value)
     except (ArgumentError, ValueError):
