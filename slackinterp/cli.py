@@ -62,10 +62,12 @@ ENV_HINT = (
 )
 
 
-def _fail(lines: list[str], *, hint: bool = True) -> int:
+def _fail(lines: list[str], *, hint: bool = True, warnings: list[str] | None = None) -> int:
     print("slackinterp: cannot start:", file=sys.stderr)
     for line in lines:
         print(f"  ✗ {line}", file=sys.stderr)
+    for line in warnings or []:  # unknown SLACKINTERP_* names: perhaps the cause
+        print(f"  ! {line}", file=sys.stderr)
     if hint:
         print(f"  {ENV_HINT}", file=sys.stderr)
     return 2
@@ -112,14 +114,16 @@ def cmd_run(_args: argparse.Namespace) -> int:
 
 def _run() -> int:
     from slackinterp.config import SettingsError, load_settings
+    from slackinterp.setting_names import unknown_settings
 
+    unknown = [u.problem() for u in unknown_settings()]
     try:
         settings = load_settings()
     except SettingsError as exc:
-        return _fail(exc.problems)
+        return _fail(exc.problems, warnings=unknown)
     problems = check_run_settings(settings)
     if problems:
-        return _fail(problems)
+        return _fail(problems, warnings=unknown)
     # The bot's imports (Bolt, SQLAlchemy, jupyter_client) take a second or more: only
     # after the settings are known to be usable.
     import asyncio
@@ -130,6 +134,8 @@ def _run() -> int:
     from slackinterp.store import StoreError
 
     logs.configure(settings.log_level, settings.log_format.value)
+    for problem in unknown:  # a typo is worth a line, never a refusal to start
+        logging.getLogger("slackinterp.settings").warning("settings.unknown %s", problem)
     if _stop_seen:
         return 0
     try:
@@ -158,11 +164,15 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 def cmd_chat(args: argparse.Namespace) -> int:
     from slackinterp.config import SettingsError, load_settings
     from slackinterp.console import chat as console
+    from slackinterp.setting_names import unknown_settings
 
+    unknown = [u.problem() for u in unknown_settings()]
     try:
         settings = load_settings()
     except SettingsError as exc:
-        return _fail(exc.problems)
+        return _fail(exc.problems, warnings=unknown)
+    for problem in unknown:
+        print(f"slackinterp: warning: {problem}", file=sys.stderr)
     return console.main(settings, session=args.session, files=args.files)
 
 

@@ -48,6 +48,7 @@ from slackinterp.doctor.model_check import check_model
 from slackinterp.doctor.slack_checks import (
     check_app_token,
     check_bot_token,
+    check_setting_names,
     check_settings,
     check_signing_secret,
     check_slack_connection,
@@ -75,6 +76,7 @@ __all__ = [
     "check_kernel",
     "check_model",
     "check_sandbox",
+    "check_setting_names",
     "check_settings",
     "check_signing_secret",
     "check_slack_connection",
@@ -116,7 +118,16 @@ async def run_checks(settings: Settings) -> list[Check]:
         check_storage(settings),
         check_sandbox(settings),
     )
-    checks = [*check_settings(settings), bot, connection, model, kernel, *storage, sandbox]
+    checks = [
+        *check_settings(settings),
+        *check_setting_names(),
+        bot,
+        connection,
+        model,
+        kernel,
+        *storage,
+        sandbox,
+    ]
     secrets = _secrets(settings)
     return [_scrub(check, secrets) for check in checks]
 
@@ -145,6 +156,7 @@ def main(settings: Settings | None = None, settings_error: SettingsError | None 
             settings_error = exc
     if settings_error is not None or settings is None:
         checks = settings_failures(settings_error or SettingsError(["settings could not load"]))
+        checks += check_setting_names()
     else:
         checks = asyncio.run(run_checks(settings))
     print(render(checks))

@@ -73,6 +73,13 @@ def check_settings(settings: Settings) -> list[Check]:
     return [passed(SETTINGS, f"valid; `slackinterp run` would use {mode}")]
 
 
+def check_setting_names() -> list[Check]:
+    """A failed check per SLACKINTERP_* name no setting reads (a typo, most likely)."""
+    from slackinterp.setting_names import unknown_settings
+
+    return [failed(SETTINGS, u.problem(), u.fix()) for u in unknown_settings()]
+
+
 def settings_failures(error: SettingsError) -> list[Check]:
     """One failed check per bad variable, as load_settings phrased it ("NAME: expected …")."""
     checks = []
