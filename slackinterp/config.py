@@ -252,7 +252,7 @@ class Settings(BaseSettings):
         description="on/off: threads may be re-run on a schedule (`@interp every Monday at 9:00`).",
     )
     schedule_min_interval: float = _seconds(
-        900, "Shortest time between two runs of a schedule.", ge=1
+        900, "Seconds two runs of a schedule must be apart at least (900 = 15 min).", ge=1
     )
     schedule_max_per_channel: int = Field(
         20, ge=0, description="Schedules (active or paused) a channel may have."
@@ -261,7 +261,8 @@ class Settings(BaseSettings):
         10, ge=0, description="Schedules (active or paused) one person may own."
     )
     schedule_run_timeout: float = _seconds(
-        600, "Wall time one scheduled run may take (restoring included); then it is stopped."
+        600,
+        "Seconds one scheduled run may take in wall time (restoring included); then it is stopped.",
     )
     schedule_grace: float = _seconds(
         3600,
@@ -616,6 +617,10 @@ def _describe(error: ErrorDetails) -> str:
         expects = template.format(**(error.get("ctx") or {}))
     else:
         expects = str(error.get("msg", "a valid value")).removeprefix("Value error, ")
+    info = Settings.model_fields.get(field)
+    extra = info.json_schema_extra if info is not None else None
+    if isinstance(extra, dict) and extra.get("unit") == "seconds":
+        expects += " (seconds)"
     return f"{name}: expected {expects}, got {got!r}"
 
 

@@ -94,6 +94,7 @@ _TERMINAL_WORDS = (
     (re.compile(r"\b(?:press )?(?:the )?Stop button\b"), "type `:stop`"),
     (re.compile(r"\b(?:press )?(?:the )?Reset(?: kernel)? button\b"), "type `:reset`"),
     (re.compile(r"`:(\w+(?: wipe)?)` the thread"), r"`:\1`"),
+    (re.compile(r"\bafter the bot restarted\b"), "after the session restarted"),
     (re.compile(r"\bthreads\b"), "sessions"),
     (re.compile(r"\bthread\b"), "session"),
     (re.compile(r"\bThread\b"), "Session"),
