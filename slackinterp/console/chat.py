@@ -244,10 +244,13 @@ class Console:
         await self._announce_kernel(text)
         printer = TurnPrinter(self.screen, self.workdir, self.runtime.settings.exec_timeout)
         request = TurnRequest(self.key, text, user="console", files=files or [])
-        async for event in self.engine.submit(request):
-            if isinstance(event, TurnStarted) and self.stop_pending:
-                self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
-            printer.handle(event)
+        try:
+            async for event in self.engine.submit(request):
+                if isinstance(event, TurnStarted) and self.stop_pending:
+                    self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
+                printer.handle(event)
+        finally:
+            printer.close()
         self.screen.newline()
 
     async def _announce_kernel(self, text: str) -> None:
