@@ -445,7 +445,9 @@ class Settings(BaseSettings):
         description="function: offer the model the `python` function tool (any server with "
         "tool calling); blocks: send no tool, a short prompt asks for a ```python block, "
         "which runs, and the output comes back as a message (small local models write "
-        "blocks far better than JSON calls).",
+        "blocks far better than JSON calls). Unset: function until the model's first replies "
+        "show that it writes its calls as text or calls tools that do not exist; then blocks "
+        "and the small-model bounds for that model (docs/models.md).",
     )
     model_temperature: float | None = Field(
         None,
