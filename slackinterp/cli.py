@@ -5,22 +5,10 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from typing import TYPE_CHECKING
 
 # Only the standard library at the top: `manifest` needs no settings, and `run` reads them
 # (pydantic) before it imports the bot (Bolt, SQLAlchemy, jupyter_client: seconds on a busy
 # machine), so a missing token is reported at once. bench/cli_start.py measures it.
-if TYPE_CHECKING:
-    from slackinterp.config import Settings
-
-HOW_TO_GET = {
-    "SLACK_BOT_TOKEN": "install the app to your workspace and copy the Bot User OAuth Token "
-    "(xoxb-…) under OAuth & Permissions",
-    "SLACK_APP_TOKEN": "create an app-level token with the connections:write scope under "
-    "Basic Information → App-Level Tokens (xapp-…)",
-    "SLACK_SIGNING_SECRET": "copy the Signing Secret under Basic Information (HTTP mode), "
-    "or set SLACK_APP_TOKEN to use Socket Mode",
-}
 
 
 def _version() -> str:
@@ -30,30 +18,6 @@ def _version() -> str:
         return version("slackinterp")
     except PackageNotFoundError:
         return "0+unknown"
-
-
-def check_run_settings(settings: Settings) -> list[str]:
-    """What `run` needs beyond valid types, each problem with how to fix it."""
-    problems = []
-    token = settings.slack_bot_token
-    if not token:
-        problems.append(f"SLACK_BOT_TOKEN is not set: {HOW_TO_GET['SLACK_BOT_TOKEN']}.")
-    elif not token.startswith("xoxb-"):
-        problems.append(
-            "SLACK_BOT_TOKEN should start with xoxb- (a bot token, not a user or app "
-            f"token): {HOW_TO_GET['SLACK_BOT_TOKEN']}."
-        )
-    app_token = settings.slack_app_token
-    if app_token and not app_token.startswith("xapp-"):
-        problems.append(
-            f"SLACK_APP_TOKEN should start with xapp-: {HOW_TO_GET['SLACK_APP_TOKEN']}."
-        )
-    if not app_token and not settings.slack_signing_secret:
-        problems.append(
-            "Neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP "
-            f"mode) is set: {HOW_TO_GET['SLACK_APP_TOKEN']}."
-        )
-    return problems
 
 
 ENV_HINT = (
@@ -115,6 +79,7 @@ def cmd_run(_args: argparse.Namespace) -> int:
 def _run() -> int:
     from slackinterp.config import SettingsError, load_settings
     from slackinterp.setting_names import unknown_settings
+    from slackinterp.slack.run_settings import check_run_settings
 
     unknown = [u.problem() for u in unknown_settings()]
     try:
@@ -173,6 +138,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         return _fail(exc.problems, warnings=unknown)
     for problem in unknown:
         print(f"slackinterp: warning: {problem}", file=sys.stderr)
+    if args.data:  # `--data sales=sqlite:///sales.db`: queried with sql() in this session
+        settings = settings.model_copy(update={"data_sources": settings.data_sources + args.data})
     return console.main(settings, session=args.session, files=args.files)
 
 
@@ -262,6 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", default="default", help="session name (default: default)")
     chat.add_argument(
         "files", nargs="*", metavar="FILE", help="files to copy into the session first"
+    )
+    chat.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="a SQL data source for sql() in this session, e.g. sales=sqlite:///sales.db "
+        "(repeatable)",
     )
     chat.set_defaults(func=cmd_chat)
     doctor = sub.add_parser(

@@ -33,6 +33,7 @@ from slackinterp.slack.preflight import (
     FIX_BOT_TOKEN,
     network_reason,
 )
+from slackinterp.slack.run_settings import check_run_settings
 
 # --- settings ----------------------------------------------------------------------------
 
@@ -42,8 +43,6 @@ def check_settings(settings: Settings) -> list[Check]:
 
     Socket Mode is recommended first: it needs no public URL.
     """
-    from slackinterp.cli import check_run_settings
-
     # A token that is not set has its own check below; here what `run` rejects besides.
     problems = [
         p

@@ -15,9 +15,10 @@ import sysconfig
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
-from slackinterp.egress import relay
+from slackinterp.egress import ca, relay
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
 from slackinterp.egress.proxy import (
     EgressProxy,
@@ -25,10 +26,6 @@ from slackinterp.egress.proxy import (
     ProxyLimits,
     Resolver,
 )
-
-if TYPE_CHECKING:
-    from slackinterp.config import Settings
-    from slackinterp.kernels.local.privileges import KernelUser
 
 log = logging.getLogger(__name__)
 
@@ -90,28 +87,22 @@ class Egress:
         channel_rules: ChannelRules | None = None,
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
+        injector: SecretInjector | None = None,
     ):
         self.mode = NetworkMode(mode)
         self.allow = parse_rules(list(allow))
         self.deny = parse_rules(list(deny))
         self.channel_rules = channel_rules
-        self.proxy = EgressProxy(self.policy_for, limits=limits, resolver=resolver)
+        self.injector = injector  # hosts with bound secrets (egress/inject.py)
+        self.proxy = EgressProxy(
+            self.policy_for, limits=limits, resolver=resolver, injector=injector
+        )
         self._cache: OrderedDict[str, tuple[float, Policy]] = OrderedDict()
 
-    @classmethod
-    def from_settings(cls, settings: Settings, channel_rules: ChannelRules | None) -> Egress:
-        if settings.kernel_network:
-            log.warning(
-                "config.deprecated setting=SLACKINTERP_KERNEL_NETWORK use=SLACKINTERP_NETWORK "
-                "network=%s",
-                settings.network.value,
-            )
-        return cls(
-            settings.network,
-            settings.network_allow,
-            settings.network_deny,
-            channel_rules=channel_rules,
-        )
+    def set_injector(self, injector: SecretInjector) -> None:
+        """Add bound secrets for hosts (before any kernel starts)."""
+        self.injector = injector
+        self.proxy.injector = injector
 
     @property
     def enforcing(self) -> bool:
@@ -160,19 +151,22 @@ class Egress:
         self._cache.pop(channel, None)
 
     # --- kernels -----------------------------------------------------------------------------
-    async def open(self, runtime: Path, user: KernelUser | None) -> KernelListener | None:
-        """The kernel's listener in its runtime directory, before the kernel starts; None
-        when the mode needs none."""
+    async def open(self, runtime: Path, owner: tuple[int, int] | None) -> KernelListener | None:
+        """The kernel's listener in its runtime directory, before the kernel starts, owned by
+        the kernel's (uid, gid) when it runs as another user; None when the mode needs none."""
         if not self.enforcing:
             return None
-        path = runtime / SOCKET_NAME
-        uid = user.uid if user is not None else None
-        gid = user.gid if user is not None else None
-        return await self.proxy.listen(path, uid, gid)
+        uid, gid = owner if owner is not None else (None, None)
+        if self.injector is not None:  # the kernel trusts the bot's CA (and the system's roots)
+            self.injector.ca.write_bundle(runtime, uid, gid)
+        return await self.proxy.listen(runtime / SOCKET_NAME, uid, gid)
 
     def kernel_env(self, socket_inside: str | None, home: str) -> dict[str, str]:
         """What a sandboxed kernel gets on top of its minimal environment."""
         env = packages_env(home)
         if socket_inside is not None:
             env.update(proxy_env(socket_inside))
+            if self.injector is not None:
+                runtime_inside = socket_inside.rsplit("/", 1)[0]
+                env.update(ca.trust_env(f"{runtime_inside}/{ca.BUNDLE_NAME}"))
         return env

@@ -222,7 +222,7 @@ class CellRunner:
             # The front-end first: without this yield the record's SQL set-up (~1 ms of the
             # event loop) would run before the cell's message is even sent.
             await asyncio.sleep(0)
-            await self.store.record_cell(
+            stored = await self.store.record_cell(
                 key,
                 code,
                 ok=result.ok,
@@ -230,6 +230,8 @@ class CellRunner:
                 duration=result.duration,
                 outputs=lambda number, used: self._export_outputs(result, number, used),
             )
+            if result.ok:
+                session.unsaved_cell = stored  # saved at the end of the turn
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
             key,

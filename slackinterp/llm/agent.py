@@ -183,6 +183,7 @@ class Agent:
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
+        data = await hooks.data_sources()  # the channel's SQL sources, once per turn
         for _round in range(self.config.max_rounds):
             if state.clock.spent():
                 log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
@@ -192,6 +193,8 @@ class Agent:
             system = (
                 self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
             )
+            if data:
+                system += "\n\n" + data
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
