@@ -49,6 +49,7 @@ from slackinterp.doctor.model_check import check_model
 from slackinterp.doctor.slack_checks import (
     check_app_token,
     check_bot_token,
+    check_setting_names,
     check_settings,
     check_signing_secret,
     check_slack_connection,
@@ -77,6 +78,7 @@ __all__ = [
     "check_kernel",
     "check_model",
     "check_sandbox",
+    "check_setting_names",
     "check_settings",
     "check_signing_secret",
     "check_slack_connection",
@@ -119,7 +121,16 @@ async def run_checks(settings: Settings) -> list[Check]:
         check_storage(settings),
         check_sandbox(settings),
     )
-    checks = [*check_settings(settings), bot, connection, model, kernel, *storage, sandbox]
+    checks = [
+        *check_settings(settings),
+        *check_setting_names(),
+        bot,
+        connection,
+        model,
+        kernel,
+        *storage,
+        sandbox,
+    ]
     checks += await data
     secrets = _secrets(settings)
     return [_scrub(check, secrets) for check in checks]
@@ -149,6 +160,7 @@ def main(settings: Settings | None = None, settings_error: SettingsError | None 
             settings_error = exc
     if settings_error is not None or settings is None:
         checks = settings_failures(settings_error or SettingsError(["settings could not load"]))
+        checks += check_setting_names()
     else:
         checks = asyncio.run(run_checks(settings))
     print(render(checks))
