@@ -21,6 +21,7 @@ from typing import Any
 from slackinterp.engine.events import CellFinished, FileProduced, Notice
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.local.files import LocalFiles
+from slackinterp.kernels.local.sandbox import KERNEL_NICE
 from slackinterp.runtime import Runtime
 from tests.conftest import make_settings, run_turn
 
@@ -118,6 +119,12 @@ if pid == 0:
 os.close(w)
 os.waitpid(pid, 0)
 out["userns"] = json.loads(os.read(r, 4096) or b"{}")
+# The first second of a cell runs at the bot's niceness (Kernel.hurry, docs/SECURITY.md §8);
+# the kernel's own place is read once that window has passed (bounded: 30 s).
+import time
+until = time.monotonic() + 30
+while os.nice(0) != NICE and time.monotonic() < until:
+    time.sleep(0.1)
 out["nice"] = os.nice(0)
 try:
     os.nice(-1)  # back above its place: lowering the niceness needs CAP_SYS_NICE
@@ -228,6 +235,9 @@ async def run_attacks(targets: Targets) -> dict[str, Any]:
         kernel_start=targets.kernel_start,
         workspace_quota_mb=QUOTA_MB,
         workspace_max_files=MAX_FILES,
+        # The probes print JSON the host reads whole: the kernel's view of /proc grew past
+        # the default 10,000 characters once kernels got the egress CA's variables.
+        max_output_chars=1_000_000,
     )
     rt = await Runtime.open(settings)
     await rt.start()
@@ -244,7 +254,8 @@ async def run_attacks(targets: Targets) -> dict[str, Any]:
         upload.write_text("1,2\n")
         upload.chmod(0o600)
         await LocalFiles(workdir).put(upload, "upload.csv")
-        probe = f"DATA = {data!r}\nSECRET = {targets.secret!r}\n" + PRIVILEGES
+        nice = min(19, os.nice(0) + KERNEL_NICE)
+        probe = f"DATA = {data!r}\nSECRET = {targets.secret!r}\nNICE = {nice}\n" + PRIVILEGES
         found["privileges"] = json.loads(last_text(await run_turn(engine, key, code(probe))))
         found["start_mode"] = getattr(rt.registry.backend, "start_mode", None)
         if targets.sandbox == "none":
