@@ -27,6 +27,7 @@ from slackinterp.engine.events import (
     FileSkipped,
     Notice,
     TurnFailed,
+    TurnUsage,
     TurnQueued,
 )
 from slackinterp.engine.presentation import RESTARTED, CellState, cell_status
@@ -180,6 +181,8 @@ class TurnPrinter:
                 self.answer_streamed = False
             case TurnFailed(message=message):
                 out.line(f"! {terminal_words(message)}")
+            case TurnUsage(line=line):
+                out.line(f"· {line}")
             case _:
                 pass  # TurnStarted, TurnFinished: nothing to show
 

@@ -26,12 +26,14 @@ class NoticeKind(StrEnum):
     VISION = "vision"  # the model server refused images
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
+    BUDGET = "budget"  # a spending cap is near (what is left)
 
 
 class FailureKind(StrEnum):
     """Why a turn could not finish."""
 
     QUEUE_FULL = "queue_full"
+    BUDGET = "budget"  # a spending cap is reached: no (more) model calls
     NO_MODEL = "no_model"
     QUOTA = "quota"
     CAPACITY = "capacity"
@@ -51,6 +53,14 @@ class FailureKind(StrEnum):
     REFUSED = "refused"
     EMPTY = "empty"  # the model returned nothing
     CONTEXT = "context"  # the conversation is too long even after trimming
+
+
+class TurnOrigin(StrEnum):
+    """Who started a turn: a person's message, or a schedule. Usage is kept by origin, and
+    scheduled runs have budgets of their own."""
+
+    PERSON = "person"
+    SCHEDULED = "scheduled"
 
 
 class RestoreReason(StrEnum):

@@ -22,6 +22,7 @@ import psutil
 from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import intake, notebook, notices, workspace
+from slackinterp.engine.budgets import BudgetRefused, Budgets, Meter
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
@@ -34,11 +35,12 @@ from slackinterp.engine.events import (
     TurnFinished,
     TurnQueued,
     TurnStarted,
+    TurnUsage,
 )
 from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
 from slackinterp.engine.session import Instruction, ThreadSession
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.errors import FailureKind, NoticeKind
+from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.files import TransferError, clear_staging
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry
@@ -46,6 +48,7 @@ from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
 from slackinterp.llm.steering import Steering
+from slackinterp.llm.usage import ModelCall
 from slackinterp.store import Store
 
 # Front-ends import these from here: a turn's request is made of them.
@@ -86,6 +89,7 @@ class TurnRequest:
     # Where the request sits in the conversation (a Slack message ts): the thread's context
     # cursor moves there as the turn starts. None: the front-end keeps no cursor.
     position: str | None = None
+    origin: TurnOrigin = TurnOrigin.PERSON  # a person's message or a schedule's run
 
 
 @dataclass(frozen=True)
@@ -120,6 +124,7 @@ class Engine:
         self.notice_listeners: list[NoticeListener] = []
         # Each cell: lease → quota → run → record → report (cells.py).
         self.cells = CellRunner(settings, store, registry)
+        self.budgets = Budgets(settings, store)  # model turns: kept, priced, capped
         registry.listeners.append(self._on_lifecycle)
 
     # --- sessions ------------------------------------------------------------------------
@@ -271,26 +276,29 @@ class Engine:
             elif request.text.strip() or received or context.earlier:
                 if request.text.strip():
                     await self.store.add_entry(session.key.id, "question", request.text.strip())
-                port = _Port(self, session, emit)
                 text = prompts.with_earlier_conversation(
                     context.earlier, request.text, self.settings.thread_context_chars
                 )
-                emit(AgentStarted(request.text.strip()))
-                session.steerable = True  # later messages steer this turn (issue 27)
-                try:
-                    answer = await self.agent.run_turn(
-                        session.key.id,
-                        text,
-                        received,
-                        session.workdir,
-                        port,
-                        session.stop_requested,
-                    )
-                finally:
-                    session.steerable = False
-                if answer:
-                    emit(AssistantText(answer))
-                    await self.store.add_entry(session.key.id, "answer", answer)
+                async with self.budgets.turn(session.key, request.user, request.origin) as meter:
+                    port = _Port(self, session, emit, meter)
+                    emit(AgentStarted(request.text.strip()))
+                    session.steerable = True  # later messages steer this turn (issue 27)
+                    try:
+                        answer = await self.agent.run_turn(
+                            session.key.id,
+                            text,
+                            received,
+                            session.workdir,
+                            port,
+                            session.stop_requested,
+                        )
+                        session.steerable = False
+                        if answer:
+                            emit(AssistantText(answer))
+                            await self.store.add_entry(session.key.id, "answer", answer)
+                    finally:
+                        session.steerable = False
+                        port.show_usage()  # the answer's footer, also after a failed round
             else:  # an empty mention in a thread with nothing above it to act on
                 emit(Notice(NoticeKind.EMPTY, notices.NOTHING_ABOVE))
         except ModelError as exc:
@@ -298,6 +306,8 @@ class Engine:
             emit(TurnFailed(exc.message, kind=exc.kind))
         except QuotaExceeded as exc:
             emit(TurnFailed(exc.message, kind=FailureKind.QUOTA))
+        except BudgetRefused as exc:
+            emit(TurnFailed(exc.message, kind=FailureKind.BUDGET))
         except AtCapacity as exc:
             emit(TurnFailed(notices.at_capacity(str(exc)), kind=FailureKind.CAPACITY))
         except KernelStartError as exc:
@@ -432,10 +442,25 @@ class _Port:
     """The agent's handle on a turn (llm/port.py TurnPort): run code as cells, look at the
     kernel, stream text."""
 
-    def __init__(self, engine: Engine, session: ThreadSession, emit: Emit):
+    def __init__(self, engine: Engine, session: ThreadSession, emit: Emit, meter: Meter):
         self.engine = engine
         self.session = session
         self.emit = emit
+        self.meter = meter
+
+    async def model_used(self, call: ModelCall) -> str | None:
+        """Kept and priced (engine/budgets.py); a cap's 80 % warning is said at once."""
+        stop = await self.meter.model_used(call)
+        for line in self.meter.take_warnings():
+            self.emit(Notice(NoticeKind.BUDGET, line))
+        return stop
+
+    def show_usage(self) -> None:
+        """The turn's tokens and cost, for the answer's footer (SLACKINTERP_USAGE_FOOTER)."""
+        meter = self.meter
+        if meter.calls and self.engine.settings.usage_footer:
+            line = self.engine.budgets.footer(meter.used, meter.cost)
+            self.emit(TurnUsage(line, meter.used.total, meter.cost))
 
     async def run_python(self, code: str, source: CellSource = "model") -> CellRun:
         return await self.engine.cells.run(self.session, code, source, self.emit)

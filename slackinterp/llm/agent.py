@@ -48,6 +48,7 @@ from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.steering import as_message as steering_message  # issue 27
 from slackinterp.llm.tooling import tool_result_text
 from slackinterp.llm.turnclock import TurnClock
+from slackinterp.llm.usage import ModelCall
 from slackinterp.logs import public_url
 from slackinterp.model_client import openai_client
 
@@ -154,6 +155,9 @@ class Agent:
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
         for _round in range(self.config.max_rounds):
+            if state.budget_spent:  # the last round crossed a budget: no further call
+                log.info("model.turn_out_of_budget")
+                raise ModelError(state.budget_spent, FailureKind.BUDGET)
             if state.clock.spent():
                 log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
                 return turnclock.out_of_time(self.config.turn_seconds, state.ran_cell)
@@ -468,6 +472,9 @@ class Agent:
         started = time.monotonic()
         choice = self._tool_choice(state)
         reply = await self.completions.create(messages, hooks, choice, state.carried, state.clock)
+        if reply.usage is not None:
+            call = ModelCall(self.config.model, reply.usage, reply.seconds)
+            state.budget_spent = await hooks.model_used(call) or state.budget_spent
         log.info(
             "model.replied seconds=%.2f tool_calls=%d chars=%d finish=%s",
             time.monotonic() - started,

@@ -21,8 +21,9 @@ from pathlib import Path
 
 from slackinterp.config import Settings
 from slackinterp.engine import notebook, notices, workspace
+from slackinterp.engine.budgets import BudgetRefused, Budgets, Meter
 from slackinterp.engine.workspace import ThreadKey, safe_component
-from slackinterp.errors import NoticeKind
+from slackinterp.errors import NoticeKind, TurnOrigin
 from slackinterp.kernels import shell
 from slackinterp.kernels.execution import CellResult, Error, Status, run_cell
 from slackinterp.kernels.files import TransferError
@@ -32,6 +33,7 @@ from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
 from slackinterp.llm.steering import Steering
+from slackinterp.llm.usage import ModelCall
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)
@@ -84,6 +86,7 @@ class RunReport:
     notebook: tuple[str, bytes] | None = None
     produced: list[ProducedFile] = field(default_factory=list)
     scratch: list[Path] = field(default_factory=list)  # removed once the reply is out
+    meter: Meter | None = None  # ask: its model calls, kept and capped (engine/budgets.py)
 
     @property
     def ok(self) -> bool:
@@ -126,6 +129,7 @@ class ScheduledRunner:
         self.store = store
         self.registry = registry
         self.agent = agent
+        self.budgets = Budgets(settings, store)  # ask: runs have caps of their own
 
     async def run(self, schedule: StoredSchedule, occurrence: float) -> RunReport:
         mode = "ask" if schedule.ask else "replay"
@@ -149,6 +153,25 @@ class ScheduledRunner:
             report.problem, report.refused = refusal, True
             return
         report.planned = len(codes)
+        async with contextlib.AsyncExitStack() as stack:
+            if report.mode == "ask":  # its own budget, checked before any kernel or call
+                try:
+                    report.meter = await stack.enter_async_context(
+                        self.budgets.turn(key, schedule.owner, TurnOrigin.SCHEDULED)
+                    )
+                except BudgetRefused as exc:
+                    report.problem, report.refused = exc.message, True
+                    return
+            await self._run_in_kernel(schedule, report, started, key, codes)
+
+    async def _run_in_kernel(
+        self,
+        schedule: StoredSchedule,
+        report: RunReport,
+        started: float,
+        key: ThreadKey,
+        codes: list[str],
+    ) -> None:
         short = safe_component(schedule.id[:8])
         run_id = f"{short}-{int(report.occurrence)}-{uuid.uuid4().hex[:4]}"
         run_key = f"{key.id}~run-{run_id}"
@@ -412,6 +435,17 @@ class _RunPort:
     async def files(self) -> list[tuple[str, int]]:
         snap = await self.lease.files(self.runner.settings.workspace_max_files).snapshot()
         return [(workspace.display_name(n), size) for n, (size, _m) in sorted(snap.items())]
+
+    async def model_used(self, call: ModelCall) -> str | None:
+        """Kept and capped like a person's turn, against the scheduled caps; a warning goes
+        with the run's notices."""
+        meter = self.report.meter
+        if meter is None:
+            return None
+        stop = await meter.model_used(call)
+        for line in meter.take_warnings():
+            await self.notice(NoticeKind.BUDGET, line)
+        return stop
 
     async def steering(self) -> list[Steering]:
         return []  # nobody types into a scheduled run: its prompt is fixed when it is made

@@ -10,7 +10,8 @@ One module per concept: `schema` (tables), `migrations` (versions), `connection`
 `locks` (the per-thread lock across replicas), then one mixin per group of tables — `threads`
 (turns in flight), `replay` (cells and model history), `transcript` (notebook export), `seen`
 (events and thread context), `kernels` (gateway directory, kernel processes), `recurring`
-(recurring analyses and their run claims), `network` (per-channel egress rules). `Store` is their
+(recurring analyses and their run claims), `network` (per-channel egress rules), `usage`
+(model calls and cells used, budgets' reservations and caps). `Store` is their
 union.
 """
 
@@ -58,6 +59,7 @@ from slackinterp.store.schema import (
 from slackinterp.store.seen import Seen
 from slackinterp.store.threads import Threads, TurnStart
 from slackinterp.store.transcript import Transcript
+from slackinterp.store.usage import CallRow, SpendQuery, Spent, StoredCap, Usage, UsageLine
 
 __all__ = [
     "BASE_VERSION",
@@ -65,12 +67,17 @@ __all__ = [
     "MIGRATION_LOCK",
     "PENDING_LIMIT",
     "SCHEMA_VERSION",
+    "CallRow",
     "Migration",
+    "SpendQuery",
+    "Spent",
     "Store",
     "StoreError",
+    "StoredCap",
     "StoredCell",
     "StoredSchedule",
     "TurnStart",
+    "UsageLine",
     "advisory_key",
     "cells",
     "channel_network_rules",
@@ -94,7 +101,7 @@ __all__ = [
 ]
 
 
-class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules):
+class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules, Usage):
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
 
     async def record_cell(

@@ -16,11 +16,16 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from slackinterp.store.base import StoreError, advisory_key
 from slackinterp.store.schema import (
+    budget_reservations,
+    budget_warnings,
+    cell_usage,
+    channel_budgets,
     channel_network_rules,
     context_files,
     context_pending,
     meta,
     metadata,
+    model_usage,
     schedule_runs,
     schedules,
     thread_context,
@@ -68,7 +73,27 @@ def _v6(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
+def _reserved(conn: Connection) -> None:
+    """Versions 7 and 8 belong to changes made alongside this one (snapshots, data sources);
+    merged, their own steps take these numbers. Alone, there is nothing to do."""
+
+
+def _v9(conn: Connection) -> None:
+    """Version 9: model and cell usage, budget reservations, channel caps, 80 % warnings."""
+    for table in (model_usage, cell_usage, budget_reservations, channel_budgets, budget_warnings):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {
+    2: _v2,
+    3: _v3,
+    4: _v4,
+    5: _v5,
+    6: _v6,
+    7: _reserved,
+    8: _reserved,
+    9: _v9,
+}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")

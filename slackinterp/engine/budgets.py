@@ -1,0 +1,267 @@
+"""Budgets: what a person, a channel and a channel's scheduled runs may spend on the model per
+day and per month, and the meter that keeps each model call of a turn.
+
+A model turn is admitted before any model call (`Budgets.turn`): the store reserves one turn's
+worth under the budget locks unless a cap is already reached (store/usage.py), so replicas
+racing at a cap pass it by at most one turn. Each call is then kept and priced
+(`Meter.model_used`); a call that reaches a cap lets the turn finish its round and stop; one that
+passes 80 % of a cap says what is left, once per cap and period. Direct code and notebooks
+never get here: they cost no tokens.
+
+Which spend a cap counts: a person's cap their own turns in any channel; a channel's cap
+everyone's turns there; the scheduled caps a channel's scheduled runs, which count nowhere else.
+Settings give the defaults (SLACKINTERP_BUDGET_*); admins override a channel's from Slack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import logging
+import uuid
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from zoneinfo import ZoneInfo
+
+from slackinterp import metrics
+from slackinterp.caps import Cap, CapUnit, Period, describe, parse_cap
+from slackinterp.config import Settings
+from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import FailureKind, SlackinterpError, TurnOrigin
+from slackinterp.llm.usage import ModelCall, TokenUsage
+from slackinterp.pricing import PriceTable
+from slackinterp.store import CallRow, SpendQuery, Spent, Store
+
+log = logging.getLogger(__name__)
+
+WARN_AT = 0.8  # the share of a cap at which the thread is told what is left
+SCOPES = ("person", "channel", "scheduled")
+
+
+class BudgetRefused(SlackinterpError):
+    """A cap is reached: no model turn until it resets or is raised."""
+
+    kind = FailureKind.BUDGET
+
+
+@dataclass(frozen=True)
+class AppliedCap:
+    """One cap as it applies to a turn, and where it came from."""
+
+    scope: str  # person | channel | scheduled
+    period: Period
+    cap: Cap
+    setting: str  # the environment variable of the default
+    set_by: str = ""  # the admin who set it for the channel; empty: the settings
+
+    @property
+    def limits(self) -> tuple[int | None, float | None]:
+        return self.cap.tokens, self.cap.money
+
+    def share(self, spent: Spent) -> float:
+        used = spent.tokens if self.cap.unit is CapUnit.TOKENS else spent.cost
+        return used / self.cap.amount
+
+
+class Budgets:
+    def __init__(self, settings: Settings, store: Store, prices: PriceTable | None = None):
+        self.settings = settings
+        self.store = store
+        self.prices = prices or PriceTable(settings.prices, settings.currency)
+        self.zone = ZoneInfo(settings.budget_timezone)
+
+    # --- periods -------------------------------------------------------------------------
+    def window(self, period: Period, now: dt.datetime | None = None) -> tuple[float, float]:
+        """(start, end) of the day or month `now` falls in, as POSIX seconds."""
+        local = (now or dt.datetime.now(dt.UTC)).astimezone(self.zone)
+        if period is Period.DAY:
+            start = local.replace(hour=0, minute=0, second=0, microsecond=0)
+            end = (start + dt.timedelta(days=1, hours=2)).replace(hour=0)
+        else:
+            start = local.replace(day=1, hour=0, minute=0, second=0, microsecond=0)
+            end = (start + dt.timedelta(days=32)).replace(day=1)
+        return start.timestamp(), end.replace(tzinfo=self.zone).timestamp()
+
+    def query(self, applied: AppliedCap, channel: str, user: str) -> SpendQuery:
+        since = self.window(applied.period)[0]
+        if applied.scope == "person":
+            return SpendQuery(TurnOrigin.PERSON.value, since, user=user)
+        origin = TurnOrigin.SCHEDULED if applied.scope == "scheduled" else TurnOrigin.PERSON
+        return SpendQuery(origin.value, since, channel=channel)
+
+    # --- caps ----------------------------------------------------------------------------
+    async def caps(self, channel: str, origin: TurnOrigin) -> list[AppliedCap]:
+        """The caps a turn of this origin in this channel is held to: the channel's own
+        (set by admins) over the settings."""
+        scopes = ("scheduled",) if origin is TurnOrigin.SCHEDULED else ("person", "channel")
+        stored = {(c.scope, c.period): c for c in await self.store.channel_caps(channel)}
+        applied: list[AppliedCap] = []
+        for scope in scopes:
+            for period in Period:
+                setting = f"budget_{scope}_{period.value}"
+                env = f"SLACKINTERP_{setting.upper()}"
+                own = stored.get((scope, period.value))
+                if own is not None:
+                    if own.amount > 0:
+                        cap = Cap(own.amount, CapUnit(own.unit))
+                        applied.append(AppliedCap(scope, period, cap, env, own.set_by))
+                    continue  # 0 set by an admin: no cap here, whatever the settings say
+                default = parse_cap(getattr(self.settings, setting))
+                if default is not None:
+                    applied.append(AppliedCap(scope, period, default, env))
+        return applied
+
+    # --- a turn --------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def turn(self, key: ThreadKey, user: str, origin: TurnOrigin) -> AsyncIterator[Meter]:
+        """Admit a model turn (BudgetRefused when a cap is reached, before any model call)
+        and meter its calls; the reservation is settled when the block ends."""
+        caps = await self.caps(key.channel, origin)
+        meter = Meter(self, key, user, origin, uuid.uuid4().hex, caps)
+        if caps:
+            queries = [self.query(c, key.channel, user) for c in caps]
+            refused = await self.store.admit_turn(
+                meter.turn_id,
+                channel=key.channel,
+                user=user,
+                origin=origin.value,
+                queries=queries,
+                limits=[c.limits for c in caps],
+                ttl=max(600.0, 2 * self.settings.turn_seconds),
+            )
+            if refused is not None:
+                applied = caps[refused]
+                spent = await self.store.spent(queries[refused])
+                log.info(
+                    "budget.refused thread=%s user=%s scope=%s period=%s",
+                    key.id,
+                    user,
+                    applied.scope,
+                    applied.period,
+                )
+                metrics.BUDGET_REFUSALS.labels(applied.scope, applied.period.value).inc()
+                raise BudgetRefused(self.spent_line(applied, spent, origin))
+        try:
+            yield meter
+        finally:
+            if caps:
+                await self.store.settle_turn(meter.turn_id)
+
+    # --- sentences -----------------------------------------------------------------------
+    def amount(self, cap: Cap, spent: Spent) -> tuple[str, str]:
+        """(used, cap) in the cap's unit."""
+        if cap.unit is CapUnit.TOKENS:
+            return f"{spent.tokens:,}", describe(cap, "")
+        return self.prices.money(spent.cost), self.prices.money(cap.amount)
+
+    def whose(self, applied: AppliedCap, origin: TurnOrigin) -> str:
+        period = "daily" if applied.period is Period.DAY else "monthly"
+        if applied.scope == "person":
+            return f"your {period} budget"
+        if applied.scope == "scheduled":
+            return f"this channel's {period} budget for scheduled runs"
+        return f"this channel's {period} budget"
+
+    def resets(self, period: Period) -> str:
+        end = self.window(period)[1]
+        when = dt.datetime.fromtimestamp(end, self.zone)
+        left = end - dt.datetime.now(dt.UTC).timestamp()
+        hours, minutes = int(left // 3600), int(left % 3600 // 60)
+        wait = f"{hours // 24} d {hours % 24} h" if hours >= 48 else f"{hours} h {minutes} min"
+        day = "midnight" if period is Period.DAY else f"{when:%B} 1"
+        return f"it resets at {day} {self.settings.budget_timezone} (in {wait})"
+
+    def raise_hint(self, applied: AppliedCap) -> str:
+        command = self.settings.command
+        scope = "" if applied.scope == "channel" else f"{applied.scope} "
+        example = f"`{command} budget set {scope}AMOUNT/{applied.period.value}`"
+        where = f"set by <@{applied.set_by}>" if applied.set_by else f"default: {applied.setting}"
+        return f"An admin can raise it with {example} ({where})."
+
+    def spent_line(self, applied: AppliedCap, spent: Spent, origin: TurnOrigin) -> str:
+        used, cap = self.amount(applied.cap, spent)
+        line = f"{self.whose(applied, origin)} is spent ({used} of {cap})"
+        if origin is TurnOrigin.PERSON:  # a scheduled run's reply puts it after "not run, "
+            line = line[0].upper() + line[1:]
+        return f"{line}; {self.resets(applied.period)}. {self.raise_hint(applied)}"
+
+    def warn_line(self, applied: AppliedCap, spent: Spent, origin: TurnOrigin) -> str:
+        left = Spent(
+            max(0, int(applied.cap.amount) - spent.tokens),
+            max(0.0, applied.cap.amount - spent.cost),
+        )
+        shown = self.amount(applied.cap, left)[0]
+        whose = self.whose(applied, origin)
+        percent = int(applied.share(spent) * 100)
+        return (
+            f"{whose[0].upper()}{whose[1:]} is {percent} % used: {shown}"
+            f"{' tokens' if applied.cap.unit is CapUnit.TOKENS else ''} left; "
+            f"{self.resets(applied.period)}."
+        )
+
+    def footer(self, used: TokenUsage, cost: float) -> str:
+        approx = "≈" if used.estimated else ""
+        cached = f", {used.cached:,} cached" if used.cached else ""
+        return (
+            f"{approx}{used.total:,} tokens ({used.input:,} in{cached}, {used.output:,} out)"
+            f" · {approx}{self.prices.money(cost)}"
+        )
+
+
+@dataclass
+class Meter:
+    """One model turn's calls: kept, priced, counted against its caps."""
+
+    budgets: Budgets
+    key: ThreadKey
+    user: str
+    origin: TurnOrigin
+    turn_id: str
+    caps: list[AppliedCap]
+    used: TokenUsage = field(default_factory=TokenUsage)
+    cost: float = 0.0
+    calls: int = 0
+    warnings: list[str] = field(default_factory=list)  # taken by the turn to show
+
+    async def model_used(self, call: ModelCall) -> str | None:
+        """Keep one call; the budget's line when a cap is now reached (the turn stops after
+        this round), a warning queued when one passed 80 % for the first time."""
+        budgets = self.budgets
+        used = call.usage
+        cost = budgets.prices.cost(call.model, used.input, used.cached, used.output)
+        self.used, self.cost, self.calls = self.used + used, self.cost + cost, self.calls + 1
+        metrics.count_model_usage(call.model, used, cost)
+        row = CallRow(
+            self.turn_id,
+            self.key.id,
+            self.key.channel,
+            self.user,
+            self.origin.value,
+            call.model,
+            used.input,
+            used.cached,
+            used.output,
+            used.estimated,
+            cost,
+            call.seconds,
+        )
+        queries = [budgets.query(c, self.key.channel, self.user) for c in self.caps]
+        spent = await budgets.store.record_model_call(row, queries)
+        stop: str | None = None
+        for applied, amount in zip(self.caps, spent, strict=True):
+            share = applied.share(amount)
+            if share >= 1 and stop is None:
+                stop = budgets.spent_line(applied, amount, self.origin)
+            elif share >= WARN_AT and share < 1:
+                who = self.user if applied.scope == "person" else self.key.channel
+                name = f"{applied.scope}:{who}:{applied.period.value}"
+                window = int(budgets.window(applied.period)[0])
+                if await budgets.store.warn_once(name, window):
+                    self.warnings.append(budgets.warn_line(applied, amount, self.origin))
+        if stop is not None:
+            log.info("budget.spent_mid_turn thread=%s user=%s", self.key.id, self.user)
+        return stop
+
+    def take_warnings(self) -> list[str]:
+        taken, self.warnings = self.warnings, []
+        return taken

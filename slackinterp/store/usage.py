@@ -1,0 +1,372 @@
+"""Usage kept per model call and per cell, and the budgets' bookkeeping: reservations of turns
+in flight, caps set from Slack, and the once-only 80 % warnings.
+
+Admitting a turn is one transaction: on PostgreSQL under transaction-level advisory locks on the
+person and the channel (always taken in that order, so two admissions never wait on each other
+in a circle); on SQLite the single connection already makes transactions take turns. Inside it
+the spend so far (settled calls plus the reservations of turns still running) is compared with
+each cap, and the new turn's reservation is written, so two replicas racing at a cap cannot both
+see room that only one turn fits in.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from sqlalchemy import Table, case, delete, desc, func, select, text, union_all, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from slackinterp.store.base import StoreBase, advisory_key, clean
+from slackinterp.store.schema import (
+    budget_reservations,
+    budget_warnings,
+    cell_usage,
+    channel_budgets,
+    model_usage,
+)
+
+_XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+TURNS_FOR_ESTIMATE = 20  # a reservation is the mean of the channel's last turns
+
+
+@dataclass(frozen=True)
+class CallRow:
+    """One model call, as kept."""
+
+    turn_id: str
+    thread_key: str
+    channel: str
+    user: str
+    origin: str
+    model: str
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    estimated: bool
+    cost: float
+    seconds: float
+
+
+@dataclass(frozen=True)
+class SpendQuery:
+    """Whose spend a cap counts: a person's (any channel) or a channel's, of one origin."""
+
+    origin: str
+    since: float
+    channel: str | None = None
+    user: str | None = None
+
+
+@dataclass(frozen=True)
+class Spent:
+    tokens: int = 0
+    cost: float = 0.0
+
+
+@dataclass(frozen=True)
+class StoredCap:
+    scope: str  # channel | person | scheduled
+    period: str  # day | month
+    amount: float
+    unit: str  # tokens | money
+    set_by: str
+
+
+@dataclass(frozen=True)
+class UsageLine:
+    """A group's usage in a report: by channel, person, model or thread."""
+
+    name: str
+    calls: int
+    input_tokens: int
+    cached_tokens: int
+    output_tokens: int
+    cost: float
+    estimated: int  # calls whose tokens were estimated
+
+
+class Usage(StoreBase):
+    """Model and cell usage, budgets' reservations, caps and warnings."""
+
+    # --- recording -----------------------------------------------------------------------
+    async def record_model_call(
+        self, row: CallRow, queries: Sequence[SpendQuery] = ()
+    ) -> list[Spent]:
+        """Keep one call; with `queries`, the spend they count right after it, in the same
+        transaction (the mid-turn budget check costs no second commit)."""
+        values = {**row.__dict__, "at": time.time(), "user_id": row.user}
+        del values["user"]
+        values["model"] = clean(row.model, 200)
+        r = budget_reservations.c
+        tokens = row.input_tokens + row.output_tokens
+        async with self._engine.begin() as conn:
+            await conn.execute(model_usage.insert().values(**values))
+            # What the turn spent is counted now: its reservation shrinks by as much.
+            await conn.execute(
+                update(budget_reservations)
+                .where(r.id == row.turn_id)
+                .values(
+                    tokens=case((r.tokens > tokens, r.tokens - tokens), else_=0),
+                    cost=case((r.cost > row.cost, r.cost - row.cost), else_=0.0),
+                )
+            )
+            return [await self._spent(conn, q, reservations=False) for q in queries]
+
+    async def record_cell_usage(
+        self,
+        thread_key: str,
+        channel: str,
+        user: str,
+        origin: str,
+        *,
+        cpu_seconds: float | None,
+        wall_seconds: float,
+        peak_memory: int | None,
+    ) -> None:
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                cell_usage.insert().values(
+                    at=time.time(),
+                    thread_key=thread_key,
+                    channel=channel,
+                    user_id=user,
+                    origin=origin,
+                    cpu_seconds=cpu_seconds,
+                    wall_seconds=wall_seconds,
+                    peak_memory=peak_memory,
+                )
+            )
+
+    # --- budgets -------------------------------------------------------------------------
+    async def admit_turn(
+        self,
+        reservation: str,
+        *,
+        channel: str,
+        user: str,
+        origin: str,
+        queries: Sequence[SpendQuery],
+        limits: Sequence[tuple[int | None, float | None]],
+        ttl: float,
+    ) -> int | None:
+        """Reserve one turn unless a cap is reached: the index of the first query whose spend
+        (calls, and what the turns in flight reserved) reached its limit (tokens, cost), else
+        None with this turn's reservation written: the mean of the channel's last turns.
+        One transaction, under the budget locks (see the module's docstring). So every turn
+        admitted started below the cap, counting the others in flight: together they pass
+        it by at most the turn that crosses it."""
+        async with self._engine.begin() as conn:
+            if self.dialect == "postgresql":
+                for name in (f"person:{user}", f"channel:{channel}"):
+                    await conn.execute(_XACT_LOCK, {"key": advisory_key("budget", name)})
+            estimate = await self._turn_estimate(conn, channel, origin)
+            for index, (query, (tokens, cost)) in enumerate(zip(queries, limits, strict=True)):
+                spent = await self._spent(conn, query, reservations=True)
+                if tokens is not None and spent.tokens >= tokens:
+                    return index
+                if cost is not None and spent.cost >= cost:
+                    return index
+            await conn.execute(
+                budget_reservations.insert().values(
+                    id=reservation,
+                    channel=channel,
+                    user_id=user,
+                    origin=origin,
+                    tokens=estimate.tokens,
+                    cost=estimate.cost,
+                    expires_at=time.time() + ttl,
+                )
+            )
+        return None
+
+    async def settle_turn(self, reservation: str) -> None:
+        """The turn ended: its calls are kept, its reservation goes."""
+        async with self._engine.begin() as conn:
+            await conn.execute(
+                delete(budget_reservations).where(budget_reservations.c.id == reservation)
+            )
+
+    async def spent(self, query: SpendQuery) -> Spent:
+        async with self._engine.connect() as conn:
+            return await self._spent(conn, query, reservations=False)
+
+    async def warn_once(self, cap: str, window: int) -> bool:
+        """True for the first caller only, per cap and period, across replicas."""
+        statement = (
+            self._insert(budget_warnings)
+            .values(cap=clean(cap, 300), window=window, at=time.time())
+            .on_conflict_do_nothing(
+                index_elements=[budget_warnings.c.cap, budget_warnings.c.window]
+            )
+        )
+        async with self._engine.begin() as conn:
+            done = await conn.execute(statement)
+        return bool(done.rowcount)
+
+    async def channel_caps(self, channel: str) -> list[StoredCap]:
+        query = select(channel_budgets).where(channel_budgets.c.channel == channel)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [StoredCap(r.scope, r.period, r.amount, r.unit, r.set_by) for r in rows]
+
+    async def set_channel_cap(
+        self, channel: str, scope: str, period: str, amount: float, unit: str, user: str
+    ) -> None:
+        statement = self._insert(channel_budgets).values(
+            channel=channel,
+            scope=scope,
+            period=period,
+            amount=amount,
+            unit=unit,
+            set_by=clean(user, 100),
+            updated_at=time.time(),
+        )
+        statement = statement.on_conflict_do_update(
+            index_elements=[
+                channel_budgets.c.channel,
+                channel_budgets.c.scope,
+                channel_budgets.c.period,
+            ],
+            set_={
+                "amount": statement.excluded.amount,
+                "unit": statement.excluded.unit,
+                "set_by": statement.excluded.set_by,
+                "updated_at": statement.excluded.updated_at,
+            },
+        )
+        async with self._engine.begin() as conn:
+            await conn.execute(statement)
+
+    async def clear_channel_caps(self, channel: str) -> int:
+        async with self._engine.begin() as conn:
+            done = await conn.execute(
+                delete(channel_budgets).where(channel_budgets.c.channel == channel)
+            )
+        return int(done.rowcount or 0)
+
+    # --- reports -------------------------------------------------------------------------
+    async def thread_spent(self, thread_key: str) -> Spent:
+        query = select(
+            func.coalesce(func.sum(model_usage.c.input_tokens + model_usage.c.output_tokens), 0),
+            func.coalesce(func.sum(model_usage.c.cost), 0.0),
+        ).where(model_usage.c.thread_key == thread_key)
+        async with self._engine.connect() as conn:
+            tokens, cost = (await conn.execute(query)).one()
+        return Spent(int(tokens), float(cost))
+
+    async def usage_by(
+        self,
+        group: str,
+        since: float,
+        until: float,
+        *,
+        channel: str | None = None,
+        limit: int | None = None,
+    ) -> list[UsageLine]:
+        """Model usage between two times grouped by `channel`, `user_id`, `model` or
+        `thread_key`, the costliest first."""
+        column = model_usage.c[group]
+        c = model_usage.c
+        query = (
+            select(
+                column,
+                func.count(),
+                func.sum(c.input_tokens),
+                func.sum(c.cached_tokens),
+                func.sum(c.output_tokens),
+                func.sum(c.cost),
+                func.sum(func.cast(c.estimated, model_usage.c.id.type)),
+            )
+            .where(c.at >= since, c.at < until)
+            .group_by(column)
+            .order_by(desc(func.sum(c.cost)), desc(func.sum(c.input_tokens + c.output_tokens)))
+        )
+        if channel is not None:
+            query = query.where(c.channel == channel)
+        if limit is not None:
+            query = query.limit(limit)
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return [
+            UsageLine(str(r[0]), int(r[1]), int(r[2]), int(r[3]), int(r[4]), float(r[5]), int(r[6]))
+            for r in rows
+        ]
+
+    async def cell_totals(self, since: float, until: float) -> dict[str, tuple[int, float, float]]:
+        """Per channel: (cells, CPU-seconds, wall seconds) between two times."""
+        c = cell_usage.c
+        query = (
+            select(
+                c.channel,
+                func.count(),
+                func.coalesce(func.sum(c.cpu_seconds), 0.0),
+                func.sum(c.wall_seconds),
+            )
+            .where(c.at >= since, c.at < until)
+            .group_by(c.channel)
+        )
+        async with self._engine.connect() as conn:
+            rows = (await conn.execute(query)).all()
+        return {str(r[0]): (int(r[1]), float(r[2]), float(r[3])) for r in rows}
+
+    # --- inside a transaction ------------------------------------------------------------
+    @staticmethod
+    def _filtered(query: Any, table: Table, q: SpendQuery) -> Any:
+        columns = table.c
+        query = query.where(columns.origin == q.origin)
+        if q.channel is not None:
+            query = query.where(columns.channel == q.channel)
+        if q.user is not None:
+            query = query.where(columns.user_id == q.user)
+        return query
+
+    async def _spent(self, conn: AsyncConnection, q: SpendQuery, *, reservations: bool) -> Spent:
+        c = model_usage.c
+        calls = self._filtered(
+            select((c.input_tokens + c.output_tokens).label("tokens"), c.cost.label("cost")).where(
+                c.at >= q.since
+            ),
+            model_usage,
+            q,
+        )
+        parts = [calls]
+        if reservations:
+            r = budget_reservations.c
+            held = self._filtered(
+                select(r.tokens.label("tokens"), r.cost.label("cost")).where(
+                    r.expires_at > time.time()
+                ),
+                budget_reservations,
+                q,
+            )
+            parts.append(held)
+        both = union_all(*parts).subquery()
+        total = select(
+            func.coalesce(func.sum(both.c.tokens), 0), func.coalesce(func.sum(both.c.cost), 0.0)
+        )
+        tokens, cost = (await conn.execute(total)).one()
+        return Spent(int(tokens), float(cost))
+
+    async def _turn_estimate(self, conn: AsyncConnection, channel: str, origin: str) -> Spent:
+        """What one turn costs here: the mean of the channel's last turns (none yet: 0)."""
+        c = model_usage.c
+        turns = (
+            select(
+                func.sum(c.input_tokens + c.output_tokens).label("tokens"),
+                func.sum(c.cost).label("cost"),
+                func.max(c.at).label("last"),
+            )
+            .where(c.channel == channel, c.origin == origin)
+            .group_by(c.turn_id)
+            .order_by(desc("last"))
+            .limit(TURNS_FOR_ESTIMATE)
+            .subquery()
+        )
+        query = select(
+            func.coalesce(func.avg(turns.c.tokens), 0), func.coalesce(func.avg(turns.c.cost), 0.0)
+        )
+        tokens, cost = (await conn.execute(query)).one()
+        return Spent(round(float(tokens)), float(cost))
