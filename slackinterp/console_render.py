@@ -27,8 +27,8 @@ from slackinterp.engine.events import (
     FileSkipped,
     Notice,
     TurnFailed,
-    TurnUsage,
     TurnQueued,
+    TurnUsage,
 )
 from slackinterp.engine.presentation import RESTARTED, CellState, cell_status
 from slackinterp.engine.workspace import human_size

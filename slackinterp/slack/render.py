@@ -31,9 +31,9 @@ from slackinterp.engine.events import (
     Notice,
     TurnFailed,
     TurnFinished,
-    TurnUsage,
     TurnQueued,
     TurnStarted,
+    TurnUsage,
 )
 from slackinterp.engine.workspace import human_size
 from slackinterp.kernels.execution import (
