@@ -35,6 +35,9 @@ from slackinterp.store import CallRow, SpendQuery, Spent, Store
 log = logging.getLogger(__name__)
 
 WARN_AT = 0.8  # the share of a cap at which the thread is told what is left
+# What a turn is taken to cost before any turn has been kept (input, output tokens): a few
+# rounds with a modest history. Only reservations use it, until the first turn settles.
+FIRST_TURN_TOKENS = (6_000, 1_000)
 SCOPES = ("person", "channel", "scheduled")
 
 
@@ -128,6 +131,7 @@ class Budgets:
                 queries=queries,
                 limits=[c.limits for c in caps],
                 ttl=max(600.0, 2 * self.settings.turn_seconds),
+                fallback=self.first_turn(),
             )
             if refused is not None:
                 applied = caps[refused]
@@ -146,6 +150,11 @@ class Budgets:
         finally:
             if caps:
                 await self.store.settle_turn(meter.turn_id)
+
+    def first_turn(self) -> Spent:
+        tokens_in, tokens_out = FIRST_TURN_TOKENS
+        cost = self.prices.cost(self.settings.openai_model, tokens_in, 0, tokens_out)
+        return Spent(tokens_in + tokens_out, cost)
 
     # --- sentences -----------------------------------------------------------------------
     def amount(self, cap: Cap, spent: Spent) -> tuple[str, str]:

@@ -43,6 +43,8 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             "anywhere in the channel; without a link it lists the channel's kernels.",
             f"• `{command} network show|allow RULE|deny RULE|reset`: the hosts this channel's "
             "kernels may reach (admins change them).",
+            f"• `{mention} usage` shows what this thread, you and the channel spent on the "
+            f"model; `{command} budget show|set 20/day` the channel's caps (admins change them).",
         ]
     )
 

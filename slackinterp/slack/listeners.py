@@ -37,6 +37,7 @@ from slackinterp.slack.listener_base import installation_team
 from slackinterp.slack.network import is_network_command
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer
 from slackinterp.slack.thread import Own, clean_text, trimmed
+from slackinterp.slack.usage_front import is_budget_command, is_usage_command
 from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
@@ -239,6 +240,14 @@ class SlackListeners(CommandListeners, ButtonListeners):
             if is_network_command(words):  # `@interp network allow HOST` (slack/network.py)
                 answer = self.network.handle(client, user, channel, words[1:])
                 self.spawn(self._answer(client, key, answer), f"network-{key.id}")
+                return
+            if is_usage_command(words):  # `@interp usage` (slack/usage_front.py)
+                answer = self.usage.thread_text(key, user)
+                self.spawn(self._answer(client, key, answer), f"usage-{key.id}")
+                return
+            if is_budget_command(words):
+                answer = self.usage.budget_command(client, user, channel, words[1:])
+                self.spawn(self._answer(client, key, answer), f"budget-{key.id}")
                 return
         if len(text) > MAX_TEXT:
             await self._reply(

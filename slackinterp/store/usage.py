@@ -151,10 +151,12 @@ class Usage(StoreBase):
         queries: Sequence[SpendQuery],
         limits: Sequence[tuple[int | None, float | None]],
         ttl: float,
+        fallback: Spent = Spent(),
     ) -> int | None:
         """Reserve one turn unless a cap is reached: the index of the first query whose spend
         (calls, and what the turns in flight reserved) reached its limit (tokens, cost), else
-        None with this turn's reservation written: the mean of the channel's last turns.
+        None with this turn's reservation written: the mean of the channel's last turns, or
+        of anyone's, or `fallback` before the first.
         One transaction, under the budget locks (see the module's docstring). So every turn
         admitted started below the cap, counting the others in flight: together they pass
         it by at most the turn that crosses it."""
@@ -163,6 +165,10 @@ class Usage(StoreBase):
                 for name in (f"person:{user}", f"channel:{channel}"):
                     await conn.execute(_XACT_LOCK, {"key": advisory_key("budget", name)})
             estimate = await self._turn_estimate(conn, channel, origin)
+            if not estimate.tokens:
+                estimate = await self._turn_estimate(conn, None, origin)
+            if not estimate.tokens:
+                estimate = fallback
             for index, (query, (tokens, cost)) in enumerate(zip(queries, limits, strict=True)):
                 spent = await self._spent(conn, query, reservations=True)
                 if tokens is not None and spent.tokens >= tokens:
@@ -350,16 +356,20 @@ class Usage(StoreBase):
         tokens, cost = (await conn.execute(total)).one()
         return Spent(int(tokens), float(cost))
 
-    async def _turn_estimate(self, conn: AsyncConnection, channel: str, origin: str) -> Spent:
-        """What one turn costs here: the mean of the channel's last turns (none yet: 0)."""
+    async def _turn_estimate(
+        self, conn: AsyncConnection, channel: str | None, origin: str
+    ) -> Spent:
+        """What one turn costs: the mean of the last turns in the channel (None: anywhere);
+        none yet: 0."""
         c = model_usage.c
+        where = [c.origin == origin] + ([c.channel == channel] if channel is not None else [])
         turns = (
             select(
                 func.sum(c.input_tokens + c.output_tokens).label("tokens"),
                 func.sum(c.cost).label("cost"),
                 func.max(c.at).label("last"),
             )
-            .where(c.channel == channel, c.origin == origin)
+            .where(*where)
             .group_by(c.turn_id)
             .order_by(desc("last"))
             .limit(TURNS_FOR_ESTIMATE)
