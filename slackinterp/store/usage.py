@@ -363,6 +363,8 @@ class Usage(StoreBase):
         none yet: 0."""
         c = model_usage.c
         where = [c.origin == origin] + ([c.channel == channel] if channel is not None else [])
+        # Settled turns only: one still running has not spent all it will.
+        where.append(c.turn_id.not_in(select(budget_reservations.c.id)))
         turns = (
             select(
                 func.sum(c.input_tokens + c.output_tokens).label("tokens"),
