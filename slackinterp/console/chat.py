@@ -24,14 +24,14 @@ from pathlib import Path
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
-from slackinterp.console_input import (
+from slackinterp.console.input import (
     InputBuffer,
     LineEditor,
     LineReader,
     local_file,
     usable_terminal,
 )
-from slackinterp.console_render import Screen, TurnPrinter, terminal_words
+from slackinterp.console.render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
 from slackinterp.engine.events import Notice, TurnStarted
 from slackinterp.engine.presentation import CONTROLS, thread_status
