@@ -18,7 +18,7 @@ from slackinterp.errors import TurnOrigin
 from slackinterp.llm import usage
 from slackinterp.llm.usage import ModelCall, TokenUsage
 from slackinterp.pricing import PriceTable, money, parse_prices
-from slackinterp.store import CallRow, SpendQuery, Store
+from slackinterp.store import CallRow, CellUsage, SpendQuery, Store
 from tests.conftest import make_settings
 
 MODEL = "gpt-5-mini"
@@ -143,8 +143,15 @@ async def test_calls_are_kept_and_summed(two_stores: tuple[Store, Store]) -> Non
     by_user = await store.usage_by("user_id", 0, time.time() + 1, channel="C1")
     assert [(u.name, u.input_tokens) for u in by_user] == [("U2", 300), ("U1", 100), ("U3", 100)]
     assert (await store.thread_spent("T1:C2:1.0")).tokens == 50
-    await store.record_cell_usage(
-        "T1:C1:1.0", "C1", "U1", "person", cpu_seconds=0.5, wall_seconds=1.0, peak_memory=None
+    used = CellUsage("C1", "U1", "person", cpu_seconds=0.5, wall_seconds=1.0)
+    await store.record_cell(
+        "T1:C1:1.0",
+        "x = 1",
+        ok=True,
+        error_name=None,
+        duration=1.0,
+        outputs=lambda n, u: [],
+        usage=used,
     )
     assert (await other.cell_totals(0, time.time() + 1))["C1"] == (1, 0.5, 1.0)
 

@@ -46,7 +46,7 @@ async def wait_reply(slack: FakeSlack, ts: str, needle: str) -> str:
 async def test_footer_usage_view_and_store_agree_with_the_server(tmp_path: Path) -> None:
     async with model_bot(tmp_path) as (slack, model, bot):
         model.script(
-            py("print(6 * 7)", (1200, 200, 30)), Reply(text="It is 42.", usage=(1500, 1000, 12))
+            py("busy = sum(i * i for i in range(500_000))\nprint(6 * 7)", (1200, 200, 30)), Reply(text="It is 42.", usage=(1500, 1000, 12))
         )
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven?")
         await wait_cells(slack, ts, 1)
@@ -80,6 +80,9 @@ async def test_footer_usage_view_and_store_agree_with_the_server(tmp_path: Path)
         assert f"*This thread:* {tokens_in + tokens_out:,} tokens · {money}" in view
         assert f"today: {tokens_in + tokens_out:,} tokens" in view
         assert len(model.requests) == 2  # `usage` is not a question for the model
+        # The cell's kernel time is kept with its channel.
+        cells, cpu, wall = (await store.cell_totals(0, time.time() + 1))[CHANNEL]
+        assert cells == 1 and 0.01 <= cpu < 30 and 0 < wall < 30  # the cell's loop, measured
         assert model.requests[0].body["stream_options"] == {"include_usage": True}
 
 

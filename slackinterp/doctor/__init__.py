@@ -44,7 +44,7 @@ from slackinterp.doctor.host_checks import (
     check_storage,
 )
 from slackinterp.doctor.kernel_check import check_kernel
-from slackinterp.doctor.model_check import check_model
+from slackinterp.doctor.model_check import check_model, check_prices
 from slackinterp.doctor.slack_checks import (
     check_app_token,
     check_bot_token,
@@ -116,7 +116,8 @@ async def run_checks(settings: Settings) -> list[Check]:
         check_storage(settings),
         check_sandbox(settings),
     )
-    checks = [*check_settings(settings), bot, connection, model, kernel, *storage, sandbox]
+    prices = check_prices(settings)
+    checks = [*check_settings(settings), bot, connection, model, prices, kernel, *storage, sandbox]
     secrets = _secrets(settings)
     return [_scrub(check, secrets) for check in checks]
 

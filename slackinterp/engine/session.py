@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.execution import CellControl
 
 
@@ -42,6 +43,9 @@ class ThreadSession:
     # Steering: True while a model turn runs that takes new messages at its next round;
     # `instructions` holds those not yet taken, oldest first.
     steerable: bool = False
+    # Who the running turn is for, so its cells' usage is kept with the asker and origin.
+    asker: str = ""
+    origin: TurnOrigin = TurnOrigin.PERSON
     instructions: list[Instruction] = field(default_factory=list)
 
     @property

@@ -252,6 +252,7 @@ class Engine:
     async def _run_turn(self, session: ThreadSession, request: TurnRequest, emit: Emit) -> None:
         started = time.monotonic()
         session.stop_requested = asyncio.Event()
+        session.asker, session.origin = request.user, request.origin
         emit(TurnStarted())
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.

@@ -51,6 +51,18 @@ class CallRow:
 
 
 @dataclass(frozen=True)
+class CellUsage:
+    """One cell's kernel usage, kept with its thread's record (Store.record_cell)."""
+
+    channel: str
+    user: str
+    origin: str
+    cpu_seconds: float | None  # None: the backend cannot tell
+    wall_seconds: float
+    peak_memory: int | None = None
+
+
+@dataclass(frozen=True)
 class SpendQuery:
     """Whose spend a cap counts: a person's (any channel) or a channel's, of one origin."""
 
@@ -115,30 +127,19 @@ class Usage(StoreBase):
             )
             return [await self._spent(conn, q, reservations=False) for q in queries]
 
-    async def record_cell_usage(
-        self,
-        thread_key: str,
-        channel: str,
-        user: str,
-        origin: str,
-        *,
-        cpu_seconds: float | None,
-        wall_seconds: float,
-        peak_memory: int | None,
-    ) -> None:
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                cell_usage.insert().values(
-                    at=time.time(),
-                    thread_key=thread_key,
-                    channel=channel,
-                    user_id=user,
-                    origin=origin,
-                    cpu_seconds=cpu_seconds,
-                    wall_seconds=wall_seconds,
-                    peak_memory=peak_memory,
-                )
+    async def _add_cell_usage(self, conn: AsyncConnection, key: str, used: CellUsage) -> None:
+        await conn.execute(
+            cell_usage.insert().values(
+                at=time.time(),
+                thread_key=key,
+                channel=clean(used.channel, 100),
+                user_id=clean(used.user, 100),
+                origin=used.origin,
+                cpu_seconds=used.cpu_seconds,
+                wall_seconds=used.wall_seconds,
+                peak_memory=used.peak_memory,
             )
+        )
 
     # --- budgets -------------------------------------------------------------------------
     async def admit_turn(

@@ -29,6 +29,7 @@ from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.local import cgroups, privileges, ready, sandbox
 from slackinterp.kernels.local.files import LocalFiles
 from slackinterp.kernels.local.processes import is_kernel_process, kill_group
+from slackinterp.kernels.resources import Resources, process_tree
 
 log = logging.getLogger(__name__)
 
@@ -119,6 +120,12 @@ class LocalKernel:
     def pid(self) -> int | None:
         provisioner = self.km.provisioner
         return getattr(provisioner, "pid", None) if provisioner else None
+
+    def resources(self) -> Resources | None:
+        """The kernel's process tree, from the kernel's own accounting (/proc): CPU-seconds
+        of the living processes and of the children they reaped, and their peak RSS."""
+        pid = self.pid
+        return process_tree(pid) if pid else None
 
     async def connect(self, timeout: float = READY_TIMEOUT) -> None:
         self._client = self.km.client(context=ready.shared_context())
