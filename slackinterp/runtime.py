@@ -158,6 +158,7 @@ class Runtime:
         await self.registry.backend.close()
         if self.agent is not None:
             await self.agent.close()
+        await self.engine.budgets.drain()  # model calls handed over, written before closing
         await self.store.close()
 
 

@@ -126,6 +126,20 @@ async def two_stores(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
         await second.close()
 
 
+@pytest.fixture
+async def replicas_of(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
+    """What replicas share: on PostgreSQL two stores (two replicas' pools); on SQLite, which
+    serves one process, that process's one store, used by concurrent turns."""
+    first = await Store.open(db_url)
+    second = await Store.open(db_url) if db_url.startswith("postgresql") else first
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        if second is not first:
+            await second.close()
+
+
 def row(turn: str, user: str = "U1", channel: str = "C1", tokens: int = 100) -> CallRow:
     return CallRow(
         turn, f"T1:{channel}:1.0", channel, user, "person", MODEL, tokens, 0, 0, False, 0.01, 0.2
@@ -134,12 +148,11 @@ def row(turn: str, user: str = "U1", channel: str = "C1", tokens: int = 100) -> 
 
 async def test_calls_are_kept_and_summed(two_stores: tuple[Store, Store]) -> None:
     store, other = two_stores
-    await store.record_model_call(row("a", "U1"))
-    await other.record_model_call(row("b", "U2", tokens=300))
-    await store.record_model_call(row("c", "U2", channel="C2", tokens=50))
-    query = SpendQuery("person", 0, user="U2")
-    spent = await store.record_model_call(row("d", "U3"), [query])
-    assert spent[0].tokens == 350 and spent[0].cost == pytest.approx(0.02)
+    await store.record_model_calls([row("a", "U1")])
+    await other.record_model_calls([row("b", "U2", tokens=300)])
+    await store.record_model_calls([row("c", "U2", channel="C2", tokens=50), row("d", "U3")])
+    spent = await store.spent(SpendQuery("person", 0, user="U2"))
+    assert spent.tokens == 350 and spent.cost == pytest.approx(0.02)
     by_user = await store.usage_by("user_id", 0, time.time() + 1, channel="C1")
     assert [(u.name, u.input_tokens) for u in by_user] == [("U2", 300), ("U1", 100), ("U3", 100)]
     assert (await store.thread_spent("T1:C2:1.0")).tokens == 50
@@ -171,8 +184,9 @@ async def test_warn_once_and_channel_caps_across_replicas(two_stores: tuple[Stor
 
 
 async def test_two_replicas_racing_at_a_cap_pass_it_by_at_most_one_turn(
-    two_stores: tuple[Store, Store], tmp_path: Path
+    replicas_of: tuple[Store, Store], tmp_path: Path
 ) -> None:
+    two_stores = replicas_of
     settings = make_settings(tmp_path, budget_channel_day="1000 tokens", openai_model=MODEL)
     replicas = [Budgets(settings, s) for s in two_stores]
     per_call = TokenUsage(80, 0, 20)  # two calls: 200 tokens a turn
@@ -189,7 +203,10 @@ async def test_two_replicas_racing_at_a_cap_pass_it_by_at_most_one_turn(
         return True
 
     assert await turn(replicas[0], 0)  # one turn settles: what a turn costs is known
+    await replicas[0].drain()
     ran = await asyncio.gather(*(turn(replicas[n % 2], n) for n in range(1, 21)))
+    for budgets in replicas:
+        await budgets.drain()
     spent = await two_stores[1].spent(SpendQuery("person", 0, channel="C1"))
     print(f"race: {ran.count(True)} of 20 turns ran, {spent.tokens} tokens of a 1,000 cap")
     assert 0 < ran.count(False)
@@ -205,8 +222,9 @@ async def test_two_replicas_racing_at_a_cap_pass_it_by_at_most_one_turn(
 
 
 async def test_cold_start_race_reserves_a_first_turn(
-    two_stores: tuple[Store, Store], tmp_path: Path
+    replicas_of: tuple[Store, Store], tmp_path: Path
 ) -> None:
+    two_stores = replicas_of
     """No turn kept yet: the first turns reserve a modest turn's worth, so a burst at start
     cannot all slip under a small cap."""
     settings = make_settings(tmp_path, budget_channel_day="8000 tokens", openai_model=MODEL)
@@ -223,5 +241,7 @@ async def test_cold_start_race_reserves_a_first_turn(
         return True
 
     ran = await asyncio.gather(*(turn(replicas[n % 2], n) for n in range(10)))
+    for budgets in replicas:
+        await budgets.drain()
     spent = await two_stores[0].spent(SpendQuery("person", 0, channel="C1"))
     assert ran.count(True) >= 1 and spent.tokens <= 8000 + 7000

@@ -46,7 +46,8 @@ async def wait_reply(slack: FakeSlack, ts: str, needle: str) -> str:
 async def test_footer_usage_view_and_store_agree_with_the_server(tmp_path: Path) -> None:
     async with model_bot(tmp_path) as (slack, model, bot):
         model.script(
-            py("busy = sum(i * i for i in range(500_000))\nprint(6 * 7)", (1200, 200, 30)), Reply(text="It is 42.", usage=(1500, 1000, 12))
+            py("busy = sum(i * i for i in range(500_000))\nprint(6 * 7)", (1200, 200, 30)),
+            Reply(text="It is 42.", usage=(1500, 1000, 12)),
         )
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven?")
         await wait_cells(slack, ts, 1)
@@ -64,7 +65,8 @@ async def test_footer_usage_view_and_store_agree_with_the_server(tmp_path: Path)
         )
         answer = await wait_reply(slack, ts, "It is 42.")
         assert footer in answer
-        # The store kept both calls, with who asked and where.
+        # The store kept both calls, with who asked and where (written behind the turn).
+        await bot.runtime.engine.budgets.drain()
         store = bot.runtime.store
         lines = await store.usage_by("user_id", 0, time.time() + 1)
         assert [(u.name, u.calls) for u in lines] == [("U1", 2)]
@@ -93,6 +95,7 @@ async def test_a_server_without_usage_is_estimated_and_marked(tmp_path: Path) ->
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> hi")
         answer = await wait_reply(slack, ts, "Hello there.")
         assert "≈" in answer and "tokens" in answer
+        await bot.runtime.engine.budgets.drain()
         lines = await bot.runtime.store.usage_by("model", 0, time.time() + 1)
         assert lines[0].name == MODEL and lines[0].estimated == 1 and lines[0].input_tokens > 0
 

@@ -3,10 +3,12 @@ day and per month, and the meter that keeps each model call of a turn.
 
 A model turn is admitted before any model call (`Budgets.turn`): the store reserves one turn's
 worth under the budget locks unless a cap is already reached (store/usage.py), so replicas
-racing at a cap pass it by at most one turn. Each call is then kept and priced
-(`Meter.model_used`); a call that reaches a cap lets the turn finish its round and stop; one that
-passes 80 % of a cap says what is left, once per cap and period. Direct code and notebooks
-never get here: they cost no tokens.
+racing at a cap pass it by at most one turn. Each call is then priced and handed to the writer
+(usage_writer.py), which keeps it behind the turn; the turn counts its own calls on top of what
+the admission found spent, so a call that reaches a cap lets the turn finish its round and stop,
+and one that passes 80 % of a cap says what is left, once per cap and period. With no cap, a
+turn touches the database only through the writer. Direct code and notebooks never get here:
+they cost no tokens.
 
 Which spend a cap counts: a person's cap their own turns in any channel; a channel's cap
 everyone's turns there; the scheduled caps a channel's scheduled runs, which count nowhere else.
@@ -18,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import datetime as dt
 import logging
+import time
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -26,15 +29,17 @@ from zoneinfo import ZoneInfo
 from slackinterp import metrics
 from slackinterp.caps import Cap, CapUnit, Period, describe, parse_cap
 from slackinterp.config import Settings
+from slackinterp.engine.usage_writer import UsageWriter
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, SlackinterpError, TurnOrigin
 from slackinterp.llm.usage import ModelCall, TokenUsage
 from slackinterp.pricing import PriceTable
-from slackinterp.store import CallRow, SpendQuery, Spent, Store
+from slackinterp.store import CallRow, SpendQuery, Spent, Store, StoredCap
 
 log = logging.getLogger(__name__)
 
 WARN_AT = 0.8  # the share of a cap at which the thread is told what is left
+CAPS_TTL = 10.0  # seconds a channel's stored caps are trusted (another replica's change)
 # What a turn is taken to cost before any turn has been kept (input, output tokens): a few
 # rounds with a modest history. Only reservations use it, until the first turn settles.
 FIRST_TURN_TOKENS = (6_000, 1_000)
@@ -72,6 +77,28 @@ class Budgets:
         self.store = store
         self.prices = prices or PriceTable(settings.prices, settings.currency)
         self.zone = ZoneInfo(settings.budget_timezone)
+        self.writer = UsageWriter(store)
+        self._stored: dict[str, tuple[float, list[StoredCap]]] = {}
+
+    async def drain(self) -> None:
+        """Every call handed over so far is in the store."""
+        await self.writer.drain()
+
+    async def stored_caps(self, channel: str) -> list[StoredCap]:
+        """The channel's caps set from Slack, read at most every CAPS_TTL seconds."""
+        now = time.monotonic()
+        hit = self._stored.get(channel)
+        if hit is not None and now - hit[0] < CAPS_TTL:
+            return hit[1]
+        caps = await self.store.channel_caps(channel)
+        if len(self._stored) > 10_000:
+            self._stored.clear()
+        self._stored[channel] = (now, caps)
+        return caps
+
+    def forget_caps(self, channel: str) -> None:
+        """This replica changed them: the next turn reads them afresh."""
+        self._stored.pop(channel, None)
 
     # --- periods -------------------------------------------------------------------------
     def window(self, period: Period, now: dt.datetime | None = None) -> tuple[float, float]:
@@ -97,7 +124,7 @@ class Budgets:
         """The caps a turn of this origin in this channel is held to: the channel's own
         (set by admins) over the settings."""
         scopes = ("scheduled",) if origin is TurnOrigin.SCHEDULED else ("person", "channel")
-        stored = {(c.scope, c.period): c for c in await self.store.channel_caps(channel)}
+        stored = {(c.scope, c.period): c for c in await self.stored_caps(channel)}
         applied: list[AppliedCap] = []
         for scope in scopes:
             for period in Period:
@@ -123,7 +150,7 @@ class Budgets:
         meter = Meter(self, key, user, origin, uuid.uuid4().hex, caps)
         if caps:
             queries = [self.query(c, key.channel, user) for c in caps]
-            refused = await self.store.admit_turn(
+            refused, meter.before = await self.store.admit_turn(
                 meter.turn_id,
                 channel=key.channel,
                 user=user,
@@ -135,7 +162,6 @@ class Budgets:
             )
             if refused is not None:
                 applied = caps[refused]
-                spent = await self.store.spent(queries[refused])
                 log.info(
                     "budget.refused thread=%s user=%s scope=%s period=%s",
                     key.id,
@@ -144,12 +170,12 @@ class Budgets:
                     applied.period,
                 )
                 metrics.BUDGET_REFUSALS.labels(applied.scope, applied.period.value).inc()
-                raise BudgetRefused(self.spent_line(applied, spent, origin))
+                raise BudgetRefused(self.spent_line(applied, meter.before[refused], origin))
         try:
             yield meter
         finally:
             if caps:
-                await self.store.settle_turn(meter.turn_id)
+                self.writer.settle(meter.turn_id)
 
     def first_turn(self) -> Spent:
         tokens_in, tokens_out = FIRST_TURN_TOKENS
@@ -231,10 +257,13 @@ class Meter:
     cost: float = 0.0
     calls: int = 0
     warnings: list[str] = field(default_factory=list)  # taken by the turn to show
+    before: list[Spent] = field(default_factory=list)  # per cap: spent when admitted
+    warn_checked: set[int] = field(default_factory=set)  # caps whose 80 % was looked up
 
     async def model_used(self, call: ModelCall) -> str | None:
-        """Keep one call; the budget's line when a cap is now reached (the turn stops after
-        this round), a warning queued when one passed 80 % for the first time."""
+        """Keep one call (handed to the writer); the budget's line when a cap is now reached
+        (the turn stops after this round), a warning queued when one passed 80 % for the
+        first time in its period."""
         budgets = self.budgets
         used = call.usage
         cost = budgets.prices.cost(call.model, used.input, used.cached, used.output)
@@ -253,15 +282,18 @@ class Meter:
             used.estimated,
             cost,
             call.seconds,
+            reserved=bool(self.caps),
         )
-        queries = [budgets.query(c, self.key.channel, self.user) for c in self.caps]
-        spent = await budgets.store.record_model_call(row, queries)
+        budgets.writer.add(row)
         stop: str | None = None
-        for applied, amount in zip(self.caps, spent, strict=True):
+        own = Spent(self.used.total, self.cost)
+        for index, (applied, before) in enumerate(zip(self.caps, self.before, strict=True)):
+            amount = Spent(before.tokens + own.tokens, before.cost + own.cost)
             share = applied.share(amount)
             if share >= 1 and stop is None:
                 stop = budgets.spent_line(applied, amount, self.origin)
-            elif share >= WARN_AT and share < 1:
+            elif WARN_AT <= share < 1 and index not in self.warn_checked:
+                self.warn_checked.add(index)  # asked once a turn; said once a period
                 who = self.user if applied.scope == "person" else self.key.channel
                 name = f"{applied.scope}:{who}:{applied.period.value}"
                 window = int(budgets.window(applied.period)[0])

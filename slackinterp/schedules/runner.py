@@ -124,12 +124,14 @@ class ScheduledRunner:
         store: Store,
         registry: KernelRegistry,
         agent: TurnAgent | None = None,
+        budgets: Budgets | None = None,
     ):
         self.settings = settings
         self.store = store
         self.registry = registry
         self.agent = agent
-        self.budgets = Budgets(settings, store)  # ask: runs have caps of their own
+        # ask: runs are kept and capped (the engine's, so one writer drains at shutdown)
+        self.budgets = budgets or Budgets(settings, store)
 
     async def run(self, schedule: StoredSchedule, occurrence: float) -> RunReport:
         mode = "ask" if schedule.ask else "replay"

@@ -51,6 +51,7 @@ class UsageFront:
     # --- views ---------------------------------------------------------------------------
     async def thread_text(self, key: ThreadKey, user: str) -> str:
         """`@interp usage` in a thread."""
+        await self.budgets.drain()  # this replica's calls so far are counted
         prices = self.budgets.prices
         spent = await self.store.thread_spent(key.id)
         lines = [f"*This thread:* {spent.tokens:,} tokens · {prices.money(spent.cost)}"]
@@ -60,6 +61,7 @@ class UsageFront:
 
     async def channel_text(self, client: AsyncWebClient, channel: str, user: str) -> str:
         """`/interp usage` (ephemeral): the asker's and the channel's; admins see who spent."""
+        await self.budgets.drain()
         lines = await self._channel_lines(channel)
         lines += await self._person_lines(channel, user)
         if await self.admins.is_admin(client, user):
@@ -147,6 +149,7 @@ class UsageFront:
             return f"Only {WHO_MAY} may change this channel's budgets."
         if action == "reset":
             removed = await self.store.clear_channel_caps(channel)
+            self.budgets.forget_caps(channel)
             log.info("budget.reset channel=%s user=%s removed=%d", channel, user, removed)
             return f"Removed this channel's {removed} cap(s); the settings apply.\n" + (
                 await self.show(channel)
@@ -157,6 +160,7 @@ class UsageFront:
         scope, period, cap = parsed
         amount, unit = (cap.amount, cap.unit.value) if cap else (0.0, CapUnit.MONEY.value)
         await self.store.set_channel_cap(channel, scope, period.value, amount, unit, user)
+        self.budgets.forget_caps(channel)
         log.info(
             "budget.set channel=%s user=%s scope=%s period=%s unit=%s",
             channel,

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, case, delete, desc, func, select, text, union_all, update
+from sqlalchemy import Table, case, delete, desc, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.base import StoreBase, advisory_key, clean
@@ -48,6 +48,7 @@ class CallRow:
     estimated: bool
     cost: float
     seconds: float
+    reserved: bool = False  # its turn holds a reservation (a cap applies)
 
 
 @dataclass(frozen=True)
@@ -104,28 +105,51 @@ class Usage(StoreBase):
     """Model and cell usage, budgets' reservations, caps and warnings."""
 
     # --- recording -----------------------------------------------------------------------
-    async def record_model_call(
-        self, row: CallRow, queries: Sequence[SpendQuery] = ()
-    ) -> list[Spent]:
-        """Keep one call; with `queries`, the spend they count right after it, in the same
-        transaction (the mid-turn budget check costs no second commit)."""
-        values = {**row.__dict__, "at": time.time(), "user_id": row.user}
-        del values["user"]
-        values["model"] = clean(row.model, 200)
+    async def record_model_calls(
+        self, rows: Sequence[CallRow], settled: Sequence[str] = ()
+    ) -> None:
+        """Keep calls, in one transaction (the meter writes behind the turn, in batches): each
+        shrinks its turn's reservation by what it spent, and the reservations of `settled`
+        turns go."""
         r = budget_reservations.c
-        tokens = row.input_tokens + row.output_tokens
+        now = time.time()
         async with self._engine.begin() as conn:
-            await conn.execute(model_usage.insert().values(**values))
-            # What the turn spent is counted now: its reservation shrinks by as much.
-            await conn.execute(
-                update(budget_reservations)
-                .where(r.id == row.turn_id)
-                .values(
-                    tokens=case((r.tokens > tokens, r.tokens - tokens), else_=0),
-                    cost=case((r.cost > row.cost, r.cost - row.cost), else_=0.0),
+            if rows:
+                await conn.execute(
+                    model_usage.insert(),
+                    [
+                        {
+                            "at": now,
+                            "turn_id": row.turn_id,
+                            "thread_key": row.thread_key,
+                            "channel": clean(row.channel, 100),
+                            "user_id": clean(row.user, 100),
+                            "origin": row.origin,
+                            "model": clean(row.model, 200),
+                            "input_tokens": row.input_tokens,
+                            "cached_tokens": row.cached_tokens,
+                            "output_tokens": row.output_tokens,
+                            "estimated": row.estimated,
+                            "cost": row.cost,
+                            "seconds": row.seconds,
+                        }
+                        for row in rows
+                    ],
                 )
-            )
-            return [await self._spent(conn, q, reservations=False) for q in queries]
+            for row in rows:
+                if not row.reserved:
+                    continue
+                tokens = row.input_tokens + row.output_tokens
+                await conn.execute(
+                    update(budget_reservations)
+                    .where(r.id == row.turn_id)
+                    .values(
+                        tokens=case((r.tokens > tokens, r.tokens - tokens), else_=0),
+                        cost=case((r.cost > row.cost, r.cost - row.cost), else_=0.0),
+                    )
+                )
+            if settled:
+                await conn.execute(delete(budget_reservations).where(r.id.in_(settled)))
 
     async def _add_cell_usage(self, conn: AsyncConnection, key: str, used: CellUsage) -> None:
         await conn.execute(
@@ -153,29 +177,32 @@ class Usage(StoreBase):
         limits: Sequence[tuple[int | None, float | None]],
         ttl: float,
         fallback: Spent = Spent(),
-    ) -> int | None:
-        """Reserve one turn unless a cap is reached: the index of the first query whose spend
-        (calls, and what the turns in flight reserved) reached its limit (tokens, cost), else
-        None with this turn's reservation written: the mean of the channel's last turns, or
-        of anyone's, or `fallback` before the first.
+    ) -> tuple[int | None, list[Spent]]:
+        """Reserve one turn unless a cap is reached. Returns the index of the first query
+        whose spend (calls, and what the turns in flight reserved) reached its limit (tokens,
+        cost), or None with this turn's reservation written (the mean of the channel's last
+        settled turns, or of anyone's, or `fallback` before the first); and each query's
+        spend in calls alone, from which the turn counts its own.
         One transaction, under the budget locks (see the module's docstring). So every turn
         admitted started below the cap, counting the others in flight: together they pass
         it by at most the turn that crosses it."""
+        settled: list[Spent] = []
         async with self._engine.begin() as conn:
             if self.dialect == "postgresql":
                 for name in (f"person:{user}", f"channel:{channel}"):
                     await conn.execute(_XACT_LOCK, {"key": advisory_key("budget", name)})
+            for index, (query, (tokens, cost)) in enumerate(zip(queries, limits, strict=True)):
+                calls, held = await self._spent_and_held(conn, query)
+                settled.append(calls)
+                if tokens is not None and calls.tokens + held.tokens >= tokens:
+                    return index, settled
+                if cost is not None and calls.cost + held.cost >= cost:
+                    return index, settled
             estimate = await self._turn_estimate(conn, channel, origin)
             if not estimate.tokens:
                 estimate = await self._turn_estimate(conn, None, origin)
             if not estimate.tokens:
                 estimate = fallback
-            for index, (query, (tokens, cost)) in enumerate(zip(queries, limits, strict=True)):
-                spent = await self._spent(conn, query, reservations=True)
-                if tokens is not None and spent.tokens >= tokens:
-                    return index
-                if cost is not None and spent.cost >= cost:
-                    return index
             await conn.execute(
                 budget_reservations.insert().values(
                     id=reservation,
@@ -187,18 +214,11 @@ class Usage(StoreBase):
                     expires_at=time.time() + ttl,
                 )
             )
-        return None
-
-    async def settle_turn(self, reservation: str) -> None:
-        """The turn ended: its calls are kept, its reservation goes."""
-        async with self._engine.begin() as conn:
-            await conn.execute(
-                delete(budget_reservations).where(budget_reservations.c.id == reservation)
-            )
+        return None, settled
 
     async def spent(self, query: SpendQuery) -> Spent:
         async with self._engine.connect() as conn:
-            return await self._spent(conn, query, reservations=False)
+            return await self._spent(conn, query)
 
     async def warn_once(self, cap: str, window: int) -> bool:
         """True for the first caller only, per cap and period, across replicas."""
@@ -330,32 +350,28 @@ class Usage(StoreBase):
             query = query.where(columns.user_id == q.user)
         return query
 
-    async def _spent(self, conn: AsyncConnection, q: SpendQuery, *, reservations: bool) -> Spent:
+    def _calls_sums(self, q: SpendQuery) -> tuple[Any, Any]:
         c = model_usage.c
-        calls = self._filtered(
-            select((c.input_tokens + c.output_tokens).label("tokens"), c.cost.label("cost")).where(
-                c.at >= q.since
-            ),
-            model_usage,
-            q,
-        )
-        parts = [calls]
-        if reservations:
-            r = budget_reservations.c
-            held = self._filtered(
-                select(r.tokens.label("tokens"), r.cost.label("cost")).where(
-                    r.expires_at > time.time()
-                ),
-                budget_reservations,
-                q,
-            )
-            parts.append(held)
-        both = union_all(*parts).subquery()
-        total = select(
-            func.coalesce(func.sum(both.c.tokens), 0), func.coalesce(func.sum(both.c.cost), 0.0)
-        )
-        tokens, cost = (await conn.execute(total)).one()
+        base = self._filtered(select(), model_usage, q).where(c.at >= q.since)
+        tokens = base.add_columns(func.coalesce(func.sum(c.input_tokens + c.output_tokens), 0))
+        cost = base.add_columns(func.coalesce(func.sum(c.cost), 0.0))
+        return tokens.scalar_subquery(), cost.scalar_subquery()
+
+    def _held_sums(self, q: SpendQuery) -> tuple[Any, Any]:
+        r = budget_reservations.c
+        base = self._filtered(select(), budget_reservations, q).where(r.expires_at > time.time())
+        tokens = base.add_columns(func.coalesce(func.sum(r.tokens), 0))
+        cost = base.add_columns(func.coalesce(func.sum(r.cost), 0.0))
+        return tokens.scalar_subquery(), cost.scalar_subquery()
+
+    async def _spent(self, conn: AsyncConnection, q: SpendQuery) -> Spent:
+        tokens, cost = (await conn.execute(select(*self._calls_sums(q)))).one()
         return Spent(int(tokens), float(cost))
+
+    async def _spent_and_held(self, conn: AsyncConnection, q: SpendQuery) -> tuple[Spent, Spent]:
+        """What calls spent and what turns in flight hold, in one statement."""
+        row = (await conn.execute(select(*self._calls_sums(q), *self._held_sums(q)))).one()
+        return Spent(int(row[0]), float(row[1])), Spent(int(row[2]), float(row[3]))
 
     async def _turn_estimate(
         self, conn: AsyncConnection, channel: str | None, origin: str
