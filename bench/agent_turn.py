@@ -201,62 +201,74 @@ class Unrecorded(Budgets):
 
 async def bench_usage(runtime: Runtime, model: TimedOpenAI, turns: int) -> dict[str, Any]:
     engine = runtime.engine
-    timed = TimedBudgets(engine.settings, runtime.store)
-    bare = Unrecorded(engine.settings, runtime.store)
+    uncapped = engine.settings.model_copy(update={"budget_person_day": ""})
+    ways: dict[str, Budgets] = {
+        "none": Unrecorded(engine.settings, runtime.store),
+        "kept": TimedBudgets(uncapped, runtime.store),
+        "capped": TimedBudgets(engine.settings, runtime.store),
+    }
     key = ThreadKey("BENCH", "USAGE", "1.0")
-    took: dict[str, list[float]] = {"recorded": [], "unrecorded": []}
-    inside: list[float] = []
-    for i in range(2 * turns + 2):
-        recorded = i % 2 == 0
-        engine.budgets = timed if recorded else bare
+    took: dict[str, list[float]] = {name: [] for name in ways}
+    inside: dict[str, list[float]] = {name: [] for name in ways}
+    for i in range(len(ways) * (turns + 1)):
+        name = list(ways)[i % len(ways)]
+        budgets = engine.budgets = ways[name]
         model.script(
             model.step(Reply(tool_calls=[ToolCall("python", {"code": f"u{i} = {i}"})])),
             model.step(Reply(text=f"Turn {i}.")),
         )
-        before = timed.spent
+        before = getattr(budgets, "spent", 0.0)
         sent = time.perf_counter()
         events = await turn_events(runtime, key, f"usage turn {i}")
         done = next(at for at, e in events if isinstance(e, TurnFinished))
-        if i < 2:
+        if i < len(ways):
             continue  # one warm-up turn of each
-        took["recorded" if recorded else "unrecorded"].append(done - sent)
-        if recorded:
-            inside.append(timed.spent - before)
+        took[name].append(done - sent)
+        inside[name].append(getattr(budgets, "spent", 0.0) - before)
+        await budgets.drain()  # the writes behind the turn land before the next one
     engine.budgets = Budgets(engine.settings, runtime.store)
     rows = await runtime.store.usage_by("thread_key", 0, time.time() + 1)
     calls = next((r.calls for r in rows if r.name == key.id), 0)
     return {
-        "recorded": ms(took["recorded"]),
-        "unrecorded": ms(took["unrecorded"]),
-        "inside": ms(inside),
+        "took": {name: ms(values) for name, values in took.items()},
+        "inside": {name: ms(values) for name, values in inside.items() if name != "none"},
         "turns": turns,
         "calls_kept": calls,
     }
 
 
 def report_usage(u: dict[str, Any]) -> bool:
-    rec, bare, inside = u["recorded"], u["unrecorded"], u["inside"]
+    took, inside = u["took"], u["inside"]
     print(
         f"(iv) keeping usage: {u['turns']} model turns each way (a tool call and an answer: two "
-        f"model calls a turn), alternating, a daily cap set; {u['calls_kept']} calls kept"
+        f"model calls a turn), interleaved; {u['calls_kept']} calls kept"
     )
-    print(f"    {'':44}{'p50':>9}{'p95':>9}{'min':>9}{'max':>9}")
-    for label, stats in (
-        ("turn, usage kept and capped", rec),
-        ("turn, recording swapped for a no-op", bare),
-        ("inside the recording, per turn", inside),
-    ):
+    print(f"    {'':52}{'p50':>9}{'p95':>9}{'min':>9}{'max':>9}")
+    rows = (
+        ("turn, recording swapped for a no-op (before)", took["none"]),
+        ("turn, usage kept (no cap: the default)", took["kept"]),
+        ("turn, usage kept, a daily cap set", took["capped"]),
+        ("inside the recording per turn, no cap", inside["kept"]),
+        ("inside the recording per turn, a cap set", inside["capped"]),
+    )
+    for label, stats in rows:
         cells = "".join(f"{stats[k]:>8.2f} " for k in ("p50", "p95", "min", "max"))
-        print(f"    {label:44}{cells}ms")
-    added = rec["p50"] - bare["p50"]
-    met = inside["p50"] <= 2.0
-    print(
-        f"    added per turn: {added:+.2f} ms at p50 between the two "
-        f"({rec['p50'] / bare['p50']:.3f}x); "
-        f"inside the recording {inside['p50']:.2f} ms p50: target <= 2 ms "
-        f"{'PASS' if met else 'MISS'}"
-    )
-    return met
+        print(f"    {label:52}{cells}ms")
+    base = took["none"]["p50"]
+    ok = True
+    for name, label in (("kept", "no cap"), ("capped", "a cap set")):
+        added = took[name]["p50"] - base
+        spent = inside[name]["p50"]
+        met = spent <= 2.0
+        ok = ok and met
+        print(
+            f"    {label}: {spent:.2f} ms inside the recording per turn at p50: target <= 2 ms "
+            f"{'PASS' if met else 'MISS'}; turn p50 {added:+.2f} ms over the no-op "
+            f"({took[name]['p50'] / base:.3f}x; the turns' own spread is "
+            f"{took['none']['p95'] - took['none']['min']:.0f} ms, so this difference is noise "
+            "unless it is far above the recording's own time)"
+        )
+    return ok
 
 
 # --- (iii): prompt size over a long thread ----------------------------------------------------

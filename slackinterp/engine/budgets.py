@@ -40,6 +40,7 @@ log = logging.getLogger(__name__)
 
 WARN_AT = 0.8  # the share of a cap at which the thread is told what is left
 CAPS_TTL = 10.0  # seconds a channel's stored caps are trusted (another replica's change)
+ESTIMATE_TTL = 60.0  # seconds a channel's turn estimate (for reservations) is reused
 # What a turn is taken to cost before any turn has been kept (input, output tokens): a few
 # rounds with a modest history. Only reservations use it, until the first turn settles.
 FIRST_TURN_TOKENS = (6_000, 1_000)
@@ -79,6 +80,19 @@ class Budgets:
         self.zone = ZoneInfo(settings.budget_timezone)
         self.writer = UsageWriter(store)
         self._stored: dict[str, tuple[float, list[StoredCap]]] = {}
+        self._estimates: dict[tuple[str, TurnOrigin], tuple[float, Spent]] = {}
+
+    async def estimate(self, channel: str, origin: TurnOrigin) -> Spent | None:
+        """A turn's cost here as last read (None: read it within the admission); refreshed
+        every ESTIMATE_TTL seconds, off the admission's transaction."""
+        hit = self._estimates.get((channel, origin))
+        if hit is not None and time.monotonic() - hit[0] < ESTIMATE_TTL and hit[1].tokens:
+            return hit[1]
+        if len(self._estimates) > 10_000:
+            self._estimates.clear()
+        known = await self.store.turn_estimate(channel, origin.value)
+        self._estimates[(channel, origin)] = (time.monotonic(), known)
+        return known if known.tokens else None
 
     async def drain(self) -> None:
         """Every call handed over so far is in the store."""
@@ -159,6 +173,7 @@ class Budgets:
                 limits=[c.limits for c in caps],
                 ttl=max(600.0, 2 * self.settings.turn_seconds),
                 fallback=self.first_turn(),
+                known=await self.estimate(key.channel, origin),
             )
             if refused is not None:
                 applied = caps[refused]

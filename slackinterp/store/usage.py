@@ -177,11 +177,13 @@ class Usage(StoreBase):
         limits: Sequence[tuple[int | None, float | None]],
         ttl: float,
         fallback: Spent = Spent(),
+        known: Spent | None = None,
     ) -> tuple[int | None, list[Spent]]:
         """Reserve one turn unless a cap is reached. Returns the index of the first query
         whose spend (calls, and what the turns in flight reserved) reached its limit (tokens,
         cost), or None with this turn's reservation written (the mean of the channel's last
-        settled turns, or of anyone's, or `fallback` before the first); and each query's
+        settled turns, or of anyone's, or `fallback` before the first; `known`: that mean as
+        the caller remembers it, to spare the query); and each query's
         spend in calls alone, from which the turn counts its own.
         One transaction, under the budget locks (see the module's docstring). So every turn
         admitted started below the cap, counting the others in flight: together they pass
@@ -198,9 +200,7 @@ class Usage(StoreBase):
                     return index, settled
                 if cost is not None and calls.cost + held.cost >= cost:
                     return index, settled
-            estimate = await self._turn_estimate(conn, channel, origin)
-            if not estimate.tokens:
-                estimate = await self._turn_estimate(conn, None, origin)
+            estimate = await self._estimate(conn, channel, origin) if known is None else known
             if not estimate.tokens:
                 estimate = fallback
             await conn.execute(
@@ -372,6 +372,17 @@ class Usage(StoreBase):
         """What calls spent and what turns in flight hold, in one statement."""
         row = (await conn.execute(select(*self._calls_sums(q), *self._held_sums(q)))).one()
         return Spent(int(row[0]), float(row[1])), Spent(int(row[2]), float(row[3]))
+
+    async def turn_estimate(self, channel: str, origin: str) -> Spent:
+        """What one turn costs here (the mean of the last settled turns); 0 before any."""
+        async with self._engine.connect() as conn:
+            return await self._estimate(conn, channel, origin)
+
+    async def _estimate(self, conn: AsyncConnection, channel: str, origin: str) -> Spent:
+        estimate = await self._turn_estimate(conn, channel, origin)
+        if not estimate.tokens:
+            estimate = await self._turn_estimate(conn, None, origin)
+        return estimate
 
     async def _turn_estimate(
         self, conn: AsyncConnection, channel: str | None, origin: str
