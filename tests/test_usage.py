@@ -245,3 +245,29 @@ async def test_cold_start_race_reserves_a_first_turn(
         await budgets.drain()
     spent = await two_stores[0].spent(SpendQuery("person", 0, channel="C1"))
     assert ran.count(True) >= 1 and spent.tokens <= 8000 + 7000
+
+
+async def test_the_usage_command_prints_a_month(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from slackinterp import cli
+    from slackinterp.runtime import store_url
+
+    monkeypatch.chdir(tmp_path)  # no .env of the checkout
+    monkeypatch.setenv("SLACKINTERP_DATA_DIR", str(tmp_path / "data"))
+    settings = make_settings(tmp_path)
+    (tmp_path / "data").mkdir()
+    store = await Store.open(store_url(settings))
+    try:
+        await store.record_model_calls([row("a", "U1", tokens=1000), row("b", "U2", "C2")])
+    finally:
+        await store.close()
+    assert await asyncio.to_thread(cli.main, ["usage", "--csv"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("group,name,calls,input_tokens")
+    assert "channel,C1,1,1000,0,0,0.010000,0" in lines and "person,U2,1,100,0,0,0.010000,0" in lines
+    assert await asyncio.to_thread(cli.main, ["usage"]) == 0
+    table = capsys.readouterr().out
+    assert "Model usage in" in table and "gpt-5-mini" in table and "$0.02" in table
+    assert await asyncio.to_thread(cli.main, ["usage", "--month", "Nov"]) == 2
+    assert "YYYY-MM" in capsys.readouterr().err
