@@ -177,3 +177,37 @@ async def test_an_admin_raises_the_channel_cap_and_the_next_turn_runs(tmp_path: 
             lambda: next((r for r in slack.responses if "Top people" in str(r)), None)
         )
         assert "<@U1>" in str(view) and "165 of 1,000 tokens" in str(view)
+
+
+async def test_scheduled_runs_have_their_own_cap_and_a_refused_run_says_so(tmp_path: Path) -> None:
+    from tests.test_schedules_e2e import FAST, only_schedule, runs, schedule_in
+
+    overrides = {"budget_scheduled_day": "100 tokens", "budget_person_day": "1000 tokens", **FAST}
+    async with model_bot(tmp_path, **overrides) as (slack, model, bot):
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> ```revenue = [10, 12, 15]```")
+        await wait_cells(slack, ts, 1, timeout=60)
+        await schedule_in(slack, ts, "every hour ask: how did revenue change?")
+        schedule = await only_schedule(bot)
+        model.script(Reply(text="Revenue rose by 3.", usage=(150, 0, 10)))
+        assert bot.schedules is not None
+        assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+        await slack.wait_for(lambda: len(runs(slack, ts)) == 1)
+        # The next run finds the scheduled cap spent: not started, and the thread is told.
+        assert await bot.schedules.fire(schedule.id, time.time() + 3600) == "refused"
+        await slack.wait_for(lambda: len(runs(slack, ts)) == 2)
+        refused = all_text(runs(slack, ts)[1])
+        assert "not run" in refused and "budget for scheduled runs is spent" in refused
+        assert "160 of 100 tokens" in refused and len(model.requests) == 1
+        # A person's turn does not count the schedule's spend.
+        model.script(Reply(text="Still free for people.", usage=(10, 0, 5)))
+        await slack.user_message(CHANNEL, "<@UBOT> and you?", thread_ts=ts)
+        await wait_reply(slack, ts, "Still free for people.")
+
+
+async def test_the_responses_api_usage_is_read_from_its_completed_response(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, model_api="responses") as (slack, model, _bot):
+        model.script(Reply(text="Via responses.", usage=(300, 100, 20)))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> hi")
+        answer = await wait_reply(slack, ts, "Via responses.")
+        assert "320 tokens (300 in, 100 cached, 20 out)" in answer
+        assert model.requests[0].endpoint == "responses"
