@@ -439,13 +439,9 @@ class _RunPort:
         return [(workspace.display_name(n), size) for n, (size, _m) in sorted(snap.items())]
 
     async def model_used(self, call: ModelCall) -> str | None:
-        """Kept and capped like a person's turn, against the scheduled caps; a warning goes
-        with the run's notices."""
-        meter = self.report.meter
-        if meter is None:
-            return None
-        stop = await meter.model_used(call)
-        for line in meter.take_warnings():
+        """Kept and capped against the scheduled caps; warnings join the run's notices."""
+        stop = await self.report.meter.model_used(call) if self.report.meter else None
+        for line in self.report.meter.take_warnings() if self.report.meter else []:
             await self.notice(NoticeKind.BUDGET, line)
         return stop
 
