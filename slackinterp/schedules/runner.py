@@ -155,59 +155,48 @@ class ScheduledRunner:
             report.problem, report.refused = refusal, True
             return
         report.planned = len(codes)
-        async with contextlib.AsyncExitStack() as stack:
-            if report.mode == "ask":  # its own budget, checked before any kernel or call
-                try:
-                    report.meter = await stack.enter_async_context(
-                        self.budgets.turn(key, schedule.owner, TurnOrigin.SCHEDULED)
+        ask = report.mode == "ask"  # its own budget, before any kernel or model call
+        async with self.budgets.admitted(key, schedule.owner, TurnOrigin.SCHEDULED, ask) as meter:
+            if isinstance(meter, BudgetRefused):
+                report.problem, report.refused = meter.message, True
+                return
+            report.meter = meter
+            short = safe_component(schedule.id[:8])
+            run_id = f"{short}-{int(report.occurrence)}-{uuid.uuid4().hex[:4]}"
+            run_key = f"{key.id}~run-{run_id}"
+            run_dir = self.settings.threads_dir / f"{key.dirname}~run-{run_id}"
+            scratch = self.settings.data_dir / "scheduled" / f"{key.dirname}-{run_id}"
+            report.scratch += [run_dir, scratch]
+            with_kernel = self.registry.backend.files_with_kernel
+            if not with_kernel:
+                await asyncio.to_thread(
+                    self._copy_files, self.settings.threads_dir / key.dirname, run_dir
+                )
+            deadline = started + self.settings.schedule_run_timeout
+            lease = await self.registry.acquire(run_key, run_dir, fresh=True)
+            try:
+                if with_kernel:  # a gateway's: the thread's directory is a sibling over there
+                    await self._hidden(lease, _COPY_SIBLING.format(source=key.dirname))
+                files = lease.files(self.settings.workspace_max_files)
+                before = await files.measure()
+                if report.mode == "replay":
+                    await self._replay(lease, codes, report, deadline, scratch)
+                else:
+                    await self._ask(
+                        schedule, lease, run_key, run_dir, codes, report, deadline, scratch
                     )
-                except BudgetRefused as exc:
-                    report.problem, report.refused = exc.message, True
-                    return
-            await self._run_in_kernel(schedule, report, started, key, codes)
-
-    async def _run_in_kernel(
-        self,
-        schedule: StoredSchedule,
-        report: RunReport,
-        started: float,
-        key: ThreadKey,
-        codes: list[str],
-    ) -> None:
-        short = safe_component(schedule.id[:8])
-        run_id = f"{short}-{int(report.occurrence)}-{uuid.uuid4().hex[:4]}"
-        run_key = f"{key.id}~run-{run_id}"
-        run_dir = self.settings.threads_dir / f"{key.dirname}~run-{run_id}"
-        scratch = self.settings.data_dir / "scheduled" / f"{key.dirname}-{run_id}"
-        report.scratch += [run_dir, scratch]
-        with_kernel = self.registry.backend.files_with_kernel
-        if not with_kernel:
-            await asyncio.to_thread(
-                self._copy_files, self.settings.threads_dir / key.dirname, run_dir
-            )
-        deadline = started + self.settings.schedule_run_timeout
-        lease = await self.registry.acquire(run_key, run_dir, fresh=True)
-        try:
-            if with_kernel:  # a gateway's: the thread's directory is a sibling over there
-                await self._hidden(lease, _COPY_SIBLING.format(source=key.dirname))
-            files = lease.files(self.settings.workspace_max_files)
-            before = await files.measure()
-            if report.mode == "replay":
-                await self._replay(lease, codes, report, deadline, scratch)
-            else:
-                await self._ask(schedule, lease, run_key, run_dir, codes, report, deadline, scratch)
-            if not (report.cells and report.cells[-1].result.status is Status.DIED):
-                await self._produced(lease, before, report, scratch)
-        finally:
-            if with_kernel:  # the run's copy goes with it
+                if not (report.cells and report.cells[-1].result.status is Status.DIED):
+                    await self._produced(lease, before, report, scratch)
+            finally:
+                if with_kernel:  # the run's copy goes with it
+                    with contextlib.suppress(Exception):
+                        await self._hidden(lease, _REMOVE_OWN_DIR)
                 with contextlib.suppress(Exception):
-                    await self._hidden(lease, _REMOVE_OWN_DIR)
-            with contextlib.suppress(Exception):
-                await self.registry.release(run_key, why="scheduled run done")
-            self.registry.forget(run_key)
-            if report.mode == "ask":
-                await self.store.clear_history(run_key)
-        report.notebook = await asyncio.to_thread(self._notebook, schedule, report)
+                    await self.registry.release(run_key, why="scheduled run done")
+                self.registry.forget(run_key)
+                if report.mode == "ask":
+                    await self.store.clear_history(run_key)
+            report.notebook = await asyncio.to_thread(self._notebook, schedule, report)
 
     def refusal(self, schedule: StoredSchedule, cells: int) -> str | None:
         """Why this schedule cannot run now (None: it can)."""
