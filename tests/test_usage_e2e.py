@@ -211,3 +211,21 @@ async def test_the_responses_api_usage_is_read_from_its_completed_response(tmp_p
         answer = await wait_reply(slack, ts, "Via responses.")
         assert "320 tokens (300 in, 100 cached, 20 out)" in answer
         assert model.requests[0].endpoint == "responses"
+
+
+async def test_a_server_refusing_stream_options_still_answers_with_an_estimate(
+    tmp_path: Path,
+) -> None:
+    async with model_bot(tmp_path) as (slack, model, _bot):
+        model.rejects_stream_options = True
+        model.script(Reply(text="Answered anyway.", usage=(10, 0, 5)))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> hi")
+        answer = await wait_reply(slack, ts, "Answered anyway.")
+        assert "≈" in answer  # no usage in a stream without stream_options: estimated
+        first, second = model.requests[:2]
+        assert "stream_options" in first.body and "stream_options" not in second.body
+        # Not asked again for the life of the process.
+        model.script(Reply(text="Second answer."))
+        await slack.user_message(CHANNEL, "again", thread_ts=ts)
+        await wait_reply(slack, ts, "Second answer.")
+        assert all("stream_options" not in r.body for r in model.requests[2:])

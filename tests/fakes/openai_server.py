@@ -698,6 +698,9 @@ class FakeOpenAI:
         # What real servers do: report `usage` (a stream only when the request asks with
         # stream_options.include_usage). False: like a server that reports none.
         self.report_usage = True
+        # Like an older local server: a request with `stream_options` gets HTTP 400 (before
+        # any script step is used).
+        self.rejects_stream_options = False
         # The usage reported to each answered request, (input, cached, output), in order.
         self.usage_reported: list[tuple[int, int, int]] = []
         self.unscripted_requests: list[RecordedRequest] = []
@@ -874,6 +877,7 @@ class FakeOpenAI:
             or self._check_images(body.get("input" if responses_api else "messages"))
             or self._check_tool_choice(body)
             or self._check_temperature(body)
+            or self._check_stream_options(body)
         )
         if rejection is not None:
             return rejection
@@ -898,6 +902,14 @@ class FakeOpenAI:
             "Only the default (1) value is supported.",
             param="temperature",
             code="unsupported_value",
+        )
+
+    def _check_stream_options(self, body: dict[str, Any]) -> web.Response | None:
+        """Like an older local server: `stream_options` is an unknown field (HTTP 400)."""
+        if not self.rejects_stream_options or "stream_options" not in body:
+            return None
+        return error_response(
+            400, "Unrecognized request argument supplied: stream_options", param="stream_options"
         )
 
     def _check_tool_choice(self, body: dict[str, Any]) -> web.Response | None:
