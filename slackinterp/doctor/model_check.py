@@ -26,6 +26,7 @@ from slackinterp.doctor.checks import (
     MODEL,
     MODEL_HTTP_TIMEOUT,
     MODEL_TIMEOUT,
+    PRICES,
     Check,
     bounded,
     failed,
@@ -153,9 +154,6 @@ async def check_model(settings: Settings) -> Check:
         return passed(MODEL, f"'{settings.openai_model}' answers at {where}{note}")
     finally:
         await client.close()
-
-
-PRICES = "model price"
 
 
 def check_prices(settings: Settings) -> Check:
