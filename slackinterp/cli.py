@@ -99,6 +99,8 @@ def cmd_chat(args: argparse.Namespace) -> int:
         settings = load_settings()
     except SettingsError as exc:
         return _fail(exc.problems)
+    if args.data:  # `--data sales=sqlite:///sales.db`: queried with sql() in this session
+        settings = settings.model_copy(update={"data_sources": settings.data_sources + args.data})
     return console.main(settings, session=args.session, files=args.files)
 
 
@@ -191,6 +193,14 @@ def build_parser() -> argparse.ArgumentParser:
         "chat", help="the same engine in this terminal (no Slack needed)", description=CHAT_HELP
     )
     chat.add_argument("--session", default="default", help="session name (default: default)")
+    chat.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="a SQL data source for sql() in this session, e.g. sales=sqlite:///sales.db "
+        "(repeatable)",
+    )
     chat.add_argument(
         "files", nargs="*", metavar="FILE", help="files to copy into the session first"
     )

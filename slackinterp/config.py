@@ -157,7 +157,7 @@ class Settings(BaseSettings):
     idle_timeout: float = _seconds(
         1800,
         "Seconds a thread's kernel may sit idle before it is stopped (files stay; variables "
-        "come back by re-running the thread's cells).",
+        "come back from the thread's snapshot, else by re-running its cells).",
     )
     reap_interval: float = _seconds(60, "Seconds between checks for idle kernels.")
     exec_timeout: float = _seconds(
@@ -171,8 +171,8 @@ class Settings(BaseSettings):
     )
     restore_timeout: float = _seconds(
         60,
-        "Seconds re-running a thread's earlier cells may take when a stopped kernel is "
-        "brought back.",
+        "Seconds bringing a stopped kernel's state back may take: loading its snapshot and "
+        "re-running the cells it could not cover (all of them with snapshots off).",
     )
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
@@ -266,6 +266,21 @@ class Settings(BaseSettings):
         "Seconds between reloads of the stored schedules (a replica learns of schedules "
         "created, paused or deleted on another one).",
         ge=0.1,
+    )
+    # Snapshots of a thread's variables (restore without replay, undo, fork)
+    snapshots: bool = Field(
+        True,
+        description="on/off: after each turn the thread's kernel saves its variables into the "
+        "thread's directory, and a new kernel loads them instead of re-running every cell.",
+    )
+    snapshot_max_mb: int = Field(
+        512,
+        ge=1,
+        description="Most disk one thread's snapshots may use, in MiB (counted by the quota "
+        "too); what does not fit is rebuilt by replay.",
+    )
+    snapshot_generations: int = Field(
+        3, ge=2, le=50, description="Snapshots kept per thread: how far `undo` goes back."
     )
     max_upload_mb: int = Field(
         50, ge=1, description="Largest produced file uploaded to Slack, in MiB."
@@ -372,6 +387,45 @@ class Settings(BaseSettings):
     kernel_network: bool = Field(
         False,
         description="Deprecated: true means SLACKINTERP_NETWORK=open.",
+    )
+    # Secrets the egress proxy adds for internal HTTPS APIs (docs/configuration.md "Secrets
+    # for internal APIs"); the kernel never holds them
+    egress_secrets_file: Path | None = Field(
+        None,
+        description='A TOML file binding headers or basic auth to hosts ([hosts."api.internal"] '
+        'headers = {Authorization = "Bearer $TOKEN"}); values come from the environment. '
+        "Needs SLACKINTERP_NETWORK=allowlist and the host allowed in the channel.",
+    )
+    # SQL data sources (docs/configuration.md "Data sources"; queries run by the bot, never
+    # the kernel, which gets only a socket to ask through)
+    data_sources_file: Path | None = Field(
+        None,
+        description="A TOML file naming SQL data sources ([sources.NAME] url=…, password_env=…, "
+        "channels=[…]); passwords come from environment variables, never from the file.",
+    )
+    data_sources: CommaList = Field(
+        default_factory=list,
+        description="Comma-separated NAME=URL data sources besides the file (SQLite or "
+        "PostgreSQL SQLAlchemy URLs); enabled in no Slack channel until an admin runs "
+        "`/interp data allow NAME` (always in `chat`).",
+    )
+    data_max_rows: int = Field(
+        1_000_000, ge=1, description="Rows one sql() query returns at most (then capped)."
+    )
+    data_max_mb: int = Field(
+        256, ge=1, description="MiB of Arrow data one sql() query returns at most (then capped)."
+    )
+    data_timeout: float = Field(
+        60, gt=0, description="Seconds one sql() query may run before it is cancelled."
+    )
+    data_summary_chars: int = Field(
+        4000,
+        ge=0,
+        description="Characters of the channel's data sources (tables, columns, types) in the "
+        "model's prompt at most (0 = none).",
+    )
+    data_summary_ttl: float = Field(
+        3600, gt=0, description="Seconds a source's table summary is cached (`data refresh`)."
     )
     system_prompt: str | None = Field(
         None, description="Replaces the built-in system prompt (text, or @path to a file)."
@@ -490,6 +544,7 @@ class Settings(BaseSettings):
         "admins",
         "network_allow",
         "network_deny",
+        "data_sources",
         mode="before",
     )
     @classmethod

@@ -27,6 +27,7 @@ class NoticeKind(StrEnum):
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
     BUDGET = "budget"  # a spending cap is near (what is left)
+    SNAPSHOT = "snapshot"  # the thread's variables no longer all fit its snapshot cap
 
 
 class FailureKind(StrEnum):
@@ -55,14 +56,6 @@ class FailureKind(StrEnum):
     CONTEXT = "context"  # the conversation is too long even after trimming
 
 
-class TurnOrigin(StrEnum):
-    """Who started a turn: a person's message, or a schedule. Usage is kept by origin, and
-    scheduled runs have budgets of their own."""
-
-    PERSON = "person"
-    SCHEDULED = "scheduled"
-
-
 class RestoreReason(StrEnum):
     """Why a thread's state had to be rebuilt."""
 
@@ -70,6 +63,15 @@ class RestoreReason(StrEnum):
     REAPED = "reaped"
     RESTARTED = "restarted"
     NEW_PROCESS = "new process"
+    FORKED = "forked"  # a new thread started from another one's state
+
+
+class TurnOrigin(StrEnum):
+    """Who a turn is for: a person in a thread, or a scheduled run (on a key of its own, in a
+    fresh kernel). Budgets and usage tell them apart; a scheduled run never restores state."""
+
+    PERSON = "person"
+    SCHEDULED = "scheduled"
 
 
 class SlackinterpError(Exception):

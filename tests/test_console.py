@@ -215,8 +215,8 @@ def test_second_process_restores_state_by_replay(open_chat) -> None:
 
     second = open_chat()
     second.code("print(x)")
-    second.expect(r"starting kernel and restoring state \(replaying 1 cell\)…")
-    second.expect(r"Restored state by replaying 1 of 1 cell")
+    second.expect(r"starting kernel and restoring state from the snapshot…")
+    second.expect(r"Restored 1 variable from the snapshot")
     second.expect(r"\r\n1234000\r\n")
     second.expect(OK)
 

@@ -105,6 +105,7 @@ class Console:
             "load": self.cmd_load,
             "export": self.cmd_export,
             "reset": self.cmd_reset,
+            "undo": self.cmd_undo,
             "files": self.cmd_files,
             "status": self.cmd_status,
             "stop": self.cmd_stop,
@@ -258,7 +259,9 @@ class Console:
         status = await self.engine.status(self.key)
         if status.alive:
             return
-        if status.replayable:
+        if status.replayable and status.snapshots:
+            self.screen.line("starting kernel and restoring state from the snapshot…")
+        elif status.replayable:
             cells = f"{status.replayable} cell{'s' if status.replayable != 1 else ''}"
             self.screen.line(f"starting kernel and restoring state (replaying {cells})…")
         elif not self.runtime.registry.pool:
@@ -333,6 +336,9 @@ class Console:
             self.screen.line("usage: :reset, or :reset wipe to delete the session's files too")
             return
         self.screen.line(terminal_words(await self.engine.reset(self.key, wipe=arg == "wipe")))
+
+    async def cmd_undo(self, arg: str = "") -> None:
+        self.screen.line(terminal_words(await self.engine.undo(self.key)))
 
     async def cmd_load(self, arg: str = "") -> None:
         try:

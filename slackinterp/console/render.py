@@ -91,7 +91,7 @@ def status_line(result: CellResult, timeout: float) -> str:
 # The engine words its sentences for a Slack thread; in the terminal the same session is
 # a "session" and the controls are typed `:reset`, not mentioned or pressed.
 _TERMINAL_WORDS = (
-    (re.compile(r"`(reset wipe|reset|stop|status|files|export|help)`"), r"`:\1`"),
+    (re.compile(r"`(reset wipe|reset|stop|status|files|export|undo|help)`"), r"`:\1`"),
     (re.compile(r"\b(?:press )?(?:the )?Stop button\b"), "type `:stop`"),
     (re.compile(r"\b(?:press )?(?:the )?Reset(?: kernel)? button\b"), "type `:reset`"),
     (re.compile(r"`:(\w+(?: wipe)?)` the thread"), r"`:\1`"),

@@ -38,6 +38,7 @@ from slackinterp.doctor.checks import (
     SKIP_MARK,
     Check,
 )
+from slackinterp.doctor.data_check import check_data_sources
 from slackinterp.doctor.host_checks import (
     check_data_dir,
     check_database,
@@ -73,6 +74,7 @@ __all__ = [
     "check_app_token",
     "check_bot_token",
     "check_data_dir",
+    "check_data_sources",
     "check_database",
     "check_kernel",
     "check_model",
@@ -110,6 +112,7 @@ def _scrub(check: Check, secrets: Iterable[str]) -> Check:
 
 async def run_checks(settings: Settings) -> list[Check]:
     """Every check, run concurrently, in a fixed order for printing."""
+    data = asyncio.ensure_future(check_data_sources(settings))
     bot, connection, model, kernel, storage, sandbox = await asyncio.gather(
         check_bot_token(settings),
         check_slack_connection(settings),
@@ -120,6 +123,7 @@ async def run_checks(settings: Settings) -> list[Check]:
     )
     prices = check_prices(settings)
     checks = [*check_settings(settings), bot, connection, model, prices, kernel, *storage, sandbox]
+    checks += await data
     secrets = _secrets(settings)
     return [_scrub(check, secrets) for check in checks]
 

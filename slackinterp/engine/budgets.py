@@ -192,21 +192,6 @@ class Budgets:
             if caps:
                 self.writer.settle(meter.turn_id)
 
-    @contextlib.asynccontextmanager
-    async def admitted(
-        self, key: ThreadKey, user: str, origin: TurnOrigin, model: bool = True
-    ) -> AsyncIterator[Meter | BudgetRefused | None]:
-        """`turn()` for a caller that reports a refusal rather than raising it (a scheduled
-        run): yields the meter, the refusal, or None when the run asks no model."""
-        if not model:
-            yield None
-            return
-        try:
-            async with self.turn(key, user, origin) as meter:
-                yield meter
-        except BudgetRefused as refused:
-            yield refused
-
     def first_turn(self) -> Spent:
         tokens_in, tokens_out = FIRST_TURN_TOKENS
         cost = self.prices.cost(self.settings.openai_model, tokens_in, 0, tokens_out)

@@ -66,7 +66,9 @@ class CellRunner:
 
     # --- where a thread's kernel and files are -----------------------------------------------
     async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
-        """The thread's kernel, leased (not evictable) until registry.mark_idle."""
+        """The thread's kernel, leased (not evictable) until registry.mark_idle. A new
+        kernel gets the thread's state back by replay, unless the thread is new (a
+        scheduled run's key always is: its first kernel is fresh)."""
         lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
         session.fresh = False
         if lease.restore is not None:
@@ -95,6 +97,13 @@ class CellRunner:
         """After thread_files: the lease (if it took one) ends."""
         if self.files_with_kernel:
             self.registry.mark_idle(session.key.id)
+
+    async def listing(self, session: ThreadSession) -> workspace.Snapshot:
+        """The thread's files. With the kernel: as of the last cell (asking the kernel would
+        wait behind a running cell)."""
+        if self.files_with_kernel:
+            return session.snapshot
+        return await asyncio.to_thread(workspace.snapshot, session.workdir)
 
     def outbox(self, session: ThreadSession) -> Path:
         """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
@@ -207,7 +216,7 @@ class CellRunner:
             # The front-end first: without this yield the record's SQL set-up (~1 ms of the
             # event loop) would run before the cell's message is even sent.
             await asyncio.sleep(0)
-            await self.store.record_cell(
+            stored = await self.store.record_cell(
                 key,
                 code,
                 ok=result.ok,
@@ -216,6 +225,8 @@ class CellRunner:
                 outputs=lambda number, chars: self._export_outputs(result, number, chars),
                 usage=used,
             )
+            if result.ok:
+                session.unsaved_cell = stored  # saved at the end of the turn
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
             key,
@@ -297,7 +308,9 @@ class CellRunner:
         return produced
 
     # --- a hidden cell -----------------------------------------------------------------------
-    async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
+    async def run_hidden(
+        self, session: ThreadSession, code: str, emit: Emit, *, timeout: float = 30.0
+    ) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
         lease = await self.lease(session, emit)
@@ -306,7 +319,7 @@ class CellRunner:
             result = await run_cell(
                 lease.kernel,
                 code,
-                timeout=min(30.0, self.settings.exec_timeout),
+                timeout=min(timeout, self.settings.exec_timeout),
                 grace=self.settings.interrupt_grace,
                 max_output_chars=200_000,
                 silent=True,

@@ -154,6 +154,7 @@ class Agent:
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
+        data = await hooks.data_sources()  # the channel's SQL sources, once per turn
         for _round in range(self.config.max_rounds):
             if state.budget_spent:  # the last round crossed a budget: no further call
                 log.info("model.turn_out_of_budget")
@@ -166,6 +167,8 @@ class Agent:
             system = (
                 self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
             )
+            if data:
+                system += "\n\n" + data
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
             if not reply.tool_calls and self.config.text_tool_calls:

@@ -109,7 +109,7 @@ class SlackBot:
             settings,
             runtime.store,
             ScheduledRunner(
-                settings, runtime.store, runtime.registry, runtime.agent, runtime.engine.budgets
+                settings, runtime.store, runtime.registry, runtime.agent, engine=runtime.engine
             ),
             replica=runtime.registry.replica_id,
         )

@@ -20,6 +20,7 @@ from slackinterp.store.schema import (
     budget_warnings,
     cell_usage,
     channel_budgets,
+    channel_data_rules,
     channel_network_rules,
     context_files,
     context_pending,
@@ -73,9 +74,13 @@ def _v6(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-def _reserved(conn: Connection) -> None:
-    """Versions 7 and 8 belong to changes made alongside this one (snapshots, data sources);
-    merged, their own steps take these numbers. Alone, there is nothing to do."""
+def _v7(conn: Connection) -> None:
+    """Version 7: nothing (it was held for snapshots, which needed no table)."""
+
+
+def _v8(conn: Connection) -> None:
+    """Version 8: SQL data sources enabled or disabled per channel by admins."""
+    channel_data_rules.create(conn, checkfirst=True)
 
 
 def _v9(conn: Connection) -> None:
@@ -90,8 +95,8 @@ MIGRATIONS: dict[int, Migration] = {
     4: _v4,
     5: _v5,
     6: _v6,
-    7: _reserved,
-    8: _reserved,
+    7: _v7,
+    8: _v8,
     9: _v9,
 }
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)

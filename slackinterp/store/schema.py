@@ -187,6 +187,18 @@ channel_network_rules = Table(
     Column("created_at", Float, nullable=False),
 )
 
+# SQL data sources enabled (allow) or disabled (deny) per channel by admins from Slack, on top
+# of the sources file's `channels` (slackinterp/datasources).
+channel_data_rules = Table(
+    "channel_data_rules",
+    metadata,
+    Column("channel", String(100), primary_key=True),
+    Column("source", String(40), primary_key=True),
+    Column("kind", String(8), nullable=False),  # allow | deny
+    Column("added_by", String(100), nullable=False),
+    Column("created_at", Float, nullable=False),
+)
+
 # Usage and budgets (schema version 9). One row per model call and per cell, with who and
 # where, so a month can be summed by channel, person, model or thread.
 model_usage = Table(

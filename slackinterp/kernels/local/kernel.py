@@ -50,6 +50,7 @@ class LocalKernel:
         self.runtime_subdir: Path | None = None
         self.cgroup: cgroups.KernelCgroup | None = None
         self.egress: KernelListener | None = None  # allowlist mode: this kernel's proxy socket
+        self.data: Any = None  # data sources: this kernel's sql() socket (launch.KernelSocket)
 
     @property
     def client(self) -> Any:
@@ -104,6 +105,8 @@ class LocalKernel:
         """A fresh process with the same connection; its cwd is reapplied."""
         if self.egress is not None:  # the old process's connections end with it
             await self.egress.restart()
+        if self.data is not None:
+            await self.data.restart()
         await self.km.restart_kernel(now=True)
         await ready.drain_iopub(self._client)
         await ready.wait_ready(self._client, READY_TIMEOUT, self.is_alive)
@@ -160,6 +163,8 @@ class LocalKernel:
         self.km.close_args()
         if self.egress is not None:
             await self.egress.close()
+        if self.data is not None:
+            await self.data.close()
         if self._recorder is not None and self._recorded_pid is not None:
             await self._recorder.forget_kernel(self._recorded_pid)
             self._recorded_pid = None
