@@ -244,7 +244,7 @@ class Settings(BaseSettings):
         description="on/off: threads may be re-run on a schedule (`@interp every Monday at 9:00`).",
     )
     schedule_min_interval: float = _seconds(
-        900, "Shortest time between two runs of a schedule.", ge=1
+        900, "Seconds two runs of a schedule must be apart at least (900 = 15 min).", ge=1
     )
     schedule_max_per_channel: int = Field(
         20, ge=0, description="Schedules (active or paused) a channel may have."
@@ -253,7 +253,8 @@ class Settings(BaseSettings):
         10, ge=0, description="Schedules (active or paused) one person may own."
     )
     schedule_run_timeout: float = _seconds(
-        600, "Wall time one scheduled run may take (restoring included); then it is stopped."
+        600,
+        "Seconds one scheduled run may take in wall time (restoring included); then it is stopped.",
     )
     schedule_grace: float = _seconds(
         3600,
@@ -490,7 +491,9 @@ class Settings(BaseSettings):
         description="function: offer the model the `python` function tool (any server with "
         "tool calling); blocks: send no tool, a short prompt asks for a ```python block, "
         "which runs, and the output comes back as a message (small local models write "
-        "blocks far better than JSON calls).",
+        "blocks far better than JSON calls). Unset: function until the model's first replies "
+        "show that it writes its calls as text or calls tools that do not exist; then blocks "
+        "and the small-model bounds for that model (docs/models.md).",
     )
     model_temperature: float | None = Field(
         None,
@@ -666,12 +669,14 @@ def normalize_database_url(value: str) -> str:
     Empty stays empty (SQLite in the data directory). PostgreSQL URLs of any driver
     (`postgres://`, `postgresql://`, `postgresql+psycopg2://` …) are moved to asyncpg.
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     value = value.strip()
     if not value:
         return ""
+    # Only for a URL that is set: SQLAlchemy takes a good part of a second to import, and
+    # every command line reads the settings (the default is validated too).
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(value)
     except (ArgumentError, ValueError):
@@ -727,6 +732,10 @@ def _describe(error: ErrorDetails) -> str:
         expects = template.format(**(error.get("ctx") or {}))
     else:
         expects = str(error.get("msg", "a valid value")).removeprefix("Value error, ")
+    info = Settings.model_fields.get(field)
+    extra = info.json_schema_extra if info is not None else None
+    if isinstance(extra, dict) and extra.get("unit") == "seconds":
+        expects += " (seconds)"
     return f"{name}: expected {expects}, got {got!r}"
 
 

@@ -244,3 +244,29 @@ places = ["/run/**/*.sock", "/tmp/**/*.sock", "/home/**/*.sock", "/var/**/*.sock
 found = [p for g in places for p in glob.glob(g, recursive=True)]
 print("elsewhere:", [p for p in found if os.path.realpath(p) != "/run/kernel/data.sock"])
 """
+
+
+async def test_a_scheduled_run_queries_afresh(tmp_path: Path) -> None:
+    """A Monday report is worth having because its run asks the database again: a row added
+    after the thread's cell shows in the scheduled run's reply."""
+    import sqlite3
+
+    from tests.test_schedules_e2e import FAST, runs, schedule_in
+
+    sales = make_sqlite(tmp_path / "sales.db")
+    file = tmp_path / "sources.toml"
+    file.write_text(f'[sources.sales]\nurl = "sqlite:///{sales}"\nchannels = ["{CHANNEL}"]\n')
+    async with (
+        FakeSlack() as slack,
+        running_bot(slack, tmp_path, data_sources_file=file, **FAST) as bot,
+    ):
+        count = 'print("signups:", int(sql("SELECT count(*) AS n FROM signups").n[0]))'
+        ts, _ = await slack.user_message(CHANNEL, code(count))
+        assert "signups: 300" in await cell_text(slack, ts, 1)
+        with sqlite3.connect(sales) as conn:
+            conn.execute("INSERT INTO signups VALUES (300, 'emea', '2026-11-20', 1.0)")
+        await schedule_in(slack, ts, "every 2 seconds")
+        reply = await slack.wait_for(lambda: runs(slack, ts) and runs(slack, ts)[0], timeout=60)
+        assert bot.schedules is not None
+        await bot.schedules.stop()
+        assert "signups: 301" in all_text(reply)

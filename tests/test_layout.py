@@ -35,6 +35,7 @@ FLOORS: dict[str, int] = {
     "slackinterp.config": 2,
     "slackinterp.model_client": 3,
     "slackinterp.settings_docs": 3,
+    "slackinterp.setting_names": 3,  # unknown SLACKINTERP_* names: reads config only
     "slackinterp.store": 3,
     "slackinterp.egress": 3,
     "slackinterp.datasources": 3,  # SQL data sources: settings arrive as arguments

@@ -48,7 +48,7 @@ WARM_TIMEOUT = 30.0
 COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
 _EXTRA = {  # what a control does differently, or also, in the terminal
     "stop": "stop what is running (Ctrl-C while a cell runs does the same)",
-    "export": "this session as a Jupyter notebook (.ipynb) in the current directory",
+    "export": "this session as a Jupyter notebook (.ipynb) in the session's folder",
 }
 
 
@@ -245,10 +245,13 @@ class Console:
         await self._announce_kernel(text)
         printer = TurnPrinter(self.screen, self.workdir, self.runtime.settings.exec_timeout)
         request = TurnRequest(self.key, text, user="console", files=files or [])
-        async for event in self.engine.submit(request):
-            if isinstance(event, TurnStarted) and self.stop_pending:
-                self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
-            printer.handle(event)
+        try:
+            async for event in self.engine.submit(request):
+                if isinstance(event, TurnStarted) and self.stop_pending:
+                    self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
+                printer.handle(event)
+        finally:
+            printer.close()
         self.screen.newline()
 
     async def _announce_kernel(self, text: str) -> None:
@@ -352,12 +355,13 @@ class Console:
         await self.load(paths)
 
     async def cmd_export(self, arg: str = "") -> None:
-        """The session since its last reset as a notebook, written to the current directory."""
+        """The session since its last reset as a notebook, written to the session's folder
+        (beside its files and figures; the current directory may be a repository)."""
         name, data, cells = await self.engine.export(self.key, self.key.thread_ts)
         if not cells:
             self.screen.line("Nothing to export yet: no cell has run since the last reset.")
             return
-        target = workspace.unique_path(Path.cwd(), name)
+        target = workspace.unique_path(self.workdir.resolve(), name)
         try:
             await asyncio.to_thread(target.write_bytes, data)
         except OSError as exc:

@@ -50,6 +50,7 @@ from slackinterp.doctor.model_check import check_model, check_prices
 from slackinterp.doctor.slack_checks import (
     check_app_token,
     check_bot_token,
+    check_setting_names,
     check_settings,
     check_signing_secret,
     check_slack_connection,
@@ -79,6 +80,7 @@ __all__ = [
     "check_kernel",
     "check_model",
     "check_sandbox",
+    "check_setting_names",
     "check_settings",
     "check_signing_secret",
     "check_slack_connection",
@@ -121,8 +123,17 @@ async def run_checks(settings: Settings) -> list[Check]:
         check_storage(settings),
         check_sandbox(settings),
     )
-    prices = check_prices(settings)
-    checks = [*check_settings(settings), bot, connection, model, prices, kernel, *storage, sandbox]
+    checks = [
+        *check_settings(settings),
+        *check_setting_names(),
+        bot,
+        connection,
+        model,
+        check_prices(settings),
+        kernel,
+        *storage,
+        sandbox,
+    ]
     checks += await data
     secrets = _secrets(settings)
     return [_scrub(check, secrets) for check in checks]
@@ -152,6 +163,7 @@ def main(settings: Settings | None = None, settings_error: SettingsError | None 
             settings_error = exc
     if settings_error is not None or settings is None:
         checks = settings_failures(settings_error or SettingsError(["settings could not load"]))
+        checks += check_setting_names()
     else:
         checks = asyncio.run(run_checks(settings))
     print(render(checks))

@@ -47,6 +47,9 @@ from slackinterp.store import CellUsage, Store
 
 log = logging.getLogger(__name__)
 
+# How long a cell runs at the bot's priority before its kernel goes back below it.
+HURRY_SECONDS = 1.0
+
 Emit = Callable[[Event], None]
 
 
@@ -169,6 +172,11 @@ class CellRunner:
 
         if shell.has_shell_line(code):
             shell.make_strict(lease.kernel.client)
+        # The cell's first moments at the bot's priority: a follow-up's output is what the
+        # person waits for, and the kernels' lower priority (KERNEL_NICE) made it wait for
+        # any other load on the machine. A long cell goes back below the bot.
+        lease.kernel.hurry(True)
+        calm = asyncio.get_running_loop().call_later(HURRY_SECONDS, lease.kernel.hurry, False)
         try:
             return await run_cell(
                 lease.kernel,
@@ -186,6 +194,8 @@ class CellRunner:
                 ),
             )
         finally:
+            calm.cancel()
+            lease.kernel.hurry(False)
             lease.kernel.control = None
 
     async def _after_cell(

@@ -36,6 +36,7 @@ from slackinterp.slack.commands import CommandListeners
 from slackinterp.slack.data import is_data_command
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.listener_base import installation_team
+from slackinterp.slack.manifest import SHORTCUT_ID
 from slackinterp.slack.network import is_network_command
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer
 from slackinterp.slack.thread import Own, clean_text, trimmed
@@ -45,7 +46,6 @@ from slackinterp.store import Store
 log = logging.getLogger(__name__)
 
 HANDLED_SUBTYPES = {None, "file_share", "thread_broadcast"}
-SHORTCUT_ID = "reset_kernel"
 MAX_TEXT = 40000
 # An edited mention older than this may have been handled before the record of it expired:
 # it is left alone rather than risk running its code again.
