@@ -20,6 +20,13 @@ response is fully written (after write_eof).
       the HTTP request). Target: <= 15 ms at p50.
       (i) and (ii) come from one turn of --rounds tool calls (each a small cell) and a final
       text, after a warm-up turn.
+(iv)  What keeping usage costs a model turn (target: <= 2 ms): --usage-turns turns of one
+      tool call and an answer (two model calls), alternating between the engine as it is
+      (every call priced and written to the store; a person's daily cap set, so the admission,
+      its reservation and the spend queries run too) and the same engine with the recording
+      swapped for a no-op, in the same run. Printed: the p50 turn time of each (request sent →
+      TurnFinished) and their difference, and the time spent inside the recording itself per
+      turn (admission + each call's record + settling), timed around the real calls.
 (iii) Prompt size over a --turns-turn thread: each turn the model runs one cell printing
       ~2 KB, then answers. The size of every request's `messages` (JSON characters) is
       printed beside settings.history_budget (20000 here, so trimming kicks in), and the
@@ -35,12 +42,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import logging
 import shutil
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +59,13 @@ if str(ROOT) not in sys.path:
 
 
 from bench.common import RawKernel, leftover_kernels, ms, pct  # noqa: E402
-from slackinterp.engine.events import CellFinished, CellStarted, TurnFailed  # noqa: E402
+from slackinterp.engine.budgets import Budgets, Meter  # noqa: E402
+from slackinterp.engine.events import (  # noqa: E402
+    CellFinished,
+    CellStarted,
+    TurnFailed,
+    TurnFinished,
+)
 from slackinterp.engine.turn import TurnRequest  # noqa: E402
 from slackinterp.engine.workspace import ThreadKey  # noqa: E402
 from slackinterp.llm.history import OMITTED  # noqa: E402
@@ -140,6 +155,120 @@ async def bench_rounds(runtime: Runtime, model: TimedOpenAI, rounds: int) -> dic
         "cell": ms([f - s for s, f in zip(started, finished, strict=True)]),
         "rounds": rounds,
     }
+
+
+# --- (iv): what keeping usage costs a turn -----------------------------------------------------
+
+
+class TimedBudgets(Budgets):
+    """The real budgets, with the time spent inside them summed."""
+
+    spent = 0.0
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: ThreadKey, user: str, origin: Any) -> AsyncIterator[Meter]:
+        began = time.perf_counter()
+        async with super().turn(key, user, origin) as meter:
+            self.spent += time.perf_counter() - began
+            record = meter.model_used
+
+            async def timed(call: Any) -> str | None:
+                at = time.perf_counter()
+                try:
+                    return await record(call)
+                finally:
+                    self.spent += time.perf_counter() - at
+
+            meter.model_used = timed  # type: ignore[method-assign]
+            yield meter
+            began = time.perf_counter()
+        self.spent += time.perf_counter() - began
+
+
+class Unrecorded(Budgets):
+    """No recording at all: what a turn took before usage was kept."""
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: ThreadKey, user: str, origin: Any) -> AsyncIterator[Meter]:
+        meter = Meter(self, key, user, origin, "", [])
+
+        async def nothing(_call: Any) -> str | None:
+            return None
+
+        meter.model_used = nothing  # type: ignore[method-assign]
+        yield meter
+
+
+async def bench_usage(runtime: Runtime, model: TimedOpenAI, turns: int) -> dict[str, Any]:
+    engine = runtime.engine
+    uncapped = engine.settings.model_copy(update={"budget_person_day": ""})
+    ways: dict[str, Budgets] = {
+        "none": Unrecorded(engine.settings, runtime.store),
+        "kept": TimedBudgets(uncapped, runtime.store),
+        "capped": TimedBudgets(engine.settings, runtime.store),
+    }
+    key = ThreadKey("BENCH", "USAGE", "1.0")
+    took: dict[str, list[float]] = {name: [] for name in ways}
+    inside: dict[str, list[float]] = {name: [] for name in ways}
+    for i in range(len(ways) * (turns + 1)):
+        name = list(ways)[i % len(ways)]
+        budgets = engine.budgets = ways[name]
+        model.script(
+            model.step(Reply(tool_calls=[ToolCall("python", {"code": f"u{i} = {i}"})])),
+            model.step(Reply(text=f"Turn {i}.")),
+        )
+        before = getattr(budgets, "spent", 0.0)
+        sent = time.perf_counter()
+        events = await turn_events(runtime, key, f"usage turn {i}")
+        done = next(at for at, e in events if isinstance(e, TurnFinished))
+        if i < len(ways):
+            continue  # one warm-up turn of each
+        took[name].append(done - sent)
+        inside[name].append(getattr(budgets, "spent", 0.0) - before)
+        await budgets.drain()  # the writes behind the turn land before the next one
+    engine.budgets = Budgets(engine.settings, runtime.store)
+    rows = await runtime.store.usage_by("thread_key", 0, time.time() + 1)
+    calls = next((r.calls for r in rows if r.name == key.id), 0)
+    return {
+        "took": {name: ms(values) for name, values in took.items()},
+        "inside": {name: ms(values) for name, values in inside.items() if name != "none"},
+        "turns": turns,
+        "calls_kept": calls,
+    }
+
+
+def report_usage(u: dict[str, Any]) -> bool:
+    took, inside = u["took"], u["inside"]
+    print(
+        f"(iv) keeping usage: {u['turns']} model turns each way (a tool call and an answer: two "
+        f"model calls a turn), interleaved; {u['calls_kept']} calls kept"
+    )
+    print(f"    {'':52}{'p50':>9}{'p95':>9}{'min':>9}{'max':>9}")
+    rows = (
+        ("turn, recording swapped for a no-op (before)", took["none"]),
+        ("turn, usage kept (no cap: the default)", took["kept"]),
+        ("turn, usage kept, a daily cap set", took["capped"]),
+        ("inside the recording per turn, no cap", inside["kept"]),
+        ("inside the recording per turn, a cap set", inside["capped"]),
+    )
+    for label, stats in rows:
+        cells = "".join(f"{stats[k]:>8.2f} " for k in ("p50", "p95", "min", "max"))
+        print(f"    {label:52}{cells}ms")
+    base = took["none"]["p50"]
+    ok = True
+    for name, label in (("kept", "no cap"), ("capped", "a cap set")):
+        added = took[name]["p50"] - base
+        spent = inside[name]["p50"]
+        met = spent <= 2.0
+        ok = ok and met
+        print(
+            f"    {label}: {spent:.2f} ms inside the recording per turn at p50: target <= 2 ms "
+            f"{'PASS' if met else 'MISS'}; turn p50 {added:+.2f} ms over the no-op "
+            f"({took[name]['p50'] / base:.3f}x; the turns' own spread is "
+            f"{took['none']['p95'] - took['none']['min']:.0f} ms, so this difference is noise "
+            "unless it is far above the recording's own time)"
+        )
+    return ok
 
 
 # --- (iii): prompt size over a long thread ----------------------------------------------------
@@ -243,7 +372,7 @@ def report(r: dict[str, Any], raw: dict[str, float], hist: list[dict], budget: i
     return ok
 
 
-async def main(rounds: int, turns: int) -> int:
+async def main(rounds: int, turns: int, usage_turns: int) -> int:
     began = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-agent-"))
     try:
@@ -256,6 +385,7 @@ async def main(rounds: int, turns: int) -> int:
                 openai_api_key="sk-test",
                 openai_model="test-model",
                 model_timeout=10,
+                budget_person_day="1M tokens",  # (iv): admission and spend queries run
                 max_rounds=max(rounds, WARMUP_ROUNDS) + 1,
                 history_budget=HISTORY_BUDGET,
             )
@@ -271,6 +401,8 @@ async def main(rounds: int, turns: int) -> int:
                 raw_after = await raw_samples(raw, RAW_SAMPLES - RAW_SAMPLES // 2)
                 print("(iii) history …", file=sys.stderr, flush=True)
                 hist = await bench_history(runtime, model, turns)
+                print("(iv) usage …", file=sys.stderr, flush=True)
+                usage = await bench_usage(runtime, model, usage_turns)
             finally:
                 await raw.stop()
                 await runtime.stop()
@@ -278,6 +410,8 @@ async def main(rounds: int, turns: int) -> int:
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     ok = report(rounds_result, ms(raw_before + raw_after), hist, settings.history_budget)
+    print()
+    ok = report_usage(usage) and ok
     print()
     total = time.perf_counter() - began
     print(f"leftover kernel processes: {leftovers or 'none'}; total {total:.0f} s")
@@ -288,10 +422,11 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=30, help="tool rounds for (i)/(ii)")
     parser.add_argument("--turns", type=int, default=30, help="thread length for (iii)")
+    parser.add_argument("--usage-turns", type=int, default=40, help="turns each way for (iv)")
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     args = parse_args()
-    sys.exit(asyncio.run(main(max(2, args.rounds), max(2, args.turns))))
+    sys.exit(asyncio.run(main(max(2, args.rounds), max(2, args.turns), max(2, args.usage_turns))))

@@ -1,4 +1,4 @@
-"""`slackinterp run | manifest` — the command line."""
+"""`slackinterp run | chat | doctor | manifest | usage` — the command line."""
 
 from __future__ import annotations
 
@@ -154,6 +154,28 @@ def cmd_doctor(_args: argparse.Namespace) -> int:
     return doctor.main(settings)
 
 
+def cmd_usage(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from slackinterp.config import SettingsError, load_settings
+    from slackinterp.console.usage import report
+    from slackinterp.runtime import store_url
+    from slackinterp.store import StoreError
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(exc.problems)
+    try:
+        text = asyncio.run(report(settings, store_url(settings), args.month, args.csv))
+    except ValueError as exc:
+        return _fail([str(exc)], hint=False)
+    except StoreError as exc:
+        return _fail([str(exc)], hint=False)
+    sys.stdout.write(text)
+    return 0
+
+
 RUN_HELP = """\
 Run the Slack bot. Socket Mode when SLACK_APP_TOKEN is set (recommended: no public URL),
 else HTTP mode on SLACKINTERP_HTTP_PORT with SLACK_SIGNING_SECRET. Settings come from the
@@ -167,6 +189,10 @@ DOCTOR_HELP = """\
 Check the settings the way `run` does, the Slack tokens and scopes, the model server, a
 kernel (1+1 and a plot), the data directory, the database and the sandbox. Prints one line
 per check with a fix for each failure; exit status 0 when all pass."""
+USAGE_HELP = """\
+Print a month's model usage (calls, input, cached and output tokens, cost, estimated calls) by
+channel, person and model, read from the bot's database (SLACKINTERP_DATABASE_URL or SQLite
+in SLACKINTERP_DATA_DIR). Months start at midnight in SLACKINTERP_BUDGET_TIMEZONE."""
 MANIFEST_HELP = """\
 Print the Slack app manifest (YAML) to paste into https://api.slack.com/apps → Create New
 App → From a manifest. manifest.yml in the repository is this output with the defaults: an
@@ -261,6 +287,12 @@ def build_parser() -> argparse.ArgumentParser:
         help="the assistant-view manifest of apps created before Slack's agent view",
     )
     manifest.set_defaults(func=cmd_manifest)
+    usage = sub.add_parser(
+        "usage", help="a month's model usage by channel, person and model", description=USAGE_HELP
+    )
+    usage.add_argument("--month", help="YYYY-MM (default: this month)")
+    usage.add_argument("--csv", action="store_true", help="CSV instead of a table")
+    usage.set_defaults(func=cmd_usage)
     return parser
 
 

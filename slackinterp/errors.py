@@ -26,6 +26,7 @@ class NoticeKind(StrEnum):
     VISION = "vision"  # the model server refused images
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
+    BUDGET = "budget"  # a spending cap is near (what is left)
     SNAPSHOT = "snapshot"  # the thread's variables no longer all fit its snapshot cap
 
 
@@ -33,6 +34,7 @@ class FailureKind(StrEnum):
     """Why a turn could not finish."""
 
     QUEUE_FULL = "queue_full"
+    BUDGET = "budget"  # a spending cap is reached: no (more) model calls
     NO_MODEL = "no_model"
     QUOTA = "quota"
     CAPACITY = "capacity"

@@ -7,9 +7,27 @@ SLACKINTERP_METRICS_PORT when set), with /healthz for liveness probes.
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 from aiohttp import web
 from prometheus_client import CONTENT_TYPE_LATEST, Counter, Gauge, Histogram, generate_latest
+
+
+class TokenUsageLike(Protocol):
+    """llm/usage.py TokenUsage, seen from the ground floor."""
+
+    @property
+    def input(self) -> int: ...
+
+    @property
+    def cached(self) -> int: ...
+
+    @property
+    def output(self) -> int: ...
+
+    @property
+    def estimated(self) -> bool: ...
+
 
 _TIME_BUCKETS = (0.01, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 
@@ -78,3 +96,36 @@ async def health_handler(_request: web.Request) -> web.Response:
 def add_routes(app: web.Application) -> None:
     app.router.add_get("/metrics", metrics_handler)
     app.router.add_get("/healthz", health_handler)
+
+
+# Usage and budgets: labels stay bounded (the configured models, fixed kinds; nobody's ID).
+MODEL_TOKENS = Counter(
+    "slackinterp_model_tokens_total",
+    "Model tokens used, by model and kind (input, cached, output)",
+    ["model", "kind"],
+)
+MODEL_COST = Counter(
+    "slackinterp_model_cost_total", "Model cost in SLACKINTERP_CURRENCY, by model", ["model"]
+)
+MODEL_TOKENS_ESTIMATED = Counter(
+    "slackinterp_model_tokens_estimated_total",
+    "Model calls whose server reported no usage (their tokens were estimated), by model",
+    ["model"],
+)
+BUDGET_REFUSALS = Counter(
+    "slackinterp_budget_refusals_total",
+    "Model turns refused because a cap was reached, by scope and period",
+    ["scope", "period"],
+)
+CELL_CPU_SECONDS = Counter(
+    "slackinterp_cell_cpu_seconds_total", "Kernel CPU-seconds used by cells (where measured)"
+)
+
+
+def count_model_usage(model: str, usage: TokenUsageLike, cost: float) -> None:
+    MODEL_TOKENS.labels(model, "input").inc(usage.input)
+    MODEL_TOKENS.labels(model, "cached").inc(usage.cached)
+    MODEL_TOKENS.labels(model, "output").inc(usage.output)
+    MODEL_COST.labels(model).inc(cost)
+    if usage.estimated:
+        MODEL_TOKENS_ESTIMATED.labels(model).inc()

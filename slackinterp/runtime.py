@@ -171,6 +171,7 @@ class Runtime:
         await self.registry.backend.close()
         if self.agent is not None:
             await self.agent.close()
+        await self.engine.budgets.drain()  # model calls handed over, written before closing
         if self.data is not None:
             await self.data.close()
         await self.store.close()

@@ -28,6 +28,7 @@ NAMES = [
     doctor.BOT_TOKEN,
     doctor.APP_TOKEN,
     doctor.MODEL,
+    doctor.PRICES,
     doctor.KERNEL,
     doctor.DATA_DIR,
     doctor.DATABASE,
@@ -92,6 +93,9 @@ async def test_green_run_passes_every_check(tmp_path: Path, good: dict[str, Any]
     assert "Socket Mode" in found[doctor.SETTINGS].detail
     assert "@slackinterp" in found[doctor.BOT_TOKEN].detail
     assert "'test-model'" in found[doctor.MODEL].detail
+    # A model without a price is flagged (its calls would count as 0), not failed.
+    assert "no price for test-model" in found[doctor.PRICES].detail
+    assert "SLACKINTERP_PRICES" in found[doctor.PRICES].detail
     assert "1+1 = 2" in found[doctor.KERNEL].detail
     # It says how kernels start (SLACKINTERP_KERNEL_START; forked only under the sandbox).
     kernel = found[doctor.KERNEL].detail

@@ -30,6 +30,8 @@ FLOORS: dict[str, int] = {
     # pure modules, standard library only
     "slackinterp.egress.policy": 1,
     "slackinterp.kernels.local.fork:door": 1,
+    "slackinterp.caps": 1,  # a budget cap as written (SLACKINTERP_BUDGET_*, /interp budget)
+    "slackinterp.pricing": 1,  # the price table (SLACKINTERP_PRICES) and cost
     "slackinterp.config": 2,
     "slackinterp.model_client": 3,
     "slackinterp.settings_docs": 3,

@@ -29,6 +29,7 @@ from slackinterp.engine.events import (
     Notice,
     TurnFailed,
     TurnQueued,
+    TurnUsage,
 )
 from slackinterp.engine.presentation import RESTARTED, CellState, cell_status
 from slackinterp.engine.workspace import human_size
@@ -218,6 +219,8 @@ class TurnPrinter:
                 self.answer_streamed = False
             case TurnFailed(message=message):
                 out.line(f"! {terminal_words(message)}")
+            case TurnUsage(line=line):
+                out.line(f"· {line}")
             case _:
                 pass  # TurnStarted, TurnFinished: nothing to show
 

@@ -31,6 +31,7 @@ from slackinterp.doctor.checks import (
     KERNEL,
     MODEL,
     PASS_MARK,
+    PRICES,
     SANDBOX,
     SETTINGS,
     SIGNING_SECRET,
@@ -45,7 +46,7 @@ from slackinterp.doctor.host_checks import (
     check_storage,
 )
 from slackinterp.doctor.kernel_check import check_kernel
-from slackinterp.doctor.model_check import check_model
+from slackinterp.doctor.model_check import check_model, check_prices
 from slackinterp.doctor.slack_checks import (
     check_app_token,
     check_bot_token,
@@ -65,6 +66,7 @@ __all__ = [
     "KERNEL",
     "MODEL",
     "PASS_MARK",
+    "PRICES",
     "SANDBOX",
     "SETTINGS",
     "SIGNING_SECRET",
@@ -127,6 +129,7 @@ async def run_checks(settings: Settings) -> list[Check]:
         bot,
         connection,
         model,
+        check_prices(settings),
         kernel,
         *storage,
         sandbox,

@@ -26,6 +26,7 @@ from slackinterp.doctor.checks import (
     MODEL,
     MODEL_HTTP_TIMEOUT,
     MODEL_TIMEOUT,
+    PRICES,
     Check,
     bounded,
     failed,
@@ -157,3 +158,27 @@ async def check_model(settings: Settings) -> Check:
         return passed(MODEL, f"'{settings.openai_model}' answers at {where}{note}")
     finally:
         await client.close()
+
+
+def check_prices(settings: Settings) -> Check:
+    """Whether the model has a price (SLACKINTERP_PRICES over the built-in table). A model
+    without one is flagged, not failed: a local model is free, and says so with `=0/0/0`."""
+    from slackinterp.pricing import PriceTable
+
+    model = settings.openai_model
+    if not settings.model_configured:
+        return skipped(PRICES, "no model configured")
+    table = PriceTable(settings.prices, settings.currency)
+    price = table.price(model)
+    if price is None:
+        return passed(
+            PRICES,
+            f"⚠ no price for {model}: its calls count as 0 {settings.currency} in usage and "
+            f"money caps; add `{model}=input/cached/output` (per million tokens) to "
+            "SLACKINTERP_PRICES, `=0/0/0` for a free local model",
+        )
+    return passed(
+        PRICES,
+        f"{model}: {price.input:g} / {price.cached:g} / {price.output:g} {settings.currency} "
+        "per million input / cached / output tokens",
+    )

@@ -40,9 +40,10 @@ from slackinterp.kernels.execution import (
 )
 from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.kernels.registry import KernelRegistry, Lease
+from slackinterp.kernels.resources import Resources
 from slackinterp.llm import prompts
 from slackinterp.llm.port import CellRun, CellSource
-from slackinterp.store import Store
+from slackinterp.store import CellUsage, Store
 
 log = logging.getLogger(__name__)
 
@@ -131,10 +132,12 @@ class CellRunner:
                 raise QuotaExceeded(over + notices.QUOTA_BEFORE)
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
+            started = lease.kernel.resources()
             result = await self._execute(session, lease, cell_id, code, emit, source)
+            used = self._usage(session, started, lease.kernel.resources(), result)
             notes = notices.network_notes(lease.kernel, self.settings.command)
             produced = await self._after_cell(
-                session, files, cell_id, code, before, result, emit, notes
+                session, files, cell_id, code, before, result, emit, notes, used
             )
             return CellRun(result, tuple(produced), notes)
         except BaseException as exc:
@@ -205,6 +208,7 @@ class CellRunner:
         result: CellResult,
         emit: Emit,
         network: tuple[str, ...] = (),
+        used: CellUsage | None = None,
     ) -> list[str]:
         """Count, record and report a finished cell; the files it produced."""
         key = session.key.id
@@ -228,7 +232,8 @@ class CellRunner:
                 ok=result.ok,
                 error_name=result.error.ename if result.error else None,
                 duration=result.duration,
-                outputs=lambda number, used: self._export_outputs(result, number, used),
+                outputs=lambda number, chars: self._export_outputs(result, number, chars),
+                usage=used,
             )
             if result.ok:
                 session.unsaved_cell = stored  # saved at the end of the turn
@@ -253,6 +258,28 @@ class CellRunner:
         if over is not None:
             emit(Notice(NoticeKind.QUOTA, over + notices.QUOTA_AFTER))
         return produced
+
+    @staticmethod
+    def _usage(
+        session: ThreadSession,
+        before: Resources | None,
+        after: Resources | None,
+        result: CellResult,
+    ) -> CellUsage:
+        """What the cell used of its kernel: CPU-seconds between the two readings (None when
+        either is missing, or the kernel was restarted in between), its wall time, the peak."""
+        cpu = None
+        if before is not None and after is not None and after.cpu_seconds >= before.cpu_seconds:
+            cpu = after.cpu_seconds - before.cpu_seconds
+            metrics.CELL_CPU_SECONDS.inc(cpu)
+        return CellUsage(
+            session.key.channel,
+            session.asker,
+            session.origin.value,
+            cpu,
+            result.duration,
+            after.peak_memory if after is not None else None,
+        )
 
     def _over_quota(self, used: workspace.Usage) -> str | None:
         return notices.over_quota(

@@ -122,6 +122,16 @@ class TurnFailed:
 
 
 @dataclass(frozen=True)
+class TurnUsage:
+    """What a model turn's calls used, once, before TurnFinished (SLACKINTERP_USAGE_FOOTER):
+    front-ends end the answer with `line`."""
+
+    line: str
+    tokens: int = 0
+    cost: float = 0.0
+
+
+@dataclass(frozen=True)
 class TurnFinished:
     cells: int = 0
     seconds: float = 0.0
@@ -143,5 +153,6 @@ Event = (
     | AssistantDelta
     | AssistantText
     | TurnFailed
+    | TurnUsage
     | TurnFinished
 )

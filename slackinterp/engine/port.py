@@ -11,17 +11,19 @@ from typing import TYPE_CHECKING
 
 from slackinterp.engine import steering, workspace
 from slackinterp.engine.cells import CellRunner, Emit
-from slackinterp.engine.events import AssistantDelta, AssistantText, Notice
+from slackinterp.engine.events import AssistantDelta, AssistantText, Notice, TurnUsage
 from slackinterp.engine.session import ThreadSession
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.files import TransferError
 from slackinterp.llm import prompts
 from slackinterp.llm.port import CellRun, CellSource
 from slackinterp.llm.steering import Steering
+from slackinterp.llm.usage import ModelCall
 from slackinterp.store import Store
 
 if TYPE_CHECKING:
     from slackinterp.datasources.service import DataSources
+    from slackinterp.engine.budgets import Meter
 
 log = logging.getLogger(__name__)
 
@@ -36,17 +38,35 @@ class EnginePort:
         session: ThreadSession,
         emit: Emit,
         data: DataSources | None = None,
+        meter: Meter | None = None,
     ):
         self.cells = cells
         self.store = store
         self.session = session
         self.emit = emit
         self.data = data  # the channel's SQL sources, for the prompt (datasources/)
+        self.meter = meter  # the turn's model calls: kept, priced, capped (budgets.py)
 
     async def data_sources(self) -> str:
         if self.data is None:
             return ""
         return await self.data.summary(self.session.key.channel)
+
+    async def model_used(self, call: ModelCall) -> str | None:
+        """Kept and priced (engine/budgets.py); a cap's 80 % warning is said at once."""
+        if self.meter is None:
+            return None
+        stop = await self.meter.model_used(call)
+        for line in self.meter.take_warnings():
+            self.emit(Notice(NoticeKind.BUDGET, line))
+        return stop
+
+    def show_usage(self) -> None:
+        """The turn's tokens and cost, for the answer's footer (SLACKINTERP_USAGE_FOOTER)."""
+        meter = self.meter
+        if meter is not None and meter.calls and meter.budgets.settings.usage_footer:
+            line = meter.budgets.footer(meter.used, meter.cost)
+            self.emit(TurnUsage(line, meter.used.total, meter.cost))
 
     async def run_python(self, code: str, source: CellSource = "model") -> CellRun:
         return await self.cells.run(self.session, code, source, self.emit)

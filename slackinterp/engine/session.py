@@ -43,6 +43,8 @@ class ThreadSession:
     # Steering: True while a model turn runs that takes new messages at its next round;
     # `instructions` holds those not yet taken, oldest first.
     steerable: bool = False
+    # Who the running turn is for, so its cells' usage is kept with the asker (and origin).
+    asker: str = ""
     instructions: list[Instruction] = field(default_factory=list)
     # Snapshots (engine/snapshots.py): the newest successful cell (store id) not saved yet,
     # and whether the thread was told its variables no longer all fit SLACKINTERP_SNAPSHOT_MAX_MB.

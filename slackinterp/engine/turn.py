@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import fork, intake, notebook, notices, steering, workspace
+from slackinterp.engine.budgets import BudgetRefused, Budgets
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
@@ -124,6 +125,7 @@ class Engine:
         self.notice_listeners: list[NoticeListener] = []
         # Each cell: lease → quota → run → record → report (cells.py).
         self.cells = CellRunner(settings, store, registry)
+        self.budgets = Budgets(settings, store)  # model turns: kept, priced, capped
         # After each turn the kernel saves what changed (engine/snapshots.py).
         self.snapshots = SnapshotSteps(settings, store, registry, self._tell)
         # SQL data sources (set by runtime.py when configured): who queries, what the model sees.
@@ -218,7 +220,7 @@ class Engine:
     async def _run_turn(self, session: ThreadSession, request: TurnRequest, emit: Emit) -> None:
         started = time.monotonic()
         session.stop_requested = asyncio.Event()
-        session.origin = request.origin
+        session.asker, session.origin = request.user, request.origin
         emit(TurnStarted())
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
@@ -251,6 +253,8 @@ class Engine:
             emit(TurnFailed(exc.message, kind=exc.kind))
         except QuotaExceeded as exc:
             emit(TurnFailed(exc.message, kind=FailureKind.QUOTA))
+        except BudgetRefused as exc:
+            emit(TurnFailed(exc.message, kind=FailureKind.BUDGET))
         except AtCapacity as exc:
             emit(TurnFailed(notices.at_capacity(str(exc)), kind=FailureKind.CAPACITY))
         except KernelStartError as exc:
@@ -292,26 +296,29 @@ class Engine:
         elif request.text.strip() or received or context.earlier:
             if request.text.strip():
                 await self.store.add_entry(session.key.id, "question", request.text.strip())
-            port = EnginePort(self.cells, self.store, session, emit, self.data)
             text = prompts.with_earlier_conversation(
                 context.earlier, request.text, self.settings.thread_context_chars
             )
-            emit(AgentStarted(request.text.strip()))
-            session.steerable = True  # later messages steer this turn (steering.py)
-            try:
-                answer = await self.agent.run_turn(
-                    session.key.id,
-                    text,
-                    received,
-                    session.workdir,
-                    port,
-                    session.stop_requested,
-                )
-            finally:
-                session.steerable = False
-            if answer:
-                emit(AssistantText(answer))
-                await self.store.add_entry(session.key.id, "answer", answer)
+            async with self.budgets.turn(session.key, request.user, request.origin) as meter:
+                port = EnginePort(self.cells, self.store, session, emit, self.data, meter)
+                emit(AgentStarted(request.text.strip()))
+                session.steerable = True  # later messages steer this turn (steering.py)
+                try:
+                    answer = await self.agent.run_turn(
+                        session.key.id,
+                        text,
+                        received,
+                        session.workdir,
+                        port,
+                        session.stop_requested,
+                    )
+                    session.steerable = False
+                    if answer:
+                        emit(AssistantText(answer))
+                        await self.store.add_entry(session.key.id, "answer", answer)
+                finally:
+                    session.steerable = False
+                    port.show_usage()  # the answer's footer, also after a failed round
         else:  # an empty mention in a thread with nothing above it to act on
             emit(Notice(NoticeKind.EMPTY, notices.NOTHING_ABOVE))
 

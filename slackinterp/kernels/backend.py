@@ -13,6 +13,7 @@ from typing import Any, Protocol
 from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
+from slackinterp.kernels.resources import Resources
 
 
 class KernelStartError(SlackinterpError):
@@ -43,6 +44,11 @@ class Kernel(Protocol):
     @property
     def scratch_dirs(self) -> list[Path]:
         """Where the kernel writes besides its working directory (counted by the quota)."""
+        ...
+
+    def resources(self) -> Resources | None:
+        """What the kernel's processes have used so far (CPU-seconds, peak memory), read
+        before and after each cell; None where the backend cannot tell (a gateway's)."""
         ...
 
     async def move_to(self, cwd: Path) -> None: ...

@@ -48,6 +48,7 @@ from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.steering import as_message as steering_message  # issue 27
 from slackinterp.llm.tooling import tool_result_text
 from slackinterp.llm.turnclock import TurnClock
+from slackinterp.llm.usage import ModelCall
 
 __all__ = ["Agent", "AgentConfig", "ModelError", "tool_result_text"]
 
@@ -139,6 +140,9 @@ class Agent:
         await self.history.add_history(key, turn)
         data = await hooks.data_sources()  # the channel's SQL sources, once per turn
         for _round in range(self.config.max_rounds):
+            if state.budget_spent:  # the last round crossed a budget: no further call
+                log.info("model.turn_out_of_budget")
+                raise ModelError(state.budget_spent, FailureKind.BUDGET)
             if state.clock.spent():
                 log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
                 return turnclock.out_of_time(self.config.turn_seconds, state.ran_cell)
@@ -460,6 +464,9 @@ class Agent:
         started = time.monotonic()
         choice = self._tool_choice(state)
         reply = await self.completions.create(messages, hooks, choice, state.carried, state.clock)
+        if reply.usage is not None:
+            call = ModelCall(self.config.model, reply.usage, reply.seconds)
+            state.budget_spent = await hooks.model_used(call) or state.budget_spent
         log.info(
             "model.replied seconds=%.2f tool_calls=%d chars=%d finish=%s",
             time.monotonic() - started,

@@ -20,6 +20,7 @@ from openai import AsyncOpenAI
 
 from slackinterp.errors import FailureKind
 from slackinterp.llm import bounds, failures, prompts, responses, textcalls
+from slackinterp.llm import usage as tokens
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.port import TurnPort
 from slackinterp.llm.state import AgentConfig
@@ -38,6 +39,8 @@ class Reply:
     refusal: str = ""  # the model declined (Chat Completions' `refusal`)
     cut: str = ""  # bounds.CUT_TIME, CUT_TURN or CUT_REPEATING: stopped by the bot
     seconds: float = 0.0
+    # What the server said the call used; set to an estimate when it said nothing.
+    usage: tokens.TokenUsage | None = None
 
 
 class _Repeating(Exception):
@@ -76,6 +79,9 @@ class Completions:
         # SLACKINTERP_MODEL_TEMPERATURE: set once the server refused it (OpenAI's reasoning
         # models accept only their default); not sent again for the life of the process.
         self.temperature_refused = False
+        # A server that refuses `stream_options` (an older local one): its streams are read
+        # without usage, which is then estimated.
+        self.stream_options_refused = False
 
     @property
     def temperature(self) -> float | None:
@@ -105,7 +111,7 @@ class Completions:
                 try:
                     reply = await self._request(messages, port, tool_choice, carried, partial)
                 except openai.BadRequestError as exc:
-                    if not self._refuses_temperature(exc):
+                    if not (self._refuses_temperature(exc) or self._refuses_stream_options(exc)):
                         raise
                     reply = await self._request(messages, port, tool_choice, carried, partial)
         except TimeoutError:
@@ -118,6 +124,8 @@ class Completions:
         except _Repeating:
             reply = self._salvage(partial, partial.cut)
         reply.seconds = time.monotonic() - started
+        if reply.usage is None:  # the server said nothing (or the reply was cut): estimate
+            reply.usage = tokens.estimate(messages, reply.text, reply.tool_calls)
         if reply.cut:
             log.warning(
                 "model.reply_cut reason=%s seconds=%.1f chars=%d tool_calls=%d",
@@ -151,6 +159,14 @@ class Completions:
             self.config.temperature,
             exc.status_code,
         )
+        return True
+
+    def _refuses_stream_options(self, exc: openai.BadRequestError) -> bool:
+        """A 400 naming `stream_options`: stream without it from now on (usage estimated)."""
+        if self.stream_options_refused or "stream_options" not in str(exc):
+            return False
+        self.stream_options_refused = True
+        log.warning("model.stream_options_refused; token usage is estimated from now on")
         return True
 
     def _salvage(self, partial: bounds.Partial, reason: str) -> Reply:
@@ -200,17 +216,28 @@ class Completions:
                 if c.type == "function"
             ]
             refusal = getattr(message, "refusal", None) or ""
-            return Reply(message.content or "", calls, choice0.finish_reason, refusal=refusal)
+            return Reply(
+                message.content or "",
+                calls,
+                choice0.finish_reason,
+                refusal=refusal,
+                usage=tokens.from_chat(getattr(response, "usage", None)),
+            )
         return await self.stream(kwargs, port, partial)
 
     async def stream(
         self, kwargs: dict[str, Any], port: TurnPort, partial: bounds.Partial
     ) -> Reply:
+        if not self.stream_options_refused:
+            kwargs = {**kwargs, "stream_options": {"include_usage": True}}
         stream = await self.client.chat.completions.create(**kwargs, stream=True)
         gate = Gate(port, self.config.text_tool_calls)
         calls = partial.calls
+        used: tokens.TokenUsage | None = None
         try:
             async for chunk in stream:
+                if getattr(chunk, "usage", None) is not None:
+                    used = tokens.from_chat(chunk.usage)  # the last chunk, without choices
                 if not chunk.choices:
                     continue
                 choice = chunk.choices[0]
@@ -246,7 +273,13 @@ class Completions:
             call["id"] = call["id"] or f"call_{n}"
         if partial.finish == "length" and ordered:
             ordered = partial.complete_calls()  # a call cut at the limit cannot run
-        return Reply(partial.joined(), ordered, partial.finish, refusal="".join(partial.refusal))
+        return Reply(
+            partial.joined(),
+            ordered,
+            partial.finish,
+            refusal="".join(partial.refusal),
+            usage=used,
+        )
 
     async def respond(
         self,
@@ -283,5 +316,10 @@ class Completions:
 
         result = await responses.create(self.client, kwargs, self.config.stream, on_text)
         return Reply(
-            result.text, result.calls, result.finish_reason, result.reasoning, result.item_ids
+            result.text,
+            result.calls,
+            result.finish_reason,
+            result.reasoning,
+            result.item_ids,
+            usage=result.usage,
         )

@@ -16,6 +16,7 @@ from typing import Literal, Protocol
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm.steering import Steering
+from slackinterp.llm.usage import ModelCall
 
 # model_text: a call the model wrote as text; model_text_fixed: the same, run with its
 # indentation repaired (it did not compile as written).
@@ -70,6 +71,12 @@ class TurnPort(Protocol):
 
     async def read_file(self, name: str, max_bytes: int) -> bytes | None:
         """A file of the working directory; None if unreadable or over max_bytes."""
+        ...
+
+    async def model_used(self, call: ModelCall) -> str | None:
+        """Each model call's tokens, as soon as it returns (kept, priced, counted against the
+        budgets). A line back means a budget is now spent: the turn finishes the round it is
+        in (the reply's cells run) and then stops with that line, before another call."""
         ...
 
     async def steering(self) -> Sequence[Steering]:

@@ -14,6 +14,8 @@ from typing import Any
 
 from openai import AsyncOpenAI
 
+from slackinterp.llm import usage as token_usage
+
 
 @dataclass
 class Carried:
@@ -30,6 +32,7 @@ class Result:
     finish_reason: str
     reasoning: list[dict[str, Any]]
     item_ids: dict[str, str]
+    usage: token_usage.TokenUsage | None = None  # the completed response's own
 
 
 def tool(schema: dict[str, Any]) -> dict[str, Any]:
@@ -161,4 +164,5 @@ def _result(response: Any) -> Result:
     details = getattr(response, "incomplete_details", None)
     cut = incomplete and getattr(details, "reason", "") == "max_output_tokens"
     finish = "length" if cut else ("tool_calls" if calls else "stop")
-    return Result("".join(texts), calls, finish, reasoning, item_ids)
+    used = token_usage.from_responses(getattr(response, "usage", None))
+    return Result("".join(texts), calls, finish, reasoning, item_ids, used)

@@ -58,3 +58,4 @@ class TurnState:
     blocks: bool = False  # SLACKINTERP_TOOL_MODE=blocks: the model writes code blocks
     with_files: bool = False  # files came with the message
     clock: TurnClock = field(default_factory=lambda: TurnClock(0))  # SLACKINTERP_TURN_SECONDS
+    budget_spent: str = ""  # a budget ran out during the turn: its line, said before a new call

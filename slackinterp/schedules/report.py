@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from slackinterp.engine.events import (
+    AgentStarted,
     AssistantText,
     CellFinished,
     Event,
@@ -21,7 +22,7 @@ from slackinterp.engine.events import (
     Notice,
     TurnFailed,
 )
-from slackinterp.errors import NoticeKind
+from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 
 MAX_NOTICES = 10  # notices kept for the reply
@@ -109,6 +110,7 @@ class RunFold:
         self.last: RunCell | None = None  # where a network notice that follows belongs
         self.said: str | None = None  # the model's latest words: its answer if nothing follows
         self.produced: dict[str, ProducedFile] = {}  # by name: a file written twice, its last
+        self.asked = False  # the model turn was admitted (its budget let it start)
 
     def take(self, event: Event) -> None:
         report = self.report
@@ -142,9 +144,13 @@ class RunFold:
                 if self.said is not None:
                     report.interim.append(self.said)
                 self.said = text
-            case TurnFailed(message=message):
+            case AgentStarted():
+                self.asked = True
+            case TurnFailed(message=message, kind=kind):
                 # A phrase like the run's other problems: the reply ends it.
                 report.problem = report.problem or message.strip().rstrip(".")
+                # A budget spent before any model call: the run was refused, not failed.
+                report.refused |= kind == FailureKind.BUDGET and not self.asked
             case _:
                 pass  # deltas, outputs as they come, start and end: the reply is made at the end
 

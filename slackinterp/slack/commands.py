@@ -1,5 +1,6 @@
-"""The slash command (`/interp reset|stop|status|files|export|help [thread link]`, and
-`/interp network …` for the channel's network rules, `/interp data …` for its data sources).
+"""The slash command (`/interp reset|stop|status|files|export|help [thread link]`,
+`/interp network …` for the channel's network rules, `/interp data …` for its data sources,
+`/interp usage` and `/interp budget …`).
 
 Slack sends a command no thread, so without a link it answers with the channel's kernels and a
 button for each; with a link it acts on that thread, if the thread is in this channel."""
@@ -20,6 +21,7 @@ from slackinterp.slack.listener_base import ListenerBase
 from slackinterp.slack.network import NetworkCommand
 from slackinterp.slack.render import buttons
 from slackinterp.slack.schedule_front import SlackSchedules
+from slackinterp.slack.usage_front import UsageFront
 
 if TYPE_CHECKING:
     from slackinterp.egress.service import Egress
@@ -32,6 +34,10 @@ class CommandListeners(ListenerBase):
 
     schedules: SlackSchedules | None = None  # issue 28: set by SlackListeners when enabled
     egress: Egress | None = None  # the runtime's (slack/bot.py), for `network`
+
+    @functools.cached_property
+    def usage(self) -> UsageFront:
+        return UsageFront(self.engine.budgets, Admins(self.settings.admins))
 
     @functools.cached_property
     def network(self) -> NetworkCommand:
@@ -65,6 +71,15 @@ class CommandListeners(ListenerBase):
             await ack()
             user = body.get("user_id", "")
             answer = await self.data_command.handle(client, user, channel, words[1:])
+            await respond(response_type="ephemeral", text=answer)
+            return
+        if word in ("usage", "budget"):  # what the model costs here (slack/usage_front.py)
+            await ack()
+            user = body.get("user_id", "")
+            if word == "usage":
+                answer = await self.usage.channel_text(client, channel, user)
+            else:
+                answer = await self.usage.budget_command(client, user, channel, words[1:])
             await respond(response_type="ephemeral", text=answer)
             return
         if word not in controls.SLACK_WORDS:

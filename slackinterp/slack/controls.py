@@ -53,6 +53,8 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             f"• `{mention} data` lists this channel's SQL data sources and their tables "
             f"(`{mention} data refresh` reads them again); `{command} data allow|deny NAME` "
             "enables or disables one (admins).",
+            f"• `{mention} usage` shows what this thread, you and the channel spent on the "
+            f"model; `{command} budget show|set 20/day` the channel's caps (admins change them).",
         ]
     )
 

@@ -40,6 +40,7 @@ from slackinterp.slack.manifest import SHORTCUT_ID
 from slackinterp.slack.network import is_network_command
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer
 from slackinterp.slack.thread import Own, clean_text, trimmed
+from slackinterp.slack.usage_front import is_budget_command, is_usage_command
 from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
@@ -245,6 +246,14 @@ class SlackListeners(CommandListeners, ButtonListeners):
             if is_data_command(words):  # `@interp data`, `@interp data refresh` (slack/data.py)
                 answer = self.data_command.handle(client, user, channel, words[1:])
                 self.spawn(self._answer(client, key, answer), f"data-{key.id}")
+                return
+            if is_usage_command(words):  # `@interp usage` (slack/usage_front.py)
+                answer = self.usage.thread_text(key, user)
+                self.spawn(self._answer(client, key, answer), f"usage-{key.id}")
+                return
+            if is_budget_command(words):
+                answer = self.usage.budget_command(client, user, channel, words[1:])
+                self.spawn(self._answer(client, key, answer), f"budget-{key.id}")
                 return
         if len(text) > MAX_TEXT:
             await self._reply(

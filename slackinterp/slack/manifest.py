@@ -102,7 +102,8 @@ def manifest(
                 {
                     "command": command,
                     "description": "Reset, stop, inspect or export a thread's kernel",
-                    "usage_hint": "reset|stop|status|files|export|undo|fork|schedules|network|data"
+                    "usage_hint": "reset|stop|status|files|export|undo|fork|schedules|network"
+                    "|data|usage|budget"
                     "|help [thread link]",
                     "should_escape": False,
                 }

@@ -33,6 +33,7 @@ from slackinterp.engine.events import (
     TurnFinished,
     TurnQueued,
     TurnStarted,
+    TurnUsage,
 )
 from slackinterp.engine.workspace import human_size
 from slackinterp.kernels.execution import (
@@ -113,6 +114,7 @@ class TurnRenderer(ThreadPoster):
         self.cells: dict[str, CellView] = {}
         self.answer_ts: str | None = None
         self.answer_text = ""
+        self.last_answer: tuple[str, str] | None = None  # (ts, mrkdwn): the footer goes there
         self.answer_last_edit = 0.0
         # Shared by a bot's renderers: display ids of earlier cells (updates edit them).
         self.displays = displays if displays is not None else DisplayMemory()
@@ -175,6 +177,8 @@ class TurnRenderer(ThreadPoster):
                 await self._answer_delta(delta)
             case AssistantText(text=text):
                 await self._answer_final(text)
+            case TurnUsage(line=line):
+                await self._footer(line)
             case TurnFailed(message=message):
                 await self.post(f":warning: {t.escape(message)}")
             case TurnFinished():
@@ -425,12 +429,26 @@ class TurnRenderer(ThreadPoster):
     async def _answer_final(self, text: str) -> None:
         chunks = t.split_message(t.markdown_to_mrkdwn(text))
         first, rest = chunks[0], chunks[1:]
-        if self.answer_ts is None or not await self.edit(self.answer_ts, first):
-            await self.post(first)
+        ts = self.answer_ts
+        if ts is None or not await self.edit(ts, first):
+            ts = await self.post(first)
         for chunk in rest:
-            await self.post(chunk)
+            ts = await self.post(chunk)
+        last = rest[-1] if rest else first
+        self.last_answer = (ts, last) if ts else None
         self.answer_ts = None
         self.answer_text = ""
+
+    async def _footer(self, line: str) -> None:
+        """The turn's tokens and cost under its answer (an edit of the answer's last message
+        while it has room; otherwise a line of its own)."""
+        footer = f"_{t.escape(line)}_"
+        if self.last_answer is not None:
+            ts, text = self.last_answer
+            combined = f"{text}\n{footer}"
+            if len(combined) < t.MESSAGE_BUDGET and await self.edit(ts, combined):
+                return
+        await self.post(footer)
 
 
 def _received_line(event: FileReceived) -> str:

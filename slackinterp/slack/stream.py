@@ -32,6 +32,7 @@ from slackinterp.engine.events import (
     Event,
     TurnFailed,
     TurnFinished,
+    TurnUsage,
 )
 from slackinterp.kernels.execution import CellResult, Status
 from slackinterp.slack import text as t
@@ -237,6 +238,10 @@ class StreamedTurn:
                 self.round_streamed = ""
                 self.paragraph = self.ts is not None  # the next round's text starts anew
                 self.answered = self.answered or bool(text.strip())
+                return []
+            case TurnUsage(line=line) if self.ts is not None:
+                # The answer's footer, at the streamed message's end (SLACKINTERP_USAGE_FOOTER).
+                await self._markdown("\n\n" + t.defuse(f"_{line}_"))
                 return []
             case TurnFailed():
                 await self.close(feedback=False)

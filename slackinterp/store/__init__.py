@@ -10,7 +10,8 @@ One module per concept: `schema` (tables), `migrations` (versions), `connection`
 `locks` (the per-thread lock across replicas), then one mixin per group of tables — `threads`
 (turns in flight), `replay` (cells and model history), `transcript` (notebook export), `seen`
 (events and thread context), `kernels` (gateway directory, kernel processes), `recurring`
-(recurring analyses and their run claims), `network` (per-channel egress rules). `Store` is their
+(recurring analyses and their run claims), `network` (per-channel egress rules), `usage`
+(model calls and cells used, budgets' reservations and caps). `Store` is their
 union.
 """
 
@@ -59,6 +60,15 @@ from slackinterp.store.schema import (
 from slackinterp.store.seen import Seen
 from slackinterp.store.threads import Threads, TurnStart
 from slackinterp.store.transcript import Transcript
+from slackinterp.store.usage import (
+    CallRow,
+    CellUsage,
+    SpendQuery,
+    Spent,
+    StoredCap,
+    Usage,
+    UsageLine,
+)
 
 __all__ = [
     "BASE_VERSION",
@@ -66,12 +76,18 @@ __all__ = [
     "MIGRATION_LOCK",
     "PENDING_LIMIT",
     "SCHEMA_VERSION",
+    "CallRow",
+    "CellUsage",
     "Migration",
+    "SpendQuery",
+    "Spent",
     "Store",
     "StoreError",
+    "StoredCap",
     "StoredCell",
     "StoredSchedule",
     "TurnStart",
+    "UsageLine",
     "advisory_key",
     "cells",
     "channel_network_rules",
@@ -95,7 +111,7 @@ __all__ = [
 ]
 
 
-class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules, DataRules):
+class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules, DataRules, Usage):
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
 
     async def record_cell(
@@ -107,12 +123,14 @@ class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules,
         error_name: str | None,
         duration: float,
         outputs: Callable[[int, int], Sequence[dict[str, Any]]],
+        usage: CellUsage | None = None,
     ) -> int:
         """A finished cell for replay (add_cell) and its transcript entry (add_entry), in one
         transaction: on SQLite every transaction waits its turn for the one connection, and a
         turn's next cell, model request or turn waits behind these. `outputs(number, used)`
         gives the entry's outputs from its execution count and the characters already stored
-        (transcript_stats). Returns the cell's id."""
+        (transcript_stats); `usage`, what the cell used of the kernel, is kept with them.
+        Returns the cell's id."""
         async with self._engine.begin() as conn:
             cell_id = await self._add_cell(
                 conn, key, code, ok=ok, error_name=error_name, duration=duration
@@ -120,6 +138,8 @@ class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules,
             count, used = await self._transcript_stats(conn, key)
             number = count + 1
             await self._add_entry(conn, key, "code", code, outputs(number, used), number)
+            if usage is not None:
+                await self._add_cell_usage(conn, key, usage)
         return cell_id
 
     @classmethod

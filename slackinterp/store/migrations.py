@@ -16,12 +16,17 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from slackinterp.store.base import StoreError, advisory_key
 from slackinterp.store.schema import (
+    budget_reservations,
+    budget_warnings,
+    cell_usage,
+    channel_budgets,
     channel_data_rules,
     channel_network_rules,
     context_files,
     context_pending,
     meta,
     metadata,
+    model_usage,
     schedule_runs,
     schedules,
     thread_context,
@@ -78,7 +83,22 @@ def _v8(conn: Connection) -> None:
     channel_data_rules.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
+def _v9(conn: Connection) -> None:
+    """Version 9: model and cell usage, budget reservations, channel caps, 80 % warnings."""
+    for table in (model_usage, cell_usage, budget_reservations, channel_budgets, budget_warnings):
+        table.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {
+    2: _v2,
+    3: _v3,
+    4: _v4,
+    5: _v5,
+    6: _v6,
+    7: _v7,
+    8: _v8,
+    9: _v9,
+}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")

@@ -11,6 +11,7 @@ from sqlalchemy import (
     Boolean,
     Column,
     Float,
+    Index,
     Integer,
     MetaData,
     String,
@@ -196,4 +197,77 @@ channel_data_rules = Table(
     Column("kind", String(8), nullable=False),  # allow | deny
     Column("added_by", String(100), nullable=False),
     Column("created_at", Float, nullable=False),
+)
+
+# Usage and budgets (schema version 9). One row per model call and per cell, with who and
+# where, so a month can be summed by channel, person, model or thread.
+model_usage = Table(
+    "model_usage",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False, index=True),
+    Column("turn_id", String(32), nullable=False, index=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("channel", String(100), nullable=False),
+    Column("user_id", String(100), nullable=False),
+    Column("origin", String(16), nullable=False),  # errors.TurnOrigin
+    Column("model", String(200), nullable=False),
+    Column("input_tokens", BigInteger, nullable=False),  # cached ones included
+    Column("cached_tokens", BigInteger, nullable=False),
+    Column("output_tokens", BigInteger, nullable=False),
+    Column("estimated", Boolean, nullable=False),  # the server reported none
+    Column("cost", Float, nullable=False),  # in SLACKINTERP_CURRENCY, at the price of the day
+    Column("seconds", Float, nullable=False),
+    Index("model_usage_channel_at", "channel", "at"),
+    Index("model_usage_user_at", "user_id", "at"),
+)
+
+cell_usage = Table(
+    "cell_usage",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("at", Float, nullable=False, index=True),
+    Column("thread_key", String(200), nullable=False, index=True),
+    Column("channel", String(100), nullable=False),
+    Column("user_id", String(100), nullable=False),
+    Column("origin", String(16), nullable=False),
+    Column("cpu_seconds", Float),  # NULL: the backend cannot tell
+    Column("wall_seconds", Float, nullable=False),
+    Column("peak_memory", BigInteger),  # bytes; NULL: the backend cannot tell
+)
+
+# A model turn in flight holds a reservation of what one turn costs, so replicas admitting
+# turns at the same moment see each other's (engine/budgets.py); gone when the turn settles.
+budget_reservations = Table(
+    "budget_reservations",
+    metadata,
+    Column("id", String(32), primary_key=True),
+    Column("channel", String(100), nullable=False, index=True),
+    Column("user_id", String(100), nullable=False),
+    Column("origin", String(16), nullable=False),
+    Column("tokens", BigInteger, nullable=False),
+    Column("cost", Float, nullable=False),
+    Column("expires_at", Float, nullable=False),  # a crashed replica's reservation lapses
+)
+
+# Caps set from Slack by admins (`/interp budget set 20/day`), over the settings' defaults.
+channel_budgets = Table(
+    "channel_budgets",
+    metadata,
+    Column("channel", String(100), primary_key=True),
+    Column("scope", String(16), primary_key=True),  # channel | person | scheduled
+    Column("period", String(8), primary_key=True),  # day | month
+    Column("amount", Float, nullable=False),  # 0: no cap
+    Column("unit", String(8), nullable=False),  # tokens | money
+    Column("set_by", String(100), nullable=False),
+    Column("updated_at", Float, nullable=False),
+)
+
+# The 80 % warning, once per cap and period across replicas (who inserts it first says it).
+budget_warnings = Table(
+    "budget_warnings",
+    metadata,
+    Column("cap", String(300), primary_key=True),  # scope:who:period
+    Column("window", BigInteger, primary_key=True),  # the period's start, POSIX seconds
+    Column("at", Float, nullable=False),
 )

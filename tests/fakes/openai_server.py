@@ -109,6 +109,9 @@ class Reply:
     reasoning: str = ""
     # Chat Completions' `refusal`: the model declines (content stays empty).
     refusal: str = ""
+    # The usage reported: (input, cached, output) tokens; None: estimated from the request and
+    # the reply (4 characters a token), as before.
+    usage: tuple[int, int, int] | None = None
 
     def effective_finish_reason(self) -> str:
         if self.finish_reason is not None:
@@ -363,7 +366,11 @@ def response_output(reply: Reply, ids: Iterator[int], call_ids: list[str]) -> li
 
 
 def response_json(
-    response_id: str, model: str, output: list[dict[str, Any]], reply: Reply
+    response_id: str,
+    model: str,
+    output: list[dict[str, Any]],
+    reply: Reply,
+    usage: tuple[int, int, int] | None = (10, 0, 10),
 ) -> dict[str, Any]:
     """A Responses API ``response`` object; ``finish_reason="length"`` → incomplete."""
     cut = reply.finish_reason == "length"
@@ -379,11 +386,13 @@ def response_json(
         "parallel_tool_calls": True,
         "tool_choice": "auto",
         "tools": [],
-        "usage": {
-            "input_tokens": 10,
-            "output_tokens": 10,
-            "total_tokens": 20,
-            "input_tokens_details": {"cached_tokens": 0},
+        "usage": None
+        if usage is None
+        else {
+            "input_tokens": usage[0],
+            "output_tokens": usage[2],
+            "total_tokens": usage[0] + usage[2],
+            "input_tokens_details": {"cached_tokens": usage[1]},
             "output_tokens_details": {"reasoning_tokens": 5 if reply.reasoning else 0},
         },
     }
@@ -487,16 +496,26 @@ def _estimate_tokens(text: str) -> int:
     return max(1, len(text) // 4)
 
 
-def usage_json(request_body: dict[str, Any], reply: Reply) -> dict[str, Any]:
-    prompt = _estimate_tokens(json.dumps(request_body.get("messages", [])))
+def reply_usage(request_body: dict[str, Any], reply: Reply) -> tuple[int, int, int]:
+    """(input, cached, output) tokens the server reports for a reply."""
+    if reply.usage is not None:
+        return reply.usage
+    prompt = _estimate_tokens(
+        json.dumps(request_body.get("messages") or request_body.get("input") or [])
+    )
     completion = _estimate_tokens(
         reply.text + "".join(c.arguments_json() for c in reply.tool_calls)
     )
+    return prompt, 0, completion
+
+
+def usage_json(request_body: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    prompt, cached, completion = reply_usage(request_body, reply)
     return {
         "prompt_tokens": prompt,
         "completion_tokens": completion,
         "total_tokens": prompt + completion,
-        "prompt_tokens_details": {"cached_tokens": 0, "audio_tokens": 0},
+        "prompt_tokens_details": {"cached_tokens": cached, "audio_tokens": 0},
         "completion_tokens_details": {
             "reasoning_tokens": 0,
             "audio_tokens": 0,
@@ -512,7 +531,7 @@ def completion_json(
     model: str,
     reply: Reply,
     tool_call_ids: list[str],
-    usage: dict[str, Any],
+    usage: dict[str, Any] | None,
 ) -> dict[str, Any]:
     """A non-streaming ``chat.completion`` object.
 
@@ -676,6 +695,14 @@ class FakeOpenAI:
         self.default_temperature_only = False
         self.requests: list[RecordedRequest] = []
         self.replies_written: list[float] = []
+        # What real servers do: report `usage` (a stream only when the request asks with
+        # stream_options.include_usage). False: like a server that reports none.
+        self.report_usage = True
+        # Like an older local server: a request with `stream_options` gets HTTP 400 (before
+        # any script step is used).
+        self.rejects_stream_options = False
+        # The usage reported to each answered request, (input, cached, output), in order.
+        self.usage_reported: list[tuple[int, int, int]] = []
         self.unscripted_requests: list[RecordedRequest] = []
         self.in_flight = 0
         self.cancelled = 0
@@ -850,6 +877,7 @@ class FakeOpenAI:
             or self._check_images(body.get("input" if responses_api else "messages"))
             or self._check_tool_choice(body)
             or self._check_temperature(body)
+            or self._check_stream_options(body)
         )
         if rejection is not None:
             return rejection
@@ -874,6 +902,14 @@ class FakeOpenAI:
             "Only the default (1) value is supported.",
             param="temperature",
             code="unsupported_value",
+        )
+
+    def _check_stream_options(self, body: dict[str, Any]) -> web.Response | None:
+        """Like an older local server: `stream_options` is an unknown field (HTTP 400)."""
+        if not self.rejects_stream_options or "stream_options" not in body:
+            return None
+        return error_response(
+            400, "Unrecognized request argument supplied: stream_options", param="stream_options"
         )
 
     def _check_tool_choice(self, body: dict[str, Any]) -> web.Response | None:
@@ -919,19 +955,26 @@ class FakeOpenAI:
             return await self._stream_reply(request, body, step)
         return web.json_response(self._completion(body, step), headers=self._response_headers())
 
+    def _usage(self, body: dict[str, Any], reply: Reply) -> dict[str, Any] | None:
+        if not self.report_usage:
+            return None
+        self.usage_reported.append(reply_usage(body, reply))
+        return usage_json(body, reply)
+
     def _completion(self, body: dict[str, Any], reply: Reply) -> dict[str, Any]:
         return completion_json(
             completion_id=self._completion_id(),
             model=body["model"],
             reply=reply,
             tool_call_ids=self._tool_call_ids(reply),
-            usage=usage_json(body, reply),
+            usage=self._usage(body, reply),
         )
 
     async def _stream_reply(
         self, request: web.Request, body: dict[str, Any], reply: Reply
     ) -> web.StreamResponse:
         include_usage = bool((body.get("stream_options") or {}).get("include_usage"))
+        include_usage = include_usage and self.report_usage
         factory = ChunkFactory(self._completion_id(), body["model"], include_usage)
         response = await self._start_sse(request)
         first = True
@@ -941,7 +984,7 @@ class FakeOpenAI:
             first = False
             await response.write(sse_event(chunk))
         if include_usage:
-            await response.write(sse_event(factory.usage(usage_json(body, reply))))
+            await response.write(sse_event(factory.usage(self._usage(body, reply) or {})))
         await response.write(sse_event("[DONE]"))
         await response.write_eof()
         self.replies_written.append(time.perf_counter())
@@ -1023,7 +1066,11 @@ class FakeOpenAI:
     ) -> web.StreamResponse:
         """A Responses API answer: one JSON object, or its events over SSE."""
         output = response_output(reply, self._ids, self._tool_call_ids(reply))
-        response = response_json(f"resp_fake{next(self._ids):06d}", body["model"], output, reply)
+        used = reply_usage(body, reply) if self.report_usage else None
+        if used is not None:
+            self.usage_reported.append(used)
+        response_id = f"resp_fake{next(self._ids):06d}"
+        response = response_json(response_id, body["model"], output, reply, used)
         if not body.get("stream"):
             return web.json_response(response, headers=self._response_headers())
         stream = await self._start_sse(request)

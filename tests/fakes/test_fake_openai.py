@@ -413,3 +413,27 @@ async def test_stall_trickles_then_finishes(fake: FakeOpenAI, client: openai.Asy
     text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
     assert text == "all of it" and chunks[-1].choices[0].finish_reason == "stop"
     assert len(chunks) >= 3 + 3  # role, text, three empty deltas while stalled, finish
+
+
+async def test_scripted_usage_and_a_server_that_reports_none() -> None:
+    from openai import AsyncOpenAI
+
+    async with FakeOpenAI() as fake:
+        client = AsyncOpenAI(base_url=fake.base_url, api_key="sk-test")
+        fake.script(Reply(text="a", usage=(7, 3, 2)), Reply(text="b"))
+        done = await client.chat.completions.create(
+            model="gpt-5-mini", messages=[{"role": "user", "content": "hi"}]
+        )
+        assert done.usage is not None and done.usage.prompt_tokens == 7
+        assert done.usage.prompt_tokens_details is not None
+        assert done.usage.prompt_tokens_details.cached_tokens == 3
+        fake.report_usage = False
+        stream = await client.chat.completions.create(
+            model="gpt-5-mini",
+            messages=[{"role": "user", "content": "hi"}],
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [c async for c in stream]
+        assert all(c.usage is None for c in chunks) and fake.usage_reported == [(7, 3, 2)]
+        await client.close()

@@ -26,6 +26,7 @@ import aiohttp
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
+from slackinterp.kernels.resources import Resources
 
 log = logging.getLogger(__name__)
 
@@ -178,6 +179,9 @@ class GatewayKernel:
     @property
     def pid(self) -> int | None:
         return None  # the process is the gateway's business
+
+    def resources(self) -> Resources | None:
+        return None  # so is what it uses
 
     def files(self, max_files: int = 0) -> KernelFiles:
         return KernelFiles(self, max_files=max_files)

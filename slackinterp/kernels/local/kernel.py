@@ -25,6 +25,7 @@ from slackinterp.kernels.local.files import LocalFiles, adopt_pooled
 from slackinterp.kernels.local.manager import SandboxedKernelManager
 from slackinterp.kernels.local.processes import kill_group
 from slackinterp.kernels.local.sandbox import KERNEL_NICE
+from slackinterp.kernels.resources import Resources, process_tree
 
 log = logging.getLogger(__name__)
 
@@ -63,6 +64,12 @@ class LocalKernel:
     def pid(self) -> int | None:
         provisioner = self.km.provisioner
         return getattr(provisioner, "pid", None) if provisioner else None
+
+    def resources(self) -> Resources | None:
+        """The kernel's process tree, from the kernel's own accounting (/proc): CPU-seconds
+        of the living processes and of the children they reaped, and their peak RSS."""
+        pid = self.pid
+        return process_tree(pid) if pid else None
 
     async def connect(self, timeout: float = READY_TIMEOUT) -> None:
         self._client = self.km.client(context=ready.shared_context())
