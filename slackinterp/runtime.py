@@ -44,6 +44,9 @@ class Runtime:
     reaper: Reaper
     engine: Engine
     agent: Agent | None = None  # the engine's, typed: the runtime configures and closes it
+    # Sandboxed local kernels' egress proxy and policies (None: no proxy in this mode, no
+    # sandbox, or a gateway's kernels).
+    egress: Egress | None = None
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -57,6 +60,7 @@ class Runtime:
             user = privileges.kernel_user(settings.kernel_user)
         except privileges.KernelUserError as exc:
             raise SandboxUnavailable(str(exc)) from None
+        egress = egress_for(settings, store, bwrap)
         backend = local_backend(
             settings,
             bwrap=bwrap,
@@ -64,9 +68,11 @@ class Runtime:
             cache_dir=(settings.data_dir / "cache").resolve(),
             runtime_dir=_runtime_dir(settings),
             recorder=store,
-            egress=egress_for(settings, store, bwrap),
+            egress=egress,
         )
-        return await cls._with_backend(settings, store, backend, bwrap)
+        runtime = await cls._with_backend(settings, store, backend, bwrap)
+        runtime.egress = egress
+        return runtime
 
     @classmethod
     async def _with_backend(
@@ -129,13 +135,6 @@ class Runtime:
         found = await packages.installed(python)
         agent.config.packages = tuple(found)
         log.info("kernel.packages count=%d", len(found))
-
-    @property
-    def egress(self) -> Egress | None:
-        """Sandboxed local kernels' egress proxy and policies (None: no proxy in this mode
-        or no sandbox)."""
-        egress = getattr(self.registry.backend, "egress", None)
-        return egress if isinstance(egress, Egress) else None
 
     def kernel_pids(self) -> list[int]:
         """Local kernel processes (sandbox included) this runtime holds, pooled ones too."""

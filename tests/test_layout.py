@@ -85,9 +85,7 @@ ONE_FILE = {"slackinterp/kernels/local/fork/template.py": "one file"}
 # fails when one of them is back under the limit, so the entry is removed with the split.
 BEING_SPLIT = {
     "slackinterp/egress/proxy.py": "the egress proxy split",
-    "slackinterp/engine/turn.py": "scheduled runs through the engine",
     "slackinterp/config.py": "the floor plan: enums and byte sizes",
-    "slackinterp/kernels/registry.py": "the floor plan: kernels/pool.py",
     "slackinterp/slack/schedule_front.py": "the floor plan: Block Kit helpers",
 }
 

@@ -8,9 +8,10 @@ each measurement is one walk giving both the snapshot and the usage.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -64,36 +65,32 @@ class CellRunner:
         self.registry = registry
 
     # --- where a thread's kernel and files are -----------------------------------------------
-    async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
-        """The thread's kernel, leased (not evictable) until registry.mark_idle."""
-        lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
-        session.fresh = False
-        if lease.restore is not None:
-            session.variables = None
-            emit(notices.restore_notice(lease.restore))
-        return lease
-
-    @property
-    def files_with_kernel(self) -> bool:
-        """The working directory lives with the kernel (a gateway's), not on this disk."""
-        return self.registry.backend.files_with_kernel
+    @contextlib.asynccontextmanager
+    async def lease(self, session: ThreadSession, emit: Emit) -> AsyncIterator[Lease]:
+        """The thread's kernel, leased (not evictable) for the block."""
+        async with self.registry.lease(
+            session.key.id, session.workdir, fresh=session.fresh
+        ) as lease:
+            session.fresh = False
+            if lease.restore is not None:
+                session.variables = None
+                emit(notices.restore_notice(lease.restore))
+            yield lease
 
     def files_of(self, lease: Lease) -> ThreadFiles:
         """The thread's files as its leased kernel sees them, the usage walk bounded."""
         return lease.files(self.settings.workspace_max_files)
 
-    async def thread_files(self, session: ThreadSession, emit: Emit) -> ThreadFiles:
-        """The thread's files for receiving or reading them outside a cell. With the files
-        in the kernel this leases it: the caller ends it with end_files_lease."""
+    @contextlib.asynccontextmanager
+    async def thread_files(self, session: ThreadSession, emit: Emit) -> AsyncIterator[ThreadFiles]:
+        """The thread's files for receiving or reading them outside a cell, for the block.
+        With the files in the kernel (a gateway's) the kernel is leased meanwhile."""
         files = self.registry.backend.workdir_files(session.workdir)
         if files is not None:
-            return files
-        return (await self.lease(session, emit)).files()
-
-    def end_files_lease(self, session: ThreadSession) -> None:
-        """After thread_files: the lease (if it took one) ends."""
-        if self.files_with_kernel:
-            self.registry.mark_idle(session.key.id)
+            yield files
+            return
+        async with self.lease(session, emit) as lease:
+            yield lease.files()
 
     def outbox(self, session: ThreadSession) -> Path:
         """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
@@ -107,8 +104,12 @@ class CellRunner:
     async def run(
         self, session: ThreadSession, code: str, source: CellSource, emit: Emit
     ) -> CellRun:
-        key = session.key.id
-        lease = await self.lease(session, emit)
+        async with self.lease(session, emit) as lease:
+            return await self._run_leased(session, lease, code, source, emit)
+
+    async def _run_leased(
+        self, session: ThreadSession, lease: Lease, code: str, source: CellSource, emit: Emit
+    ) -> CellRun:
         result: CellResult | None = None
         cell_id: str | None = None
         try:
@@ -121,8 +122,13 @@ class CellRunner:
             emit(CellStarted(cell_id, code, source))
             result = await self._execute(session, lease, cell_id, code, emit, source)
             notes = notices.network_notes(lease.kernel, self.settings.command)
+            # Files that live with the kernel (a gateway's) cannot be seen once it died.
+            if result.status is Status.DIED and not lease.kernel.files_outlive_it():
+                files_left = None
+            else:
+                files_left = files
             produced = await self._after_cell(
-                session, files, cell_id, code, before, result, emit, notes
+                session, files_left, cell_id, code, before, result, emit, notes
             )
             return CellRun(result, tuple(produced), notes)
         except BaseException as exc:
@@ -134,8 +140,8 @@ class CellRunner:
                 emit(CellFinished(cell_id, code, failed))
             raise
         finally:
-            restarted = result is not None and result.restarted
-            self.registry.mark_idle(key, state_lost=RestoreReason.RESTARTED if restarted else None)
+            if result is not None and result.restarted:
+                lease.state_lost = RestoreReason.RESTARTED
 
     async def _execute(
         self,
@@ -179,7 +185,7 @@ class CellRunner:
     async def _after_cell(
         self,
         session: ThreadSession,
-        files: ThreadFiles,
+        files: ThreadFiles | None,
         cell_id: str,
         code: str,
         before: workspace.Measured,
@@ -223,8 +229,8 @@ class CellRunner:
         lifecycle = notices.cell_lifecycle(result)
         if lifecycle is not None:
             emit(lifecycle)
-        if result.status is Status.DIED and self.files_with_kernel:
-            return []  # files that live with the kernel cannot be seen once it died
+        if files is None:  # gone with the kernel
+            return []
         after = await files.measure()
         session.snapshot = after.snapshot
         produced = await self._report_files(session, files, cell_id, before, after, emit)
@@ -273,9 +279,7 @@ class CellRunner:
     async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
-        lease = await self.lease(session, emit)
-        result: CellResult | None = None
-        try:
+        async with self.lease(session, emit) as lease:
             result = await run_cell(
                 lease.kernel,
                 code,
@@ -284,10 +288,8 @@ class CellRunner:
                 max_output_chars=200_000,
                 silent=True,
             )
-        finally:
-            self.registry.mark_idle(
-                key, state_lost=RestoreReason.RESTARTED if result and result.restarted else None
-            )
+            if result.restarted:
+                lease.state_lost = RestoreReason.RESTARTED
         if not result.ok:
             log.warning("hidden.failed thread=%s status=%s", key, result.status.value)
             return ""

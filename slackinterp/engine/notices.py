@@ -10,6 +10,7 @@ from slackinterp.egress.proxy import Blocked
 from slackinterp.engine.events import Notice
 from slackinterp.engine.workspace import USAGE_SECONDS, Usage, human_size
 from slackinterp.errors import NoticeKind, RestoreReason
+from slackinterp.kernels.backend import Kernel
 from slackinterp.kernels.execution import CellResult, Status
 from slackinterp.kernels.registry import RestoreReport
 
@@ -170,14 +171,10 @@ def restore_notice(report: RestoreReport) -> Notice:
 NETWORK_ADMINS = "workspace admins and owners, and the users in SLACKINTERP_ADMINS"
 
 
-def network_notes(kernel: object, command: str = "/interp") -> tuple[str, ...]:
+def network_notes(kernel: Kernel, command: str = "/interp") -> tuple[str, ...]:
     """What the egress proxy refused for this kernel since its last cell, one line per host
     and port (egress); a person's cell and a scheduled run's both say it."""
-    listener = getattr(kernel, "egress", None)
-    if listener is None:
-        return ()
-    blocked: list[Blocked] = listener.take_blocked()
-    return tuple(network_blocked(b, command) for b in blocked)
+    return tuple(network_blocked(b, command) for b in kernel.take_blocked())
 
 
 def network_blocked(blocked: Blocked, command: str = "/interp") -> str:

@@ -252,47 +252,47 @@ class Engine:
         # Copies of the last turn's produced files were uploaded by now.
         await asyncio.to_thread(clear_staging, self.cells.outbox(session))
         # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
-        self.registry.turn_began(session.key.id)
         try:
-            start = await self.store.start_turn(session.key.id, context_at=request.position)
-            session.fresh = start.fresh
-            context = await intake.thread_context(session.key.id, request.context, start, emit)
-            incoming = context.files + request.files
-            received = await intake.receive_files(self.cells, session, incoming, emit)
-            code = direct_code(request.text) or context.code
-            run = notebook.run_request(request.text, [f.name for f in received])
-            if code is not None:
-                await self.cells.run(session, code, "user", emit)
-            elif run is not None:
-                await self._run_notebook(session, run, emit)
-            elif self.agent is None:
-                if request.text.strip() or not received:
-                    emit(TurnFailed(notices.NO_MODEL_HINT, kind=FailureKind.NO_MODEL))
-            elif request.text.strip() or received or context.earlier:
-                if request.text.strip():
-                    await self.store.add_entry(session.key.id, "question", request.text.strip())
-                port = _Port(self, session, emit)
-                text = prompts.with_earlier_conversation(
-                    context.earlier, request.text, self.settings.thread_context_chars
-                )
-                emit(AgentStarted(request.text.strip()))
-                session.steerable = True  # later messages steer this turn (issue 27)
-                try:
-                    answer = await self.agent.run_turn(
-                        session.key.id,
-                        text,
-                        received,
-                        session.workdir,
-                        port,
-                        session.stop_requested,
+            async with self.registry.turn(session.key.id):
+                start = await self.store.start_turn(session.key.id, context_at=request.position)
+                session.fresh = start.fresh
+                context = await intake.thread_context(session.key.id, request.context, start, emit)
+                incoming = context.files + request.files
+                received = await intake.receive_files(self.cells, session, incoming, emit)
+                code = direct_code(request.text) or context.code
+                run = notebook.run_request(request.text, [f.name for f in received])
+                if code is not None:
+                    await self.cells.run(session, code, "user", emit)
+                elif run is not None:
+                    await self._run_notebook(session, run, emit)
+                elif self.agent is None:
+                    if request.text.strip() or not received:
+                        emit(TurnFailed(notices.NO_MODEL_HINT, kind=FailureKind.NO_MODEL))
+                elif request.text.strip() or received or context.earlier:
+                    if request.text.strip():
+                        await self.store.add_entry(session.key.id, "question", request.text.strip())
+                    port = _Port(self, session, emit)
+                    text = prompts.with_earlier_conversation(
+                        context.earlier, request.text, self.settings.thread_context_chars
                     )
-                finally:
-                    session.steerable = False
-                if answer:
-                    emit(AssistantText(answer))
-                    await self.store.add_entry(session.key.id, "answer", answer)
-            else:  # an empty mention in a thread with nothing above it to act on
-                emit(Notice(NoticeKind.EMPTY, notices.NOTHING_ABOVE))
+                    emit(AgentStarted(request.text.strip()))
+                    session.steerable = True  # later messages steer this turn (issue 27)
+                    try:
+                        answer = await self.agent.run_turn(
+                            session.key.id,
+                            text,
+                            received,
+                            session.workdir,
+                            port,
+                            session.stop_requested,
+                        )
+                    finally:
+                        session.steerable = False
+                    if answer:
+                        emit(AssistantText(answer))
+                        await self.store.add_entry(session.key.id, "answer", answer)
+                else:  # an empty mention in a thread with nothing above it to act on
+                    emit(Notice(NoticeKind.EMPTY, notices.NOTHING_ABOVE))
         except ModelError as exc:
             metrics.TURNS_FAILED.labels(exc.kind).inc()
             emit(TurnFailed(exc.message, kind=exc.kind))
@@ -306,7 +306,6 @@ class Engine:
             log.exception("turn.failed thread=%s", session.key.id)
             emit(TurnFailed(notices.internal_error(exc), kind=FailureKind.INTERNAL))
         finally:
-            self.registry.turn_ended(session.key.id)
             session.control = None
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
             await self.store.turn_finished(session.key.id)
@@ -322,9 +321,9 @@ class Engine:
         session = self.session(key)
         session.request_stop("reset")
         async with session.lock, self.store.thread_lock(key.id):
-            if wipe and self.cells.files_with_kernel:  # wipe through the kernel
-                lease = await self.registry.acquire(key.id, session.workdir)
-                await self.cells.files_of(lease).wipe()
+            if wipe:  # where the files are (a gateway's: through its kernel); nothing to report
+                async with self.cells.thread_files(session, lambda _event: None) as thread_files:
+                    await thread_files.wipe()
             had_kernel = await self.registry.release(key.id, why="reset")
             self.registry.forget(key.id)
             await self.store.clear_replay(key.id)
@@ -363,9 +362,8 @@ class Engine:
     async def _listing(self, session: ThreadSession) -> workspace.Snapshot:
         """Files with the kernel: as of the last cell (asking the kernel would wait behind a
         running cell)."""
-        if self.cells.files_with_kernel:
-            return session.snapshot
-        return await asyncio.to_thread(workspace.snapshot, session.workdir)
+        files = self.registry.backend.workdir_files(session.workdir)
+        return session.snapshot if files is None else await files.snapshot()
 
     async def export(self, key: ThreadKey, label: str) -> tuple[str, bytes, int]:
         """The thread since its last reset as an .ipynb: (file name, bytes, code cells).
@@ -389,18 +387,17 @@ class Engine:
         if run.name not in names:
             emit(TurnFailed(notebook.missing_text(run.name, names), kind=FailureKind.NOTEBOOK))
             return
-        files_api = await self.cells.thread_files(session, emit)
         staging = self.settings.data_dir / "incoming" / uuid.uuid4().hex
         try:
-            await asyncio.to_thread(staging.mkdir, parents=True)
-            path = await files_api.fetch(run.name, staging, notebook.MAX_NOTEBOOK_BYTES)
-            raw = await asyncio.to_thread(path.read_bytes)
+            async with self.cells.thread_files(session, emit) as files_api:
+                await asyncio.to_thread(staging.mkdir, parents=True)
+                path = await files_api.fetch(run.name, staging, notebook.MAX_NOTEBOOK_BYTES)
+                raw = await asyncio.to_thread(path.read_bytes)
             cells = await asyncio.to_thread(notebook.code_cells, raw, run.name)
         except (notebook.NotebookError, TransferError) as exc:
             emit(TurnFailed(str(exc), kind=FailureKind.NOTEBOOK))
             return
         finally:
-            self.cells.end_files_lease(session)
             await asyncio.to_thread(clear_staging, staging)
         emit(Notice(NoticeKind.NOTEBOOK, notebook.running_text(run, len(cells))))
         for number, code in enumerate(cells, 1):
@@ -475,16 +472,14 @@ class _Port:
         """A file of the working directory (an image to show the model); None if unreadable
         or bigger than max_bytes."""
         cells = self.engine.cells
-        files_api = await cells.thread_files(self.session, self.emit)
         staging = cells.outbox(self.session) / "model"
         try:
-            path = await files_api.fetch(name, staging, max_bytes)
+            async with cells.thread_files(self.session, self.emit) as files_api:
+                path = await files_api.fetch(name, staging, max_bytes)
             return await asyncio.to_thread(path.read_bytes)
         except (TransferError, OSError) as exc:
             log.info("files.not_for_model thread=%s error=%s", self.session.key.id, exc)
             return None
-        finally:
-            cells.end_files_lease(self.session)
 
 
 def _memory(pid: int) -> int | None:

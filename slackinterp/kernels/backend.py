@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from slackinterp.egress.proxy import Blocked
 from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
@@ -57,6 +58,23 @@ class Kernel(Protocol):
         ...
 
     async def shutdown(self) -> None: ...
+
+    # Capabilities some kernels have: the no-op defaults are what a kernel without them does.
+    def serve_thread(self, key: str) -> None:
+        """From now on the kernel works for thread `key` (a pooled kernel handed out): its
+        network requests are judged by that thread's channel rules. Without an egress proxy
+        there is nothing to tell."""
+        return None
+
+    def take_blocked(self) -> list[Blocked]:
+        """What the egress proxy refused this kernel since the last call (shown under the
+        cell). Without a proxy, nothing."""
+        return []
+
+    def files_outlive_it(self) -> bool:
+        """Whether the thread's files can still be read after this kernel died: yes on this
+        disk; a gateway kernel's files are reached through the kernel itself."""
+        return True
 
 
 class KernelBackend(Protocol):

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from slackinterp.kernels.backend import KernelStartError
+from slackinterp.kernels.backend import Kernel, KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
 
@@ -159,7 +159,7 @@ async def _get(source: asyncio.Queue[dict[str, Any]], timeout: float | None) -> 
         raise queue.Empty from None
 
 
-class GatewayKernel:
+class GatewayKernel(Kernel):
     """A kernel living on the gateway; its working directory lives there too."""
 
     def __init__(self, backend: GatewayBackend, kernel_id: str, cwd: Path):
@@ -178,6 +178,9 @@ class GatewayKernel:
     @property
     def pid(self) -> int | None:
         return None  # the process is the gateway's business
+
+    def files_outlive_it(self) -> bool:
+        return False  # the working directory is the kernel's, reached through it
 
     def files(self, max_files: int = 0) -> KernelFiles:
         return KernelFiles(self, max_files=max_files)
