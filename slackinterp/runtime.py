@@ -25,7 +25,7 @@ from slackinterp.kernels import packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
 from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
-from slackinterp.kernels.local.sandbox import MIB, Limits
+from slackinterp.kernels.local.sandbox import Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
 from slackinterp.store import Store, StoreError, sqlite_url
@@ -236,9 +236,9 @@ def local_backend(
         cache_dir=cache_dir,
         runtime_dir=runtime_dir,
         limits=Limits(
-            memory_bytes=settings.memory_limit_mb * MIB,
+            memory_bytes=settings.memory_limit_bytes,
             max_processes=settings.max_processes,
-            max_file_bytes=settings.max_file_size_mb * MIB,
+            max_file_bytes=settings.max_file_size_bytes,
         ),
         recorder=recorder,
         bwrap=bwrap,

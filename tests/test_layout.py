@@ -266,9 +266,7 @@ def test_no_module_over_the_limit() -> None:
 def test_the_rules_see_a_wrong_import() -> None:
     """The checks themselves: a circle, an upward import and a forbidden crossing, each in a
     small graph of its own, are found."""
-    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [
-        ["a", "b", "c"]
-    ]
+    assert strongly_connected({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     assert strongly_connected({"a": {"b"}, "b": set()}) == []
     assert room("slackinterp.kernels.local.fork.starter") == "slackinterp.kernels.local"
     assert room("slackinterp.kernels.local.fork") == "slackinterp.kernels.local.fork:door"

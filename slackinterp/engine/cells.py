@@ -241,7 +241,7 @@ class CellRunner:
 
     def _over_quota(self, used: workspace.Usage) -> str | None:
         return notices.over_quota(
-            used, self.settings.workspace_quota_mb, self.settings.workspace_max_files
+            used, self.settings.workspace_quota_bytes, self.settings.workspace_max_files
         )
 
     async def _report_files(
@@ -253,7 +253,7 @@ class CellRunner:
         after: workspace.Measured,
         emit: Emit,
     ) -> list[str]:
-        limit = self.settings.max_upload_mb * 1024 * 1024
+        limit = self.settings.max_upload_bytes
         per_cell = self.settings.max_files_per_cell
         produced: list[str] = []
         for name in workspace.changed(before.snapshot, after.snapshot):
@@ -300,7 +300,7 @@ class CellRunner:
         """The cell's outputs for `export` (cell `number` of the transcript, `used` characters
         stored before it); bounded by SLACKINTERP_NOTEBOOK_MAX_MB."""
         outputs = notebook.cell_outputs(result, number)
-        cap = self.settings.notebook_max_mb * 1024 * 1024
+        cap = self.settings.notebook_max_bytes
         if used + notebook.outputs_size(outputs) > cap:
             outputs = notebook.without_images(outputs, "SLACKINTERP_NOTEBOOK_MAX_MB reached")
             if used + notebook.outputs_size(outputs) > cap:

@@ -78,7 +78,7 @@ async def receive_files(
     settings = cells.settings
     received: list[FileReceived] = []
     files_api: ThreadFiles | None = None
-    limit = settings.max_download_mb * 1024 * 1024
+    limit = settings.max_download_bytes
     # The thread's files are opened (with a gateway, its kernel leased) at the first file
     # that needs them, and closed when the last is in.
     async with contextlib.AsyncExitStack() as stack:

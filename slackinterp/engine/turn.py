@@ -41,7 +41,7 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.files import TransferError, clear_staging
-from slackinterp.kernels.registry import AtCapacity, KernelRegistry
+from slackinterp.kernels.registry import AtCapacity, KernelRegistry, ReleaseReason
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
@@ -324,7 +324,7 @@ class Engine:
             if wipe:  # where the files are (a gateway's: through its kernel); nothing to report
                 async with self.cells.thread_files(session, lambda _event: None) as thread_files:
                     await thread_files.wipe()
-            had_kernel = await self.registry.release(key.id, why="reset")
+            had_kernel = await self.registry.release(key.id, why=ReleaseReason.RESET)
             self.registry.forget(key.id)
             await self.store.clear_replay(key.id)
             await self.store.clear_history(key.id)
@@ -413,7 +413,7 @@ class Engine:
                 return
 
     # --- lifecycle notices from the registry ----------------------------------------------
-    async def _on_lifecycle(self, key_id: str, what: str) -> None:
+    async def _on_lifecycle(self, key_id: str, what: ReleaseReason) -> None:
         key = ThreadKey.parse(key_id)
         notice = notices.stopped_kernel(what, self.settings.idle_timeout)
         if notice is None:

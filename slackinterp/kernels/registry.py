@@ -13,12 +13,13 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 
 from slackinterp import metrics
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.backend import Kernel, KernelBackend
-from slackinterp.kernels.execution import run_cell
+from slackinterp.kernels.execution import Status, run_cell
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.pool import WarmPool
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
@@ -33,6 +34,15 @@ log = logging.getLogger(__name__)
 # a replay). A thread that needs a seat waits for a kernel to go quiet instead, and takes an
 # active one's seat only when SLACKINTERP_CAPACITY_WAIT is up (rather than being refused).
 EVICT_GRACE = 3.0
+
+
+class ReleaseReason(StrEnum):
+    """Why a thread's kernel was stopped (the log, the reaps metric, the thread's notice)."""
+
+    RESET = "reset"  # the thread asked: the kernel is deleted, on whichever replica serves it
+    REAPED = "reaped"  # idle past SLACKINTERP_IDLE_TIMEOUT
+    EVICTED = "evicted"  # its seat went to another thread (SLACKINTERP_MAX_KERNELS)
+    RUN_DONE = "scheduled run done"  # a scheduled run's own kernel
 
 
 class AtCapacity(SlackinterpError):
@@ -72,7 +82,7 @@ class Lease:
 
 
 ReplaySource = Callable[[str], Awaitable[list[str]]]
-LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
+LifecycleListener = Callable[[str, ReleaseReason], Awaitable[None]]  # (thread key, why)
 
 
 class KernelRegistry:
@@ -194,8 +204,7 @@ class KernelRegistry:
     # --- leasing -------------------------------------------------------------------------
     @contextlib.asynccontextmanager
     async def lease(self, key: str, cwd: Path, *, fresh: bool = False) -> AsyncIterator[Lease]:
-        """The thread's kernel for the block, started or restored as needed, and not evictable
-        until the block ends (see acquire). Caller holds the thread's lock."""
+        """The thread's kernel, started or restored as needed, not evictable in the block."""
         lease = await self.acquire(key, cwd, fresh=fresh)
         try:
             yield lease
@@ -321,7 +330,7 @@ class KernelRegistry:
                 log.warning("kernels.pooled_dead kernel=%s", kernel.kernel_id)
                 await kernel.shutdown()  # gone while waiting in the pool: start another
             if victim is not None:
-                await self._stop_slot(victim, "evicted")
+                await self._stop_slot(victim, ReleaseReason.EVICTED)
             if attach_to is not None:
                 return await self.backend.attach(attach_to, cwd)
             with self.warm.thread_start():
@@ -386,14 +395,14 @@ class KernelRegistry:
                 grace=self.exec_grace,
                 max_output_chars=self.max_output_chars,
             )
-            if result.status.value == "timeout":
+            if result.status is Status.TIMEOUT:
                 report.out_of_time = True
                 break
             if not result.ok:
                 report.failed.append(
                     (index + 1, result.error.ename if result.error else result.status)
                 )
-                if result.restarted or result.status.value == "died":
+                if result.restarted or result.status is Status.DIED:
                     break
                 continue
             report.replayed += 1
@@ -422,12 +431,12 @@ class KernelRegistry:
     def slot(self, key: str) -> Slot | None:
         return self.slots.get(key)
 
-    async def release(self, key: str, *, why: str = "reset") -> bool:
+    async def release(self, key: str, *, why: ReleaseReason = ReleaseReason.RESET) -> bool:
         """Shut the thread's kernel down (files stay). True if there was one."""
         slot = self.slots.pop(key, None)
         self.warm.forget(key)
         if slot is None:
-            return why == "reset" and await self.replicas.reset_elsewhere(key)
+            return why == ReleaseReason.RESET and await self.replicas.reset_elsewhere(key)
         self._stopping += 1  # still counts against the cap until it is gone
         try:
             await self._stop_slot(slot, why)
@@ -437,8 +446,8 @@ class KernelRegistry:
         self.refill_pool()
         return True
 
-    async def _stop_slot(self, slot: Slot, why: str) -> None:
-        if why == "reset":  # under the thread's turn lock, whoever serves it: delete it
+    async def _stop_slot(self, slot: Slot, why: ReleaseReason) -> None:
+        if why == ReleaseReason.RESET:  # under the thread's turn lock, whoever serves it: delete it
             # Forget it first: the thread's next message (on any replica) must not attach to
             # a kernel that is being deleted.
             await self.replicas.forget(slot)
@@ -448,7 +457,7 @@ class KernelRegistry:
         ):
             return  # another replica serves this thread now: detached, not deleted
         log.info("kernels.released thread=%s why=%s", slot.key, why)
-        if why in ("reaped", "evicted"):
+        if why in (ReleaseReason.REAPED, ReleaseReason.EVICTED):
             metrics.REAPS.labels(why).inc()
             # Told from a task: a slow Slack must not hold up kernel starts.
             task = asyncio.create_task(self._tell(slot.key, why))
@@ -459,7 +468,7 @@ class KernelRegistry:
         """After a reset there is nothing to restore: the next kernel starts clean."""
         self._known.discard(key)
 
-    async def _tell(self, key: str, what: str) -> None:
+    async def _tell(self, key: str, what: ReleaseReason) -> None:
         for listener in list(self.listeners):
             try:
                 await listener(key, what)
@@ -475,7 +484,7 @@ class KernelRegistry:
             if not s.busy and now - s.last_used >= idle_timeout
         ]
         for key in idle:
-            await self.release(key, why="reaped")
+            await self.release(key, why=ReleaseReason.REAPED)
         return idle
 
     def over_busy_cap(self, busy_cap: float) -> list[str]:

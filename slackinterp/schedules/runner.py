@@ -27,7 +27,7 @@ from slackinterp.kernels import shell
 from slackinterp.kernels.execution import CellResult, Error, Status, run_cell
 from slackinterp.kernels.files import TransferError
 from slackinterp.kernels.local import privileges
-from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease
+from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease, ReleaseReason
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
@@ -178,7 +178,7 @@ class ScheduledRunner:
                 with contextlib.suppress(Exception):
                     await self._hidden(lease, _REMOVE_OWN_DIR)
             with contextlib.suppress(Exception):
-                await self.registry.release(run_key, why="scheduled run done")
+                await self.registry.release(run_key, why=ReleaseReason.RUN_DONE)
             self.registry.forget(run_key)
             if report.mode == "ask":
                 await self.store.clear_history(run_key)

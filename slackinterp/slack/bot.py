@@ -102,9 +102,7 @@ class SlackBot:
             signing_secret=settings.slack_signing_secret or "",
             request_verification_enabled=not settings.slack_app_token,
         )
-        fetcher = SlackFileFetcher(
-            settings.slack_bot_token or "", settings.max_download_mb * 1024 * 1024
-        )
+        fetcher = SlackFileFetcher(settings.slack_bot_token or "", settings.max_download_bytes)
         schedules = ScheduleService(  # issue 28: always built; it idles when schedules are off
             settings,
             runtime.store,
