@@ -21,6 +21,7 @@ from slackinterp.config import SandboxMode, Settings
 from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
+from slackinterp.errors import SlackinterpError
 from slackinterp.kernels import packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
 from slackinterp.kernels.local import privileges, sandbox
@@ -181,7 +182,7 @@ def store_url(settings: Settings) -> str:
     return settings.database_url or sqlite_url(settings.db_path.resolve())
 
 
-class SandboxUnavailable(StoreError):
+class SandboxUnavailable(SlackinterpError):
     """SLACKINTERP_SANDBOX=bwrap but bubblewrap cannot run here."""
 
 

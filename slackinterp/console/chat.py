@@ -38,7 +38,7 @@ from slackinterp.engine.presentation import CONTROLS, thread_status
 from slackinterp.engine.session import Instruction
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
 from slackinterp.engine.workspace import ThreadKey, human_size
-from slackinterp.runtime import Runtime
+from slackinterp.runtime import Runtime, SandboxUnavailable
 from slackinterp.store import StoreError
 
 # Re-exported: tests and tools knew them here first.
@@ -414,7 +414,7 @@ async def chat(settings: Settings, session: str = "default", files: list[str] | 
         loop.add_signal_handler(sig, startup.cancel)
     try:
         runtime = await Runtime.open(settings)
-    except StoreError as exc:
+    except (StoreError, SandboxUnavailable) as exc:
         _remove_signal_handlers(loop)
         print(f"slackinterp: cannot start: {exc}", file=sys.stderr)
         return 2

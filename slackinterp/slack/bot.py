@@ -31,6 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp import metrics
 from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
+from slackinterp.errors import SlackinterpError
 from slackinterp.logs import public_url
 from slackinterp.runtime import Runtime
 from slackinterp.schedules.runner import ScheduledRunner
@@ -50,7 +51,7 @@ SOCKET_CLOSE_SECONDS = 2.0
 FORCED_EXIT_STATUS = 130
 
 
-class StartError(Exception):
+class StartError(SlackinterpError):
     """The bot cannot start; the message says what to fix. Exit status 2."""
 
 
