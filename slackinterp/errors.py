@@ -62,6 +62,14 @@ class RestoreReason(StrEnum):
     NEW_PROCESS = "new process"
 
 
+class TurnOrigin(StrEnum):
+    """Who a turn is for: a person in a thread, or a scheduled run (on a key of its own, in a
+    fresh kernel). Budgets and usage tell them apart; a scheduled run never restores state."""
+
+    PERSON = "person"
+    SCHEDULED = "scheduled"
+
+
 class SlackinterpError(Exception):
     """Base of the errors whose message is meant for the user, as is."""
 

@@ -67,7 +67,9 @@ class CellRunner:
     # --- where a thread's kernel and files are -----------------------------------------------
     @contextlib.asynccontextmanager
     async def lease(self, session: ThreadSession, emit: Emit) -> AsyncIterator[Lease]:
-        """The thread's kernel, leased (not evictable) for the block."""
+        """The thread's kernel, leased (not evictable) for the block. A new kernel gets the
+        thread's state back by replay, unless the thread is new (a scheduled run's key always
+        is: its first kernel is fresh)."""
         async with self.registry.lease(
             session.key.id, session.workdir, fresh=session.fresh
         ) as lease:
@@ -91,6 +93,12 @@ class CellRunner:
             return
         async with self.lease(session, emit) as lease:
             yield lease.files()
+
+    async def listing(self, session: ThreadSession) -> workspace.Snapshot:
+        """The thread's files. With the kernel: as of the last cell (asking the kernel would
+        wait behind a running cell)."""
+        files = self.registry.backend.workdir_files(session.workdir)
+        return session.snapshot if files is None else await files.snapshot()
 
     def outbox(self, session: ThreadSession) -> Path:
         """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
@@ -276,14 +284,16 @@ class CellRunner:
         return produced
 
     # --- a hidden cell -----------------------------------------------------------------------
-    async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
+    async def run_hidden(
+        self, session: ThreadSession, code: str, emit: Emit, *, timeout: float = 30.0
+    ) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
         async with self.lease(session, emit) as lease:
             result = await run_cell(
                 lease.kernel,
                 code,
-                timeout=min(30.0, self.settings.exec_timeout),
+                timeout=min(timeout, self.settings.exec_timeout),
                 grace=self.settings.interrupt_grace,
                 max_output_chars=200_000,
                 silent=True,

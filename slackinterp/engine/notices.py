@@ -180,6 +180,11 @@ def network_notes(kernel: Kernel, command: str = "/interp") -> tuple[str, ...]:
 def network_blocked(blocked: Blocked, command: str = "/interp") -> str:
     """One line under the cell (and in the model's view of it) per refused host: clients
     hide the proxy's answer ("No matching distribution", "Tunnel connection failed: 403")."""
+    if blocked.reason == "too-many-tunnels":  # refused before its request was read
+        return (
+            f"🔒 A network connection was refused: too many open at once ({blocked.rule}). "
+            "Close connections the code no longer needs, or retry later."
+        )
     host = f"[{blocked.host}]" if ":" in blocked.host else blocked.host
     where = f"{host}:{blocked.port}"
     rule = host if blocked.port == 443 else where

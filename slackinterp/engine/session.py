@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.execution import CellControl
 
 
@@ -43,6 +44,16 @@ class ThreadSession:
     # `instructions` holds those not yet taken, oldest first.
     steerable: bool = False
     instructions: list[Instruction] = field(default_factory=list)
+    # Whose turn runs (or ran last): a scheduled run's session lives for that one turn.
+    origin: TurnOrigin = TurnOrigin.PERSON
+
+    @property
+    def restores(self) -> bool:
+        """Whether the thread's state is kept to come back later (snapshots). Not a
+        scheduled run's: its key is new each time, so it starts from a fresh kernel (fresh
+        results are its point), and it is put away when it ends. Should its kernel be lost
+        mid-run, the run's own cells so far are replayed, as for any thread."""
+        return self.origin is TurnOrigin.PERSON
 
     @property
     def busy(self) -> bool:

@@ -42,7 +42,7 @@ class ReleaseReason(StrEnum):
     RESET = "reset"  # the thread asked: the kernel is deleted, on whichever replica serves it
     REAPED = "reaped"  # idle past SLACKINTERP_IDLE_TIMEOUT
     EVICTED = "evicted"  # its seat went to another thread (SLACKINTERP_MAX_KERNELS)
-    RUN_DONE = "scheduled run done"  # a scheduled run's own kernel
+    DISCARDED = "discarded"  # a scheduled run's own kernel, once its turn is over
 
 
 class AtCapacity(SlackinterpError):

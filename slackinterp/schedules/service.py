@@ -35,7 +35,8 @@ from slackinterp.errors import SlackinterpError
 from slackinterp.schedules import timing
 from slackinterp.schedules.phrases import Parsed, Rule, duration
 from slackinterp.schedules.ports import ScheduleFront
-from slackinterp.schedules.runner import RunReport, ScheduledRunner
+from slackinterp.schedules.report import RunReport
+from slackinterp.schedules.runner import ScheduledRunner
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)

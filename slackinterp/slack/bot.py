@@ -107,7 +107,9 @@ class SlackBot:
         schedules = ScheduleService(  # issue 28: always built; it idles when schedules are off
             settings,
             runtime.store,
-            ScheduledRunner(settings, runtime.store, runtime.registry, runtime.agent),
+            ScheduledRunner(
+                settings, runtime.store, runtime.registry, runtime.agent, engine=runtime.engine
+            ),
             replica=runtime.registry.replica_id,
         )
         listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher, schedules)

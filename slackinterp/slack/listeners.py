@@ -327,8 +327,8 @@ class SlackListeners(CommandListeners, ButtonListeners):
                 key = ThreadKey.parse(key_id)
             except ValueError:
                 continue
-            if key.team == "local":
-                continue  # terminal sessions
+            if key.team == "local" or key.run:
+                continue  # terminal sessions; a scheduled run (its schedule counts it failed)
             await self._reply(
                 self.app.client,
                 key,
