@@ -35,8 +35,8 @@ FLOORS: dict[str, int] = {
     "slackinterp.settings_docs": 3,
     "slackinterp.store": 3,
     "slackinterp.egress": 3,
+    "slackinterp.kernels.inside": 3,  # runs in kernels too: imports nothing of slackinterp
     "slackinterp.kernels": 4,
-    "slackinterp.kernels.inside": 4,
     "slackinterp.kernels.local": 5,
     "slackinterp.kernels.gateway": 5,
     "slackinterp.llm": 6,
@@ -243,6 +243,13 @@ def test_the_vocabulary_below_config_imports_only_the_ground_floor() -> None:
         name = key.removesuffix(":door")
         for target in graph()[name]:
             assert FLOORS[room(target)] == 0, f"{name} imports {target}"
+
+
+def test_code_sent_into_kernels_imports_nothing_of_slackinterp() -> None:
+    """kernels/inside/ runs in a kernel's own interpreter, where slackinterp is not installed."""
+    for name in modules():
+        if name.startswith("slackinterp.kernels.inside."):
+            assert graph()[name] == frozenset(), (name, sorted(graph()[name]))
 
 
 def test_no_module_over_the_limit() -> None:
