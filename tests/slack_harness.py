@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from slackinterp.slack.bot import SlackBot
 from tests.conftest import make_settings
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack import FakeSlack
 
 CHANNEL = "C1"
@@ -30,6 +31,26 @@ async def running_bot(fake: FakeSlack, tmp_path: Path, **overrides: Any) -> Asyn
         yield bot
     finally:
         await bot.stop()
+
+
+@asynccontextmanager
+async def model_bot(
+    tmp_path: Path, setup: Callable[[FakeSlack], None] | None = None, **overrides: Any
+) -> AsyncIterator[tuple[FakeSlack, FakeOpenAI, SlackBot]]:
+    """The bot with a model: the fake Slack, the fake model server, the bot. `setup` prepares
+    the fake Slack before the bot connects."""
+    async with FakeSlack() as slack, FakeOpenAI() as model:
+        if setup is not None:
+            setup(slack)
+        values: dict[str, Any] = {
+            "openai_base_url": model.base_url,
+            "openai_api_key": "sk-test",
+            "openai_model": "test-model",
+            "model_timeout": 5,
+        }
+        values.update(overrides)
+        async with running_bot(slack, tmp_path, **values) as bot:
+            yield slack, model, bot
 
 
 def bot_messages(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict[str, Any]]:

@@ -6,37 +6,23 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import Reply
 from tests.fakes.slack import FakeSlack, TsClock
 from tests.slack_harness import (
     CHANNEL,
     all_text,
     bot_messages,
     cell_messages,
+    model_bot,
     running_bot,
     wait_cells,
     wait_text,
 )
 
 SALES = b"month,revenue\njan,10\nfeb,20\n"
-
-
-@asynccontextmanager
-async def model_bot(tmp_path: Path, **overrides: Any):
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values) as bot:
-            yield slack, model, bot
 
 
 def recent_clock(fake: FakeSlack) -> None:
