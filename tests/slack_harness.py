@@ -83,6 +83,15 @@ async def wait_cells(
     )
 
 
+async def code_in_thread(
+    fake: FakeSlack, thread_ts: str, code: str, cells: int = 1, channel: str = CHANNEL
+) -> list[dict[str, Any]]:
+    """A person replies in the thread with a code block; the thread's finished cell messages
+    once there are `cells` of them."""
+    await fake.user_message(channel, f"```{code}```", thread_ts=thread_ts)
+    return await wait_cells(fake, thread_ts, cells, channel)
+
+
 async def wait_text(
     fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
 ) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from tests.slack_harness import (
     all_text,
     bot_messages,
     cell_messages,
+    code_in_thread,
     model_bot,
     running_bot,
     wait_cells,
@@ -263,13 +264,13 @@ async def test_a_new_version_of_a_file_is_fetched_again_under_a_new_name(tmp_pat
         fake.workspace.find(CHANNEL, root)["files"] = [copy.deepcopy(fake.files[csv["id"]])]
         await fake.edit_message(CHANNEL, root, "data (updated)", user="U2")
         await asyncio.sleep(0.5)
-        await fake.user_message(
-            CHANNEL,
-            "```import os\nnames = sorted(n for n in os.listdir('.') if n.endswith('.csv'))\n"
-            "print('FILES', *names, 'MAR', open('sales-1.csv').read().count('mar'))```",
-            thread_ts=root,
+        cells = await code_in_thread(
+            fake,
+            root,
+            "import os\nnames = sorted(n for n in os.listdir('.') if n.endswith('.csv'))\n"
+            "print('FILES', *names, 'MAR', open('sales-1.csv').read().count('mar'))",
+            cells=2,
         )
-        cells = await wait_cells(fake, root, 2)
         assert "FILES sales-1.csv sales.csv MAR 1" in all_text(cells[1])
         assert downloads_of(fake, csv) == 2
 
