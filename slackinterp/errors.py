@@ -26,6 +26,7 @@ class NoticeKind(StrEnum):
     VISION = "vision"  # the model server refused images
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
+    SNAPSHOT = "snapshot"  # the thread's variables no longer all fit its snapshot cap
 
 
 class FailureKind(StrEnum):
@@ -60,6 +61,7 @@ class RestoreReason(StrEnum):
     REAPED = "reaped"
     RESTARTED = "restarted"
     NEW_PROCESS = "new process"
+    FORKED = "forked"  # a new thread started from another one's state
 
 
 class TurnOrigin(StrEnum):

@@ -18,6 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
+from slackinterp.datasources import sources
+from slackinterp.datasources.service import DataLimits, DataSources
+from slackinterp.egress import secrets
+from slackinterp.egress.ca import BotCA
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
@@ -29,6 +34,7 @@ from slackinterp.kernels.local.backend import LocalBackend
 from slackinterp.kernels.local.sandbox import Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.snapshots import SnapshotLimits, Snapshots
 from slackinterp.store import Store, StoreError, sqlite_url
 
 if TYPE_CHECKING:
@@ -48,6 +54,7 @@ class Runtime:
     # Sandboxed local kernels' egress proxy and policies (None: no proxy in this mode, no
     # sandbox, or a gateway's kernels).
     egress: Egress | None = None
+    data: DataSources | None = None  # SQL data sources (local sandboxed kernels only)
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -62,6 +69,7 @@ class Runtime:
         except privileges.KernelUserError as exc:
             raise SandboxUnavailable(str(exc)) from None
         egress = egress_for(settings, store, bwrap)
+        data = data_sources_for(settings, store, bwrap)
         backend = local_backend(
             settings,
             bwrap=bwrap,
@@ -70,17 +78,19 @@ class Runtime:
             runtime_dir=_runtime_dir(settings),
             recorder=store,
             egress=egress,
+            data=data,
         )
         runtime = await cls._with_backend(settings, store, backend, bwrap)
         runtime.egress = egress
+        runtime.engine.data = runtime.data = data
         return runtime
 
     @classmethod
     async def _with_backend(
         cls, settings: Settings, store: Store, backend: KernelBackend, bwrap: str | None
     ) -> Runtime:
-        async def replay_source(key: str) -> list[str]:
-            return [cell.code for cell in await store.replayable_cells(key)]
+        async def replay_source(key: str) -> list[tuple[int, str]]:
+            return [(cell.id, cell.code) for cell in await store.replayable_cells(key)]
 
         registry = KernelRegistry(
             backend,
@@ -92,6 +102,7 @@ class Runtime:
             exec_grace=settings.interrupt_grace,
             max_output_chars=settings.max_output_chars,
             capacity_wait=settings.capacity_wait,
+            snapshots=_snapshots(settings),
         )
         reaper = Reaper(
             registry,
@@ -102,11 +113,11 @@ class Runtime:
         )
         agent = None
         if settings.model_configured:
-            from slackinterp.llm.agent import Agent
+            from slackinterp.llm.assembly import agent_from_settings
 
             # Remote kernels: the deployment decides; SLACKINTERP_NETWORK says which.
             contained = bwrap is not None or bool(settings.gateway_url)
-            agent = Agent.from_settings(
+            agent = agent_from_settings(
                 settings,
                 store,
                 network=network_allowed(settings, contained, local=bwrap is not None),
@@ -159,6 +170,8 @@ class Runtime:
         await self.registry.backend.close()
         if self.agent is not None:
             await self.agent.close()
+        if self.data is not None:
+            await self.data.close()
         await self.store.close()
 
 
@@ -229,6 +242,7 @@ def local_backend(
     runtime_dir: Path,
     recorder: ProcessRecorder | None = None,
     egress: Egress | None = None,
+    data: DataSources | None = None,
 ) -> LocalBackend:
     """Local kernels as the bot starts them: spec, limits, sandbox, hidden paths, user. doctor
     builds its test kernel here too, so it checks what will really run."""
@@ -248,6 +262,7 @@ def local_backend(
         kernel_user=kernel_user,
         egress=egress,
         start_mode=settings.kernel_start,
+        data=data,
     )
 
 
@@ -278,7 +293,58 @@ def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | 
     isolation to enforce: kernels use the host's network, and doctor says so)."""
     if bwrap is None:  # resolve_sandbox refused allowlist mode without one
         return None
-    return egress_from_settings(settings, store)
+    egress = egress_from_settings(settings, store)
+    if settings.egress_secrets_file is not None:
+        egress.set_injector(injector_for(settings))
+    return egress
+
+
+def injector_for(settings: Settings) -> SecretInjector:
+    """The hosts whose secrets the proxy adds, and the bot's CA (made at first start)."""
+    path = settings.egress_secrets_file
+    assert path is not None
+    try:
+        bound = secrets.parse(path.read_text(encoding="utf-8"), os.environ, str(path))
+    except (OSError, secrets.SecretError) as exc:
+        raise EgressSecretsUnusable(f"SLACKINTERP_EGRESS_SECRETS_FILE: {exc}") from None
+    return SecretInjector(bound, BotCA((settings.data_dir / "ca").resolve()))
+
+
+class EgressSecretsUnusable(StoreError):
+    """The secrets file cannot be used (said at start)."""
+
+
+class DataSourcesUnusable(StoreError):
+    """A configured data source cannot be used (said at start, with its name)."""
+
+
+def data_sources_for(settings: Settings, store: Store, bwrap: str | None) -> DataSources | None:
+    """The SQL data sources, for sandboxed local kernels (the socket's privacy rests on the
+    sandbox hiding other kernels' runtime directories); None when none is configured."""
+    try:
+        specs = sources.load(settings.data_sources_file, settings.data_sources, os.environ)
+    except sources.SourceError as exc:
+        raise DataSourcesUnusable(str(exc)) from None
+    if not specs:
+        return None
+    if bwrap is None:
+        log.warning(
+            "data.disabled reason=no_sandbox sources=%s (sql() needs bubblewrap)",
+            ",".join(s.name for s in specs),
+        )
+        return None
+    return DataSources(
+        specs,
+        os.environ,
+        rules=store,
+        limits=DataLimits(
+            max_rows=settings.data_max_rows,
+            max_bytes=settings.data_max_bytes,
+            timeout=settings.data_timeout,
+        ),
+        summary_chars=settings.data_summary_chars,
+        summary_ttl=settings.data_summary_ttl,
+    )
 
 
 def egress_from_settings(settings: Settings, channel_rules: ChannelRules | None) -> Egress:
@@ -294,6 +360,17 @@ def egress_from_settings(settings: Settings, channel_rules: ChannelRules | None)
         settings.network_deny,
         channel_rules=channel_rules,
     )
+
+
+def _snapshots(settings: Settings) -> Snapshots | None:
+    if not settings.snapshots:
+        return None
+    limits = SnapshotLimits(
+        max_bytes=settings.snapshot_max_bytes,
+        generations=settings.snapshot_generations,
+        save_timeout=max(settings.exec_timeout, settings.restore_timeout),
+    )
+    return Snapshots(limits, grace=settings.interrupt_grace)
 
 
 def _runtime_dir(settings: Settings) -> Path:

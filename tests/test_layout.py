@@ -33,9 +33,11 @@ FLOORS: dict[str, int] = {
     "slackinterp.config": 2,
     "slackinterp.model_client": 3,
     "slackinterp.settings_docs": 3,
+    "slackinterp.setting_names": 3,  # unknown SLACKINTERP_* names: reads config only
     "slackinterp.store": 3,
     "slackinterp.egress": 3,
     "slackinterp.kernels.inside": 3,  # runs in kernels too: imports nothing of slackinterp
+    "slackinterp.datasources": 3,  # SQL data sources: settings arrive as arguments
     "slackinterp.kernels": 4,
     "slackinterp.kernels.local": 5,
     "slackinterp.kernels.gateway": 5,
@@ -67,6 +69,16 @@ FORBIDDEN: list[tuple[str, tuple[str, ...]]] = [
     ),
     (
         "slackinterp.egress",
+        (
+            "slackinterp.config",
+            "slackinterp.engine",
+            "slackinterp.llm",
+            "slackinterp.slack",
+            "slackinterp.console",
+        ),
+    ),
+    (
+        "slackinterp.datasources",
         (
             "slackinterp.config",
             "slackinterp.engine",

@@ -682,3 +682,13 @@ def test_the_report_is_a_fold_of_the_runs_turn_events(tmp_path: Path) -> None:
     report = fold.finish()
     assert report.failed is not None and report.failed.number == 2 and not report.cells
     assert report.problem == "restoring the thread's state failed at its cell 2"
+
+
+def test_a_runs_key_is_its_threads_key_plus_the_run() -> None:
+    thread = ThreadKey("T1", "C1", "1700000000.000100")
+    run = thread.scheduled_run("s1-1800000000-ab12")
+    assert run.id == "T1:C1:1700000000.000100~run-s1-1800000000-ab12"
+    assert ThreadKey.parse(run.id) == run and ThreadKey.parse(thread.id) == thread
+    assert run.thread == thread and not thread.run and run.run
+    assert run.dirname == thread.dirname + "~run-s1-1800000000-ab12"
+    assert run.channel == thread.channel  # budgets and usage count a run in its channel

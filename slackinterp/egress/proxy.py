@@ -24,6 +24,7 @@ from pathlib import Path
 from slackinterp import metrics
 from slackinterp.egress import addresses
 from slackinterp.egress.head import BadRequest, Request, answer, parse_head, why
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.journal import Journal, Key
 from slackinterp.egress.policy import (
     BadHost,
@@ -136,8 +137,10 @@ class EgressProxy:
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
         own_addresses: Callable[[], frozenset[IPAddress]] | None = None,
+        injector: SecretInjector | None = None,
     ):
         self.policy_for = policy_for
+        self.injector = injector  # hosts whose secrets the proxy adds (egress/inject.py)
         self.limits = limits or ProxyLimits()
         self.resolver = resolver or system_resolver
         self.own_addresses = own_addresses or addresses.OwnAddresses().get
@@ -254,7 +257,15 @@ class EgressProxy:
             else:
                 up_writer.write(request.upstream_head)
                 flow.up += len(request.upstream_head)
-            await tunnel(reader, writer, up_reader, up_writer, flow, limits)
+            bound = self.injector.bound(decision.host, decision.port) if self.injector else None
+            if bound is not None and request.connect and self.injector is not None:
+                # A host with a bound secret: TLS ends here, the secret is added (egress/inject.py).
+                up, down = await self.injector.serve(
+                    listener.thread, bound, reader, writer, up_reader, up_writer
+                )
+                flow.up, flow.down = flow.up + up, flow.down + down
+            else:
+                await tunnel(reader, writer, up_reader, up_writer, flow, limits)
         finally:
             up_writer.close()
             if not flow.forwarded:

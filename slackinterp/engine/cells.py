@@ -47,6 +47,9 @@ from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
 
+# How long a cell runs at the bot's priority before its kernel goes back below it.
+HURRY_SECONDS = 1.0
+
 Emit = Callable[[Event], None]
 
 
@@ -171,6 +174,11 @@ class CellRunner:
 
         if shell.has_shell_line(code):
             shell.make_strict(lease.kernel.client)
+        # The cell's first moments at the bot's priority: a follow-up's output is what the
+        # person waits for, and the kernels' lower priority (KERNEL_NICE) made it wait for
+        # any other load on the machine. A long cell goes back below the bot.
+        lease.kernel.hurry(True)
+        calm = asyncio.get_running_loop().call_later(HURRY_SECONDS, lease.kernel.hurry, False)
         try:
             return await run_cell(
                 lease.kernel,
@@ -188,6 +196,8 @@ class CellRunner:
                 ),
             )
         finally:
+            calm.cancel()
+            lease.kernel.hurry(False)
             lease.kernel.control = None
 
     async def _after_cell(
@@ -217,7 +227,7 @@ class CellRunner:
             # The front-end first: without this yield the record's SQL set-up (~1 ms of the
             # event loop) would run before the cell's message is even sent.
             await asyncio.sleep(0)
-            await self.store.record_cell(
+            stored = await self.store.record_cell(
                 key,
                 code,
                 ok=result.ok,
@@ -225,6 +235,8 @@ class CellRunner:
                 duration=result.duration,
                 outputs=lambda number, used: self._export_outputs(result, number, used),
             )
+            if result.ok:
+                session.unsaved_cell = stored  # saved at the end of the turn
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
             key,

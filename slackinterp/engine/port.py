@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import TYPE_CHECKING
 
 from slackinterp.engine import steering, workspace
 from slackinterp.engine.cells import CellRunner, Emit
@@ -19,17 +20,33 @@ from slackinterp.llm.port import CellRun, CellSource
 from slackinterp.llm.steering import Steering
 from slackinterp.store import Store
 
+if TYPE_CHECKING:
+    from slackinterp.datasources.service import DataSources
+
 log = logging.getLogger(__name__)
 
 
 class EnginePort:
     """One turn's port: the thread's session, its cell runner, and where its events go."""
 
-    def __init__(self, cells: CellRunner, store: Store, session: ThreadSession, emit: Emit):
+    def __init__(
+        self,
+        cells: CellRunner,
+        store: Store,
+        session: ThreadSession,
+        emit: Emit,
+        data: DataSources | None = None,
+    ):
         self.cells = cells
         self.store = store
         self.session = session
         self.emit = emit
+        self.data = data  # the channel's SQL sources, for the prompt (datasources/)
+
+    async def data_sources(self) -> str:
+        if self.data is None:
+            return ""
+        return await self.data.summary(self.session.key.channel)
 
     async def run_python(self, code: str, source: CellSource = "model") -> CellRun:
         return await self.cells.run(self.session, code, source, self.emit)

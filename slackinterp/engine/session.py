@@ -44,6 +44,10 @@ class ThreadSession:
     # `instructions` holds those not yet taken, oldest first.
     steerable: bool = False
     instructions: list[Instruction] = field(default_factory=list)
+    # Snapshots (engine/snapshots.py): the newest successful cell (store id) not saved yet,
+    # and whether the thread was told its variables no longer all fit SLACKINTERP_SNAPSHOT_MAX_MB.
+    unsaved_cell: int | None = None
+    told_over_cap: bool = False
     # Whose turn runs (or ran last): a scheduled run's session lives for that one turn.
     origin: TurnOrigin = TurnOrigin.PERSON
 

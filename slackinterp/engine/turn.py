@@ -16,13 +16,11 @@ import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
-
-import psutil
+from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import Settings
-from slackinterp.engine import intake, notebook, notices, steering, workspace
+from slackinterp.engine import fork, intake, notebook, notices, steering, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
@@ -36,9 +34,12 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
+from slackinterp.engine.fork import Forked
 from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
 from slackinterp.engine.port import EnginePort
 from slackinterp.engine.session import Instruction, ThreadSession
+from slackinterp.engine.snapshots import SnapshotSteps
+from slackinterp.engine.status import ThreadStatus, kernel_memory
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
@@ -49,6 +50,9 @@ from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import TurnAgent
 from slackinterp.store import Store
+
+if TYPE_CHECKING:
+    from slackinterp.datasources.service import DataSources
 
 # Front-ends import these from here: a turn's request is made of them.
 __all__ = [
@@ -100,18 +104,6 @@ class TurnRequest:
     deadline: float | None = None
 
 
-@dataclass(frozen=True)
-class ThreadStatus:
-    alive: bool
-    busy: bool
-    idle_seconds: float | None
-    memory_bytes: int | None
-    cells: int
-    files: int
-    queued: int
-    replayable: int
-
-
 NoticeListener = Callable[[ThreadKey, Notice], Awaitable[None]]
 _DONE = object()
 
@@ -132,6 +124,10 @@ class Engine:
         self.notice_listeners: list[NoticeListener] = []
         # Each cell: lease → quota → run → record → report (cells.py).
         self.cells = CellRunner(settings, store, registry)
+        # After each turn the kernel saves what changed (engine/snapshots.py).
+        self.snapshots = SnapshotSteps(settings, store, registry, self._tell)
+        # SQL data sources (set by runtime.py when configured): who queries, what the model sees.
+        self.data: DataSources | None = None
         registry.listeners.append(self._on_lifecycle)
 
     # --- sessions ------------------------------------------------------------------------
@@ -237,6 +233,8 @@ class Engine:
             # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
             async with self.registry.turn(session.key.id):
                 start = await self.store.start_turn(session.key.id, context_at=request.position)
+                if self.data is not None and request.user:  # the audit line's user for sql()
+                    self.data.note_user(session.key.id, request.user)
                 session.fresh = start.fresh
                 context = await intake.thread_context(session.key.id, request.context, start, emit)
                 incoming = context.files + request.files
@@ -267,6 +265,10 @@ class Engine:
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
             await self.store.turn_finished(session.key.id)
             emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started))
+            try:  # the turn's output is out; the next turn of this thread waits for it
+                await self.snapshots.save(session)
+            except Exception:
+                log.exception("snapshot.save_crashed thread=%s", session.key.id)
 
     async def _dispatch(
         self,
@@ -289,7 +291,7 @@ class Engine:
         elif request.text.strip() or received or context.earlier:
             if request.text.strip():
                 await self.store.add_entry(session.key.id, "question", request.text.strip())
-            port = EnginePort(self.cells, self.store, session, emit)
+            port = EnginePort(self.cells, self.store, session, emit, self.data)
             text = prompts.with_earlier_conversation(
                 context.earlier, request.text, self.settings.thread_context_chars
             )
@@ -345,12 +347,22 @@ class Engine:
             await self.store.clear_transcript(key.id)
             session.variables = None
             session.snapshot = {}
+            session.unsaved_cell = None
+            await self.snapshots.discard(session)
             await asyncio.to_thread(clear_staging, self.cells.spill_dir(session))
             if wipe:
                 await asyncio.to_thread(workspace.wipe, session.workdir)
         what = "Kernel reset" if had_kernel else "State cleared"
         files = "files deleted" if wipe else "files kept"
         return f"{what}: variables and history are gone, {files}."
+
+    async def fork(self, source: ThreadKey, target: ThreadKey) -> Forked:
+        """A new thread (`target`, empty) that starts where `source` stands (engine/fork.py)."""
+        return await fork.fork(self.snapshots, self.session(source), self.session(target))
+
+    async def undo(self, key: ThreadKey) -> str:
+        """The thread's variables back to before its last step; the answer to post."""
+        return await self.snapshots.undo(self.session(key))
 
     async def discard(self, key: ThreadKey, *, hidden: str | None = None) -> list[Path]:
         """Put a thread away for good (a scheduled run's key, once its turn is over): a
@@ -379,7 +391,7 @@ class Engine:
         slot = self.registry.slot(key.id)
         memory = None
         if slot is not None and slot.kernel.pid:
-            memory = _memory(slot.kernel.pid)
+            memory = kernel_memory(slot.kernel.pid)
         return ThreadStatus(
             alive=slot is not None,
             busy=session.busy,
@@ -389,6 +401,7 @@ class Engine:
             files=len(await self.cells.listing(session)),
             queued=session.waiting,
             replayable=len(await self.store.replayable_cells(key.id)),
+            snapshots=self.snapshots.enabled,
         )
 
     async def files(self, key: ThreadKey) -> list[tuple[str, int]]:
@@ -437,6 +450,13 @@ class Engine:
             emit(Notice(NoticeKind.NOTEBOOK, text))
 
     # --- lifecycle notices from the registry ----------------------------------------------
+    async def _tell(self, session: ThreadSession, notice: Notice) -> None:
+        for listener in list(self.notice_listeners):
+            try:
+                await listener(session.key, notice)
+            except Exception as exc:
+                log.error("engine.notice_failed thread=%s error=%s", session.key.id, exc)
+
     async def _on_lifecycle(self, key_id: str, what: ReleaseReason) -> None:
         key = ThreadKey.parse(key_id)
         notice = notices.stopped_kernel(what, self.settings.idle_timeout)
@@ -451,20 +471,3 @@ class Engine:
 
 def _ignore(_event: Event) -> None:
     """Events nobody shows (a discarded thread's last hidden cell)."""
-
-
-def _memory(pid: int) -> int | None:
-    """PSS of the kernel and its children (under bwrap the pid is the sandbox's)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except (psutil.Error, OSError):
-        return None
-    total = 0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error, OSError, AttributeError):
-            total += int(proc.memory_full_info().pss)
-            continue
-        with contextlib.suppress(psutil.Error, OSError):
-            total += int(proc.memory_info().rss)
-    return total or None

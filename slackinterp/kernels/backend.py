@@ -76,6 +76,12 @@ class Kernel(Protocol):
         disk; a gateway kernel's files are reached through the kernel itself."""
         return True
 
+    def hurry(self, on: bool) -> None:
+        """Run at the bot's own priority (on) or back at the kernels' lower one (off). A
+        cell's first moments are what a person waits for; kernels otherwise stay below the
+        bot. Nothing where the bot cannot change it (a gateway's kernels, a bot not root)."""
+        return None
+
 
 class KernelBackend(Protocol):
     """Starts kernels, and says what its kernels can do.

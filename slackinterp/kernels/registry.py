@@ -12,18 +12,19 @@ import logging
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
 from slackinterp import metrics
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.backend import Kernel, KernelBackend
-from slackinterp.kernels.execution import Status, run_cell
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.pool import WarmPool
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
+from slackinterp.kernels.restore import Replayer, RestoreReport, restore
 from slackinterp.kernels.slots import Slot
+from slackinterp.kernels.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 
@@ -52,22 +53,6 @@ class AtCapacity(SlackinterpError):
 
 
 @dataclass
-class RestoreReport:
-    """What replaying a thread's successful cells into a fresh kernel achieved."""
-
-    replayed: int
-    total: int
-    seconds: float
-    failed: list[tuple[int, str]] = field(default_factory=list)  # (cell index, error name)
-    out_of_time: bool = False
-    reason: RestoreReason | None = None  # why a restore was needed
-
-    @property
-    def complete(self) -> bool:
-        return not self.failed and not self.out_of_time and self.replayed == self.total
-
-
-@dataclass
 class Lease:
     """A thread's kernel, its files, and the restore it took to get it."""
 
@@ -81,7 +66,9 @@ class Lease:
         return self.kernel.files(max_files)
 
 
-ReplaySource = Callable[[str], Awaitable[list[str]]]
+# The thread's successful cells since its last reset, in order: [(store id, code)].
+ReplaySource = Callable[[str], Awaitable[list[tuple[int, str]]]]
+__all__ = ["AtCapacity", "KernelRegistry", "Lease", "RestoreReport"]
 LifecycleListener = Callable[[str, ReleaseReason], Awaitable[None]]  # (thread key, why)
 
 
@@ -99,6 +86,7 @@ class KernelRegistry:
         max_output_chars: int = 20000,
         capacity_wait: float = 30.0,
         evict_grace: float = EVICT_GRACE,
+        snapshots: Snapshots | None = None,
     ):
         self.backend = backend
         self.pool_dir = pool_dir
@@ -108,6 +96,7 @@ class KernelRegistry:
         self.restore_timeout = restore_timeout
         self.exec_grace = exec_grace
         self.max_output_chars = max_output_chars
+        self.snapshots = snapshots  # None: restore by replay only
         self.slots: dict[str, Slot] = {}
         self._starting = 0
         self._stopping = 0
@@ -378,44 +367,13 @@ class KernelRegistry:
         self._freed = asyncio.Event()
 
     async def _restore(self, slot: Slot, reason: RestoreReason) -> RestoreReport | None:
-        codes = await self.replay_source(slot.key)
-        if not codes:
+        cells = await self.replay_source(slot.key)
+        if not cells:
             return None
-        started = time.monotonic()
-        report = RestoreReport(0, len(codes), 0.0, reason=reason)
-        for index, code in enumerate(codes):
-            remaining = self.restore_timeout - (time.monotonic() - started)
-            if remaining <= 0:
-                report.out_of_time = True
-                break
-            result = await run_cell(
-                slot.kernel,
-                code,
-                timeout=remaining,
-                grace=self.exec_grace,
-                max_output_chars=self.max_output_chars,
-            )
-            if result.status is Status.TIMEOUT:
-                report.out_of_time = True
-                break
-            if not result.ok:
-                report.failed.append(
-                    (index + 1, result.error.ename if result.error else result.status)
-                )
-                if result.restarted or result.status is Status.DIED:
-                    break
-                continue
-            report.replayed += 1
-        report.seconds = time.monotonic() - started
-        metrics.RESTORES.inc()
-        log.info(
-            "kernels.restored thread=%s replayed=%d total=%d seconds=%.2f",
-            slot.key,
-            report.replayed,
-            report.total,
-            report.seconds,
+        replayer = Replayer(
+            self.snapshots, self.restore_timeout, self.exec_grace, self.max_output_chars
         )
-        return report
+        return await restore(replayer, slot.key, slot.kernel, cells, reason)
 
     # --- bookkeeping the engine reports --------------------------------------------------
     def mark_idle(self, key: str, *, state_lost: RestoreReason | None = None) -> None:

@@ -25,7 +25,6 @@ import openai
 from openai import AsyncOpenAI
 
 from slackinterp import metrics
-from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm import (
@@ -34,6 +33,7 @@ from slackinterp.llm import (
     failures,
     hints,
     images,
+    model_fit,
     prompts,
     responses,
     textcalls,
@@ -48,8 +48,6 @@ from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.steering import as_message as steering_message  # issue 27
 from slackinterp.llm.tooling import tool_result_text
 from slackinterp.llm.turnclock import TurnClock
-from slackinterp.logs import public_url
-from slackinterp.model_client import openai_client
 
 __all__ = ["Agent", "AgentConfig", "ModelError", "tool_result_text"]
 
@@ -76,38 +74,24 @@ class Agent:
         self.completions = Completions(client, config)
         # SLACKINTERP_MODEL_VISION=auto: set once the server refused image inputs.
         self.vision_refused = False
+        # How this model calls tools, learned from its first replies (small models).
+        self.fit: model_fit.ModelFit | None = None
 
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, history: HistoryStore, *, network: bool | str
-    ) -> Agent:
-        client = openai_client(settings)
-        config = AgentConfig(
-            model=settings.openai_model,
-            max_rounds=settings.max_rounds,
-            exec_timeout=settings.exec_timeout,
-            network=network,
-            history_budget=settings.history_budget,
-            system_prompt=prompts.load_system_prompt(settings.system_prompt),
-            stream=settings.model_stream,
-            base_url=public_url(str(client.base_url)),
-            api=settings.model_api.value,
-            text_tool_calls=settings.text_tool_calls.value == "auto"
-            or settings.tool_mode.value == "blocks",
-            tool_choice=settings.tool_choice.value,
-            vision=settings.model_vision.value,
-            max_images=settings.model_max_images,
-            image_max_bytes=settings.model_image_max_kb * 1024,
-            reasoning_effort=settings.reasoning_effort.value if settings.reasoning_effort else None,
-            max_completion_tokens=bounds.token_limit(
-                settings.max_completion_tokens, str(client.base_url)
-            ),
-            reply_seconds=settings.model_reply_seconds,
-            temperature=settings.model_temperature,
-            tool_mode=settings.tool_mode.value,
-            turn_seconds=settings.turn_seconds,
-        )
-        return cls(client, config, history)
+    def adapt(self) -> None:
+        """Blocks mode and the small-model bounds from the next turn on (model_fit.py)."""
+        if self.fit is not None:
+            self.config = self.fit.apply(self.config)
+            self.completions.config = self.config
+
+    def _learn(self, real_calls: list[str], text_calls: int, unknown_text: int) -> None:
+        """One reply's way of calling tools, for model_fit (function mode only)."""
+        if self.fit is None or not self.fit.learning or self.blocks:
+            return
+        unknown = unknown_text + sum(name != prompts.TOOL_NAME for name in real_calls)
+        if self.fit.observe(
+            text_calls=text_calls - unknown_text, unknown_tools=unknown, real_calls=len(real_calls)
+        ):
+            self.adapt()
 
     async def close(self) -> None:
         await self.client.close()
@@ -153,6 +137,7 @@ class Agent:
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
+        data = await hooks.data_sources()  # the channel's SQL sources, once per turn
         for _round in range(self.config.max_rounds):
             if state.clock.spent():
                 log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
@@ -162,8 +147,12 @@ class Agent:
             system = (
                 self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
             )
+            if data:
+                system += "\n\n" + data
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
+            real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
+            text_calls = unknown_text = 0
             if not reply.tool_calls and self.config.text_tool_calls:
                 found = textcalls.find_calls(
                     reply.text,
@@ -177,6 +166,8 @@ class Agent:
                 if reply.cut:  # the first complete call only; an unreadable one is none
                     calls = [c for c in calls if not c.malformed][:1]
                 if calls:
+                    text_calls = len(calls)
+                    unknown_text = sum(not c.known for c in calls)
                     source = TEXT_SOURCE
                     reply.text = found.prose
                     reply.tool_calls = [tooling.synthetic_call(c) for c in calls]
@@ -190,6 +181,7 @@ class Agent:
                         sum(c.fixed for c in calls),
                         sum(not c.known for c in calls),
                     )
+            self._learn(real_calls, text_calls, unknown_text)
             if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
                 await self._say_cut(reply, hooks)
             if not reply.tool_calls:

@@ -209,4 +209,4 @@ del __o, __s, __d
 
 
 def _too_long(limit: float) -> str:
-    return f"the run took longer than {limit:g} s (SLACKINTERP_SCHEDULE_RUN_TIMEOUT)"
+    return f"the run took longer than {limit:g} s (SLACKINTERP_SCHEDULE_RUN_TIMEOUT, in seconds)"

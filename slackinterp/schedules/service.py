@@ -272,7 +272,8 @@ class ScheduleService:
         if rule.gap < settings.schedule_min_interval:
             raise ScheduleRefused(
                 f"Runs must be at least {duration(settings.schedule_min_interval)} apart "
-                f"(SLACKINTERP_SCHEDULE_MIN_INTERVAL); this would run every "
+                f"(SLACKINTERP_SCHEDULE_MIN_INTERVAL={settings.schedule_min_interval:g} "
+                "seconds); this would run every "
                 f"{duration(rule.gap)}."
             )
         if await self.store.count_schedules(channel=key.channel) >= (
