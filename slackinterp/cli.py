@@ -95,6 +95,7 @@ def _run() -> int:
     import logging
 
     from slackinterp import logs
+    from slackinterp.runtime import SandboxUnavailable
     from slackinterp.slack.bot import GaveUp, StartError, serve
     from slackinterp.store import StoreError
 
@@ -107,7 +108,7 @@ def _run() -> int:
         return asyncio.run(serve(settings, stopping=stop_seen))
     except StartError as exc:
         return _fail([str(exc)])
-    except StoreError as exc:
+    except (StoreError, SandboxUnavailable) as exc:
         return _fail([str(exc)], hint=False)
     except GaveUp as exc:
         print(f"slackinterp: giving up: {exc}", file=sys.stderr)

@@ -24,6 +24,7 @@ from slackinterp.logs import public_url
 PREFIX = "SLACKINTERP_"
 DEFAULT_SLACK_API_URL = "https://slack.com/api/"
 NO_KEY_PLACEHOLDER = "sk-no-key-required"
+MIB = 1024 * 1024
 
 
 class SandboxMode(StrEnum):
@@ -655,6 +656,39 @@ class Settings(BaseSettings):
     @property
     def threads_dir(self) -> Path:
         return self.data_dir / "threads"
+
+    # Sizes are set in MiB and used in bytes: converted here, once.
+    @property
+    def workspace_quota_bytes(self) -> int:
+        return self.workspace_quota_mb * MIB
+
+    @property
+    def memory_limit_bytes(self) -> int:
+        return self.memory_limit_mb * MIB
+
+    @property
+    def max_file_size_bytes(self) -> int:
+        return self.max_file_size_mb * MIB
+
+    @property
+    def max_upload_bytes(self) -> int:
+        return self.max_upload_mb * MIB
+
+    @property
+    def max_download_bytes(self) -> int:
+        return self.max_download_mb * MIB
+
+    @property
+    def notebook_max_bytes(self) -> int:
+        return self.notebook_max_mb * MIB
+
+    @property
+    def data_max_bytes(self) -> int:
+        return self.data_max_mb * MIB
+
+    @property
+    def snapshot_max_bytes(self) -> int:
+        return self.snapshot_max_mb * MIB
 
 
 _DATABASE_URL_FORMS = (

@@ -26,11 +26,12 @@ from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
+from slackinterp.errors import SlackinterpError
 from slackinterp.kernels import packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
 from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
-from slackinterp.kernels.local.sandbox import MIB, Limits
+from slackinterp.kernels.local.sandbox import Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry
 from slackinterp.kernels.snapshots import SnapshotLimits, Snapshots
@@ -50,6 +51,9 @@ class Runtime:
     reaper: Reaper
     engine: Engine
     agent: Agent | None = None  # the engine's, typed: the runtime configures and closes it
+    # Sandboxed local kernels' egress proxy and policies (None: no proxy in this mode, no
+    # sandbox, or a gateway's kernels).
+    egress: Egress | None = None
     data: DataSources | None = None  # SQL data sources (local sandboxed kernels only)
 
     @classmethod
@@ -64,6 +68,7 @@ class Runtime:
             user = privileges.kernel_user(settings.kernel_user)
         except privileges.KernelUserError as exc:
             raise SandboxUnavailable(str(exc)) from None
+        egress = egress_for(settings, store, bwrap)
         data = data_sources_for(settings, store, bwrap)
         backend = local_backend(
             settings,
@@ -72,10 +77,11 @@ class Runtime:
             cache_dir=(settings.data_dir / "cache").resolve(),
             runtime_dir=_runtime_dir(settings),
             recorder=store,
-            egress=egress_for(settings, store, bwrap),
+            egress=egress,
             data=data,
         )
         runtime = await cls._with_backend(settings, store, backend, bwrap)
+        runtime.egress = egress
         runtime.engine.data = runtime.data = data
         return runtime
 
@@ -142,13 +148,6 @@ class Runtime:
         agent.config.packages = tuple(found)
         log.info("kernel.packages count=%d", len(found))
 
-    @property
-    def egress(self) -> Egress | None:
-        """Sandboxed local kernels' egress proxy and policies (None: no proxy in this mode
-        or no sandbox)."""
-        egress = getattr(self.registry.backend, "egress", None)
-        return egress if isinstance(egress, Egress) else None
-
     def kernel_pids(self) -> list[int]:
         """Local kernel processes (sandbox included) this runtime holds, pooled ones too."""
         kernels = [slot.kernel for slot in self.registry.slots.values()] + list(self.registry.pool)
@@ -197,7 +196,7 @@ def store_url(settings: Settings) -> str:
     return settings.database_url or sqlite_url(settings.db_path.resolve())
 
 
-class SandboxUnavailable(StoreError):
+class SandboxUnavailable(SlackinterpError):
     """SLACKINTERP_SANDBOX=bwrap but bubblewrap cannot run here."""
 
 
@@ -253,9 +252,9 @@ def local_backend(
         cache_dir=cache_dir,
         runtime_dir=runtime_dir,
         limits=Limits(
-            memory_bytes=settings.memory_limit_mb * MIB,
+            memory_bytes=settings.memory_limit_bytes,
             max_processes=settings.max_processes,
-            max_file_bytes=settings.max_file_size_mb * MIB,
+            max_file_bytes=settings.max_file_size_bytes,
         ),
         recorder=recorder,
         bwrap=bwrap,
@@ -341,7 +340,7 @@ def data_sources_for(settings: Settings, store: Store, bwrap: str | None) -> Dat
         rules=store,
         limits=DataLimits(
             max_rows=settings.data_max_rows,
-            max_bytes=settings.data_max_mb * MIB,
+            max_bytes=settings.data_max_bytes,
             timeout=settings.data_timeout,
         ),
         summary_chars=settings.data_summary_chars,
@@ -368,7 +367,7 @@ def _snapshots(settings: Settings) -> Snapshots | None:
     if not settings.snapshots:
         return None
     limits = SnapshotLimits(
-        max_bytes=settings.snapshot_max_mb * 1024 * 1024,
+        max_bytes=settings.snapshot_max_bytes,
         generations=settings.snapshot_generations,
         save_timeout=max(settings.exec_timeout, settings.restore_timeout),
     )

@@ -14,6 +14,7 @@ from slackinterp.engine.events import Event
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.runtime import Runtime
+from slackinterp.store import Store
 from tests.datasource_db import warehouse  # noqa: F401  (fixture: a read-only PostgreSQL source)
 from tests.pg import pg_server, pg_url  # noqa: F401  (fixtures: PostgreSQL for any test)
 
@@ -36,6 +37,24 @@ def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     }
     values.update(overrides)
     return Settings(_env_file=None, **values)  # type: ignore[arg-type]
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """An empty database of each kind (PostgreSQL skips with a reason when not installed)."""
+    if request.param == "sqlite":
+        return f"sqlite:///{tmp_path / 'store.db'}"
+    return str(request.getfixturevalue("pg_url"))
+
+
+@pytest.fixture
+async def store(db_url: str) -> AsyncIterator[Store]:
+    """A store opened on `db_url`, closed after the test."""
+    opened = await Store.open(db_url)
+    try:
+        yield opened
+    finally:
+        await opened.close()
 
 
 @pytest.fixture

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from slackinterp.slack.bot import SlackBot
 from tests.conftest import make_settings
+from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack import FakeSlack
 
 CHANNEL = "C1"
@@ -30,6 +31,26 @@ async def running_bot(fake: FakeSlack, tmp_path: Path, **overrides: Any) -> Asyn
         yield bot
     finally:
         await bot.stop()
+
+
+@asynccontextmanager
+async def model_bot(
+    tmp_path: Path, setup: Callable[[FakeSlack], None] | None = None, **overrides: Any
+) -> AsyncIterator[tuple[FakeSlack, FakeOpenAI, SlackBot]]:
+    """The bot with a model: the fake Slack, the fake model server, the bot. `setup` prepares
+    the fake Slack before the bot connects."""
+    async with FakeSlack() as slack, FakeOpenAI() as model:
+        if setup is not None:
+            setup(slack)
+        values: dict[str, Any] = {
+            "openai_base_url": model.base_url,
+            "openai_api_key": "sk-test",
+            "openai_model": "test-model",
+            "model_timeout": 5,
+        }
+        values.update(overrides)
+        async with running_bot(slack, tmp_path, **values) as bot:
+            yield slack, model, bot
 
 
 def bot_messages(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict[str, Any]]:
@@ -60,6 +81,15 @@ async def wait_cells(
         lambda: (cells := finished_cells(fake, thread_ts, channel)) and len(cells) >= n and cells,
         timeout=timeout,
     )
+
+
+async def code_in_thread(
+    fake: FakeSlack, thread_ts: str, code: str, cells: int = 1, channel: str = CHANNEL
+) -> list[dict[str, Any]]:
+    """A person replies in the thread with a code block; the thread's finished cell messages
+    once there are `cells` of them."""
+    await fake.user_message(channel, f"```{code}```", thread_ts=thread_ts)
+    return await wait_cells(fake, thread_ts, cells, channel)
 
 
 async def wait_text(

@@ -11,8 +11,8 @@ from __future__ import annotations
 import json
 
 from tests.fakes.openai_server import Fail, Hang, Reply, Runaway, Stall, ToolCall
-from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
-from tests.test_agent_e2e import answer_quoting_last_tool, model_bot, py, tool_results
+from tests.slack_harness import CHANNEL, all_text, bot_messages, model_bot, wait_cells, wait_final
+from tests.test_agent_e2e import answer_quoting_last_tool, py, tool_results
 
 CALL_LINE = '{"name": "python", "arguments": {"code": "print(6 * 7)"}}\n'
 

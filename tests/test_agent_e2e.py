@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -16,24 +15,11 @@ from tests.slack_harness import (
     CHANNEL,
     all_text,
     bot_messages,
+    model_bot,
     running_bot,
     wait_cells,
     wait_final,
 )
-
-
-@asynccontextmanager
-async def model_bot(tmp_path: Path, **overrides: Any):
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values) as bot:
-            yield slack, model, bot
 
 
 def py(code: str) -> Reply:

@@ -13,8 +13,8 @@ from typing import Any
 
 from slackinterp.llm.agent import CONTINUE_PROMPT
 from tests.fakes.openai_server import Dynamic, Reply, ToolCall
-from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
-from tests.test_agent_e2e import answer_quoting_last_tool, model_bot, py, tool_results
+from tests.slack_harness import CHANNEL, all_text, bot_messages, model_bot, wait_cells, wait_final
+from tests.test_agent_e2e import answer_quoting_last_tool, py, tool_results
 
 PLOT = "import matplotlib.pyplot as plt\nplt.plot([1, 4, 9])\nplt.show()"
 # A 1x1 PNG: the smallest real picture a user can attach.

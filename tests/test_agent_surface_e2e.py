@@ -9,8 +9,6 @@ from __future__ import annotations
 import logging
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,7 @@ from slackinterp.slack.agent_session import asks_user
 from slackinterp.slack.assistant import SUGGESTED_PROMPTS
 from slackinterp.slack.manifest import BOT_EVENTS, BOT_SCOPES, LEGACY_BOT_EVENTS, render_manifest
 from slackinterp.slack.render import STOP_ACTION
-from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, Step, ToolCall
+from tests.fakes.openai_server import Dynamic, Reply, Step, ToolCall
 from tests.fakes.slack import FakeSlack
 from tests.fakes.slack_agents import NO_STOP_SUBSCRIPTION, NOT_AGENT
 from tests.slack_harness import (
@@ -29,6 +27,7 @@ from tests.slack_harness import (
     all_text,
     bot_messages,
     cell_messages,
+    model_bot,
     running_bot,
     wait_cells,
     wait_final,
@@ -36,24 +35,6 @@ from tests.slack_harness import (
 )
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@asynccontextmanager
-async def model_bot(
-    tmp_path: Path, setup: Callable[[FakeSlack], None] | None = None, **overrides: Any
-) -> AsyncIterator[tuple[FakeSlack, FakeOpenAI]]:
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        if setup is not None:
-            setup(slack)
-        values: dict[str, Any] = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values):
-            yield slack, model
 
 
 def py(src: str) -> Reply:
@@ -168,7 +149,7 @@ async def test_messages_tab_pins_the_prompts_without_a_thread(tmp_path: Path) ->
 
 
 async def test_a_model_turn_is_an_agent_session(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(py("# Add up\nprint(40 + 2)"), Reply(text="The total is **42**."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> what is 40 + 2?")
         await wait_final(slack, ts, "The total is")
@@ -189,7 +170,7 @@ async def test_a_model_turn_is_an_agent_session(tmp_path: Path) -> None:
 
 
 async def test_an_answer_that_asks_leaves_the_session_suspended(tmp_path: Path) -> None:
-    async with model_bot(tmp_path, streaming="off") as (slack, model):
+    async with model_bot(tmp_path, streaming="off") as (slack, model, _bot):
         model.script(Reply(text="I see two sheets. Which one should I use?"))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> summarise the workbook")
         await wait_final(slack, ts, "Which one should I use?")
@@ -203,7 +184,7 @@ async def test_an_answer_that_asks_leaves_the_session_suspended(tmp_path: Path) 
 
 async def test_slacks_stop_stops_exactly_that_threads_turn(tmp_path: Path) -> None:
     slow = "# Wait\nimport time\nfor i in range(600):\n    time.sleep(0.1)"
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         picker = by_request(
             {
                 "thread one": [py("# First\nx = 41"), py(slow)],
@@ -245,7 +226,7 @@ async def test_missing_stop_subscription_falls_back_once(
         slack.bot_events.discard("agent_session_stopped")
 
     caplog.set_level(logging.WARNING, logger="slackinterp")
-    async with model_bot(tmp_path, unsubscribed) as (slack, model):
+    async with model_bot(tmp_path, unsubscribed) as (slack, model, _bot):
         model.script(Reply(text="First."), Reply(text="Second."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> one")
         await wait_final(slack, ts, "First.")
@@ -276,7 +257,7 @@ async def test_without_sessions_the_old_stop_remains(
 
     caplog.set_level(logging.WARNING, logger="slackinterp")
     slow = "# Wait\nimport time\nfor i in range(600):\n    time.sleep(0.1)"
-    async with model_bot(tmp_path, refuse) as (slack, model):
+    async with model_bot(tmp_path, refuse) as (slack, model, _bot):
         model.script(py(slow), Reply(text="Again."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> wait a minute")
         running = await slack.wait_for(

@@ -18,6 +18,7 @@ from tests.slack_harness import (
     all_text,
     bot_messages,
     cell_messages,
+    code_in_thread,
     running_bot,
     wait_cells,
     wait_text,
@@ -83,13 +84,12 @@ async def test_odd_files_are_acknowledged_and_nothing_is_overwritten(tmp_path: P
         await fake.user_message(CHANNEL, "here is another", thread_ts=ts, files=[second])
         message = await wait_text(fake, ts, "Received `a-1.csv`")
         assert "sent as `a.csv`" in message["text"]
-        await fake.user_message(
-            CHANNEL,
-            "```import zipfile\nprint(open('a.csv').read().split()[1], "
-            "open('a-1.csv').read().split()[1], zipfile.ZipFile('data.zip').read('inner.txt'))```",
-            thread_ts=ts,
+        cells = await code_in_thread(
+            fake,
+            ts,
+            "import zipfile\nprint(open('a.csv').read().split()[1], "
+            "open('a-1.csv').read().split()[1], zipfile.ZipFile('data.zip').read('inner.txt'))",
         )
-        cells = await wait_cells(fake, ts, 1)
         assert "1 2 b'zipped'" in all_text(cells[0])
 
 

@@ -5,8 +5,7 @@ imagines after the block is dropped, and the result comes back as a plain messag
 from __future__ import annotations
 
 from tests.fakes.openai_server import Reply
-from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
-from tests.test_agent_e2e import model_bot
+from tests.slack_harness import CHANNEL, all_text, bot_messages, model_bot, wait_cells, wait_final
 
 BLOCK = "Let me compute it.\n```python\nprint(6 * 7)\n```\nThis prints 41, so the answer is 41."
 

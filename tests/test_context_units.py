@@ -3,10 +3,8 @@ migration from version 2), the prompt block, and the reader's choice of messages
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from pathlib import Path
 
-import pytest
 from sqlalchemy import inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -24,22 +22,6 @@ from slackinterp.slack.thread import (
 from slackinterp.store import MIGRATIONS, PENDING_LIMIT, Store, metadata, migrate
 from slackinterp.store.migrations import SCHEMA_VERSION
 from tests.conftest import make_settings
-
-
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
 
 
 async def _cursor(store: Store, key: str, at: str) -> str | None:

@@ -21,12 +21,12 @@ from tests.slack_harness import (
     bot_messages,
     cell_messages,
     finished_cells,
+    model_bot,
     running_bot,
     wait_cells,
     wait_final,
     wait_text,
 )
-from tests.test_agent_e2e import model_bot
 
 
 async def test_slack_429_burst_and_500s_lose_nothing(tmp_path: Path) -> None:

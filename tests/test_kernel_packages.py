@@ -69,8 +69,7 @@ async def test_analysis_packages_are_there(runtime: Runtime) -> None:
 async def test_the_model_is_told_the_kernels_packages(tmp_path) -> None:
     """Read from the kernel's own Python at start, not a fixed list."""
     from tests.fakes.openai_server import Reply
-    from tests.slack_harness import CHANNEL, wait_final
-    from tests.test_agent_e2e import model_bot
+    from tests.slack_harness import CHANNEL, model_bot, wait_final
 
     async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(Reply(text="hello"))

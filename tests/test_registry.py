@@ -12,10 +12,12 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from slackinterp.kernels.registry import REFILL_AFTER_CELL, REFILL_DURING_CELL, KernelRegistry
+from slackinterp.kernels.backend import Kernel
+from slackinterp.kernels.pool import REFILL_AFTER_CELL, REFILL_DURING_CELL
+from slackinterp.kernels.registry import KernelRegistry
 
 
-class FakeKernel:
+class FakeKernel(Kernel):
     def __init__(self, name: str, backend: FakeBackend):
         self.kernel_id = name
         self.cwd = Path("/nowhere")
@@ -250,7 +252,7 @@ async def test_a_kernel_another_replica_is_taking_over_is_detached_not_deleted()
 
 async def test_a_failing_pool_start_backs_off(tmp_path: Path) -> None:
     """A pool start that fails at once (a broken kernel spec) is not retried in a loop."""
-    from slackinterp.kernels.registry import POOL_BACKOFF_FIRST
+    from slackinterp.kernels.pool import POOL_BACKOFF_FIRST
 
     class Broken:
         starts = 0
@@ -271,7 +273,7 @@ async def test_a_failing_pool_start_backs_off(tmp_path: Path) -> None:
         reg.refill_pool()
         await asyncio.sleep(0.01)
     assert Broken.starts == 1
-    assert reg._pool_backoff == 2 * POOL_BACKOFF_FIRST
+    assert reg.warm.backoff == 2 * POOL_BACKOFF_FIRST
     await reg.shutdown()
 
 
@@ -422,9 +424,9 @@ async def test_a_failed_refill_is_tried_again_after_its_back_off(
 ) -> None:
     """A pool start that fails once (a kernel killed at start-up, a full disk) is retried
     when the back-off ends, with no traffic to set it off."""
-    from slackinterp.kernels import registry as registry_module
+    from slackinterp.kernels import pool
 
-    monkeypatch.setattr(registry_module, "POOL_BACKOFF_FIRST", 0.2)
+    monkeypatch.setattr(pool, "POOL_BACKOFF_FIRST", 0.2)
 
     class FailsOnce(FakeBackend):
         failed = False
@@ -463,7 +465,7 @@ async def test_nothing_is_planned_after_shutdown() -> None:
     await reg.shutdown()
     reg.mark_idle("a")
     reg.refill_pool()
-    assert reg._refill_timer is None and backend.running == 0
+    assert reg.warm.timer is None and backend.running == 0
 
 
 # --- eviction spares kernels in use (EVICT_GRACE) ---------------------------------------------

@@ -7,7 +7,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -221,22 +220,6 @@ def test_unknown_zones_fall_back_to_utc() -> None:
 
 
 # --- the store -----------------------------------------------------------------------------
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
-
-
 def stored(**values: Any) -> StoredSchedule:
     now = time.time()
     defaults: dict[str, Any] = {

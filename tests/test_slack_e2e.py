@@ -12,6 +12,7 @@ from tests.slack_harness import (
     all_text,
     bot_messages,
     cell_messages,
+    code_in_thread,
     running_bot,
     wait_cells,
     wait_text,
@@ -111,13 +112,12 @@ async def test_files_in_are_sanitised_and_readable(tmp_path: Path) -> None:
         await wait_text(fake, ts, "Received `passwd`")
         refused = await wait_text(fake, ts, "did not take `big.bin`")
         assert "MAX_DOWNLOAD_MB" in refused["text"]
-        await fake.user_message(
-            CHANNEL,
-            "```import pandas as pd, os\nprint(pd.read_csv('sales.csv').revenue.sum(), "
-            "sorted(n for n in os.listdir('.') if n[0] != '.'))```",
-            thread_ts=ts,
+        cells = await code_in_thread(
+            fake,
+            ts,
+            "import pandas as pd, os\nprint(pd.read_csv('sales.csv').revenue.sum(), "
+            "sorted(n for n in os.listdir('.') if n[0] != '.'))",
         )
-        cells = await wait_cells(fake, ts, 1)
         assert "30 ['passwd', 'sales.csv']" in all_text(cells[0])
 
 

@@ -33,23 +33,6 @@ from tests.conftest import make_settings
 ROOT = Path(__file__).resolve().parent.parent
 
 
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """An empty database of each kind (PostgreSQL skips with a reason when not installed)."""
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
-@pytest.fixture
-async def store(db_url: str) -> AsyncIterator[Store]:
-    opened = await Store.open(db_url)
-    try:
-        yield opened
-    finally:
-        await opened.close()
-
-
 @pytest.fixture
 async def two_stores(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
     """Two replicas' stores on the same database."""

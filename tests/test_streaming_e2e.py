@@ -7,8 +7,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,36 +15,20 @@ import pytest
 from prometheus_client import REGISTRY
 
 from slackinterp.slack.stream import FEEDBACK_ACTION
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Reply, ToolCall
 from tests.fakes.slack import FakeSlack, Stream
 from tests.slack_harness import (
     CHANNEL,
     all_text,
     bot_messages,
     code,
-    running_bot,
+    model_bot,
     wait_cells,
     wait_final,
     wait_text,
 )
 
 ANSWER = "**Answer:** the total is 42."
-
-
-@asynccontextmanager
-async def model_bot(
-    tmp_path: Path, **overrides: Any
-) -> AsyncIterator[tuple[FakeSlack, FakeOpenAI]]:
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        values: dict[str, Any] = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values):
-            yield slack, model
 
 
 async def poll(predicate: Callable[[], bool], timeout: float = 10) -> None:
@@ -92,7 +75,7 @@ def feedback_of(stream: Stream) -> list[dict[str, Any]]:
 
 
 async def test_model_turn_streams_text_a_task_and_feedback(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(py("# Add up the numbers\nprint(40 + 2)"), Reply(text=ANSWER))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> what is 40 + 2?")
         [stream] = await stopped_streams(slack)
@@ -121,7 +104,7 @@ async def test_model_turn_streams_text_a_task_and_feedback(tmp_path: Path) -> No
 
 
 async def test_several_cells_use_the_plan_and_an_error_task(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(
             py("x = 1 / 0"),
             py("# Divide safely\nx = 1 / 2\nprint(x)"),
@@ -142,7 +125,7 @@ async def test_several_cells_use_the_plan_and_an_error_task(tmp_path: Path) -> N
 
 
 async def test_long_output_task_shows_its_tail_within_slacks_limit(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(py("for i in range(200):\n    print('line', i)"), Reply(text="Done."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> print 200 lines")
         [stream] = await stopped_streams(slack)
@@ -155,7 +138,7 @@ async def test_long_output_task_shows_its_tail_within_slacks_limit(tmp_path: Pat
 
 async def test_rollover_by_size_keeps_every_character(tmp_path: Path) -> None:
     words = " ".join(f"word{i}" for i in range(400))  # ~3,500 characters
-    async with model_bot(tmp_path, stream_rollover_chars=1000) as (slack, model):
+    async with model_bot(tmp_path, stream_rollover_chars=1000) as (slack, model, _bot):
         model.script(Reply(text=words))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> say many words")
         await stopped_streams(slack, 4)
@@ -169,7 +152,7 @@ async def test_rollover_by_size_keeps_every_character(tmp_path: Path) -> None:
 
 
 async def test_rollover_by_time_closes_running_tasks_first(tmp_path: Path) -> None:
-    async with model_bot(tmp_path, stream_rollover_seconds=1) as (slack, model):
+    async with model_bot(tmp_path, stream_rollover_seconds=1) as (slack, model, _bot):
         model.script(
             py("# Wait for the data\nimport time\ntime.sleep(2.5)\nprint('ready')"),
             Reply(text="It is ready."),
@@ -193,7 +176,7 @@ async def test_rollover_by_time_closes_running_tasks_first(tmp_path: Path) -> No
 async def test_workspace_without_streaming_uses_edited_messages_and_remembers(
     tmp_path: Path,
 ) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         slack.streaming_unavailable = True
         model.script(py("print(6 * 7)"), Reply(text=ANSWER), Reply(text="Second answer."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven?")
@@ -211,7 +194,7 @@ async def test_workspace_without_streaming_uses_edited_messages_and_remembers(
     "error", ["missing_recipient_user_id", "missing_recipient_team_id", "unknown_method"]
 )
 async def test_refused_start_falls_back_losing_nothing(tmp_path: Path, error: str) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         slack.faults.fail("chat.startStream", error=error)
         model.script(py("# Multiply\nprint(6 * 7)"), Reply(text=ANSWER))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven?")
@@ -223,7 +206,7 @@ async def test_refused_start_falls_back_losing_nothing(tmp_path: Path, error: st
 
 
 async def test_expired_stream_falls_back_for_the_rest_of_the_turn(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         slack.stream_expiry = 0.5  # Slack closes streams on its own
         model.script(
             Reply(text="Let me check. ", tool_calls=[ToolCall("python", {"code": SLOW})]),
@@ -246,7 +229,7 @@ SLOW = "import time\ntime.sleep(1)\nprint('slept')"
 @pytest.mark.parametrize("error", ["msg_too_long", "message_not_in_streaming_state"])
 async def test_refused_append_mid_answer_posts_the_rest(tmp_path: Path, error: str) -> None:
     words = " ".join(f"w{i}" for i in range(300))
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         # Slow enough that the answer takes several 0.5 s append batches; the second append
         # is refused, whatever the machine's speed.
         model.script(Reply(text=words, chunk_delay=0.01))
@@ -262,7 +245,7 @@ async def test_refused_append_mid_answer_posts_the_rest(tmp_path: Path, error: s
 
 
 async def test_direct_code_stays_one_message_per_cell(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, _model):
+    async with model_bot(tmp_path) as (slack, _model, _bot):
         ts, _ = await slack.user_message(CHANNEL, code("print(1 + 1)"))
         [cell] = await wait_cells(slack, ts, 1)
         assert "2" in all_text(cell)
@@ -270,7 +253,7 @@ async def test_direct_code_stays_one_message_per_cell(tmp_path: Path) -> None:
 
 
 async def test_streaming_off_keeps_edited_messages(tmp_path: Path) -> None:
-    async with model_bot(tmp_path, streaming="off") as (slack, model):
+    async with model_bot(tmp_path, streaming="off") as (slack, model, _bot):
         model.script(py("print(6 * 7)"), Reply(text=ANSWER))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven?")
         await wait_final(slack, ts, "the total is 42")
@@ -278,7 +261,7 @@ async def test_streaming_off_keeps_edited_messages(tmp_path: Path) -> None:
 
 
 async def test_dm_streams_without_requiring_recipients(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(Reply(text="Hello from a DM."))
         await slack.user_message("D1", "hi there")
         [stream] = await stopped_streams(slack)
@@ -291,7 +274,7 @@ async def test_feedback_click_is_logged_and_counted(
     def count(value: str) -> float:
         return REGISTRY.get_sample_value("slackinterp_feedback_total", {"value": value}) or 0.0
 
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(Reply(text=ANSWER))
         await slack.user_message(CHANNEL, "<@UBOT> answer please")
         [stream] = await stopped_streams(slack)
@@ -310,7 +293,7 @@ async def test_feedback_click_is_logged_and_counted(
 
 async def test_assistant_thread_gets_prompts_and_its_messages_run(tmp_path: Path) -> None:
     """An app made from the older assistant-view manifest (issue 27 keeps it working)."""
-    async with model_bot(tmp_path) as (slack, _model):
+    async with model_bot(tmp_path) as (slack, _model, _bot):
         slack.use_assistant_app()
         root = slack.workspace.post("D1", author={"user": "U1"}, text="New chat")
         thread_ts = root["ts"]
@@ -337,7 +320,7 @@ async def test_assistant_thread_gets_prompts_and_its_messages_run(tmp_path: Path
 
 
 async def test_slacks_own_stop_stops_the_turn(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model):
+    async with model_bot(tmp_path) as (slack, model, _bot):
         model.script(
             py("# Count slowly\nimport time\nfor i in range(60):\n    time.sleep(0.5)"),
         )
@@ -357,7 +340,7 @@ async def test_slacks_own_stop_stops_the_turn(tmp_path: Path) -> None:
 
 
 async def test_rollover_mid_plan_reopens_the_running_task(tmp_path: Path) -> None:
-    async with model_bot(tmp_path, stream_rollover_seconds=1.5) as (slack, model):
+    async with model_bot(tmp_path, stream_rollover_seconds=1.5) as (slack, model, _bot):
         model.script(
             py("# Load\nx = 2"),
             py("# Crunch\nimport time\ntime.sleep(2.5)\nprint(x * 21)"),

@@ -6,37 +6,24 @@ from __future__ import annotations
 import asyncio
 import copy
 import time
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from tests.fakes.openai_server import FakeOpenAI, Reply
+from tests.fakes.openai_server import Reply
 from tests.fakes.slack import FakeSlack, TsClock
 from tests.slack_harness import (
     CHANNEL,
     all_text,
     bot_messages,
     cell_messages,
+    code_in_thread,
+    model_bot,
     running_bot,
     wait_cells,
     wait_text,
 )
 
 SALES = b"month,revenue\njan,10\nfeb,20\n"
-
-
-@asynccontextmanager
-async def model_bot(tmp_path: Path, **overrides: Any):
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values) as bot:
-            yield slack, model, bot
 
 
 def recent_clock(fake: FakeSlack) -> None:
@@ -277,13 +264,13 @@ async def test_a_new_version_of_a_file_is_fetched_again_under_a_new_name(tmp_pat
         fake.workspace.find(CHANNEL, root)["files"] = [copy.deepcopy(fake.files[csv["id"]])]
         await fake.edit_message(CHANNEL, root, "data (updated)", user="U2")
         await asyncio.sleep(0.5)
-        await fake.user_message(
-            CHANNEL,
-            "```import os\nnames = sorted(n for n in os.listdir('.') if n.endswith('.csv'))\n"
-            "print('FILES', *names, 'MAR', open('sales-1.csv').read().count('mar'))```",
-            thread_ts=root,
+        cells = await code_in_thread(
+            fake,
+            root,
+            "import os\nnames = sorted(n for n in os.listdir('.') if n.endswith('.csv'))\n"
+            "print('FILES', *names, 'MAR', open('sales-1.csv').read().count('mar'))",
+            cells=2,
         )
-        cells = await wait_cells(fake, root, 2)
         assert "FILES sales-1.csv sales.csv MAR 1" in all_text(cells[1])
         assert downloads_of(fake, csv) == 2
 

@@ -9,8 +9,8 @@ tests check how the turn ended (its line, what was kept, which calls the model g
 from __future__ import annotations
 
 from tests.fakes.openai_server import Reply, Runaway, Stall
-from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
-from tests.test_agent_e2e import answer_quoting_last_tool, model_bot, py
+from tests.slack_harness import CHANNEL, all_text, bot_messages, model_bot, wait_cells, wait_final
+from tests.test_agent_e2e import answer_quoting_last_tool, py
 
 # Long enough that a slow kernel start on a busy machine leaves the first model call time.
 BUDGET = 8

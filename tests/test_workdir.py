@@ -1,5 +1,5 @@
 """The working-directory walks: one walk (measure) gives what snapshot and usage gave apart,
-and the walk a gateway kernel runs (transfer.MEASURE) gives the same as the local one."""
+and the walk a gateway kernel runs (the same module, inside/walks.py) gives the same."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 
 from slackinterp.kernels import workdir
-from slackinterp.kernels.inside import transfer
+from slackinterp.kernels.inside import walks
 
 
 def tree(root: Path, outside: Path) -> Path:
@@ -69,25 +69,39 @@ def test_measure_stops_once_over_the_entry_limit(tmp_path: Path) -> None:
     assert workdir.usage([root], stop_after=10) == measured.usage
 
 
-def test_the_kernel_side_walk_follows_the_local_rules(tmp_path: Path) -> None:
+def in_a_fresh_kernel_python(code: str, cwd: Path) -> object:
+    """Run a cell's code as a gateway kernel would: a fresh interpreter, nothing of
+    slackinterp importable (-I), in the working directory."""
+    ran = subprocess.run(
+        [sys.executable, "-I", "-c", code], cwd=cwd, capture_output=True, text=True, check=True
+    )
+    return json.loads(ran.stdout)
+
+
+def test_the_kernel_side_walk_is_the_shipped_module_and_follows_the_local_rules(
+    tmp_path: Path,
+) -> None:
     root = tmp_path / "work"
     root.mkdir()
     tree(root, tmp_path / "outside")
-    code = transfer.MEASURE % (workdir.USAGE_SECONDS, 0, workdir.MAX_SCAN_ENTRIES)
-    ran = subprocess.run(
-        [sys.executable, "-I", "-c", code], cwd=root, capture_output=True, text=True, check=True
-    )
-    raw = json.loads(ran.stdout)
     local = workdir.measure(root, [])
-    assert {name: tuple(sig) for name, sig in raw["files"].items()} == local.snapshot
-    assert list(raw["files"]) == list(local.snapshot)
-    assert raw["usage"] == [local.usage.bytes, local.usage.files, 1]
-    # The old kernel-side snapshot, too, lists no link (it used to follow them).
+    call = f"measure('.', [], {workdir.USAGE_SECONDS!r}, 0, {workdir.MAX_SCAN_ENTRIES})"
+    files, counted = in_a_fresh_kernel_python(walks.cell(call), root)
+    assert {name: tuple(sig) for name, sig in files.items()} == local.snapshot
+    assert list(files) == list(local.snapshot)
+    assert counted == [local.usage.bytes, local.usage.files, True]
+    # The snapshot and the usage walk, too, list no link and count the same.
+    snap = in_a_fresh_kernel_python(walks.cell(f"snapshot('.', {workdir.MAX_SCAN_ENTRIES})"), root)
+    assert set(snap) == set(local.snapshot)
+    counted = in_a_fresh_kernel_python(walks.cell("usage(['.'], 5.0, 0)"), root)
+    assert counted == [local.usage.bytes, local.usage.files, True]
+
+
+def test_the_walk_cell_leaves_nothing_in_the_notebook_namespace(tmp_path: Path) -> None:
+    """The module runs in a namespace of its own: a notebook's names stay as they were."""
+    code = "before = set(globals())\n" + walks.cell("usage(['.'], 5.0, 0)")
+    code += "print(sorted(set(globals()) - before - {'before'}))\n"
     ran = subprocess.run(
-        [sys.executable, "-I", "-c", transfer.SNAPSHOT % workdir.MAX_SCAN_ENTRIES],
-        cwd=root,
-        capture_output=True,
-        text=True,
-        check=True,
+        [sys.executable, "-I", "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
     )
-    assert set(json.loads(ran.stdout)) == set(local.snapshot)
+    assert ran.stdout.splitlines()[-1] == "[]"

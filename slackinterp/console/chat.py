@@ -24,6 +24,7 @@ from pathlib import Path
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
+from slackinterp.console.help import help_text
 from slackinterp.console.input import (
     InputBuffer,
     LineEditor,
@@ -34,11 +35,11 @@ from slackinterp.console.input import (
 from slackinterp.console.render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
 from slackinterp.engine.events import Notice, TurnStarted
-from slackinterp.engine.presentation import CONTROLS, thread_status
+from slackinterp.engine.presentation import thread_status
 from slackinterp.engine.session import Instruction
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
 from slackinterp.engine.workspace import ThreadKey, human_size
-from slackinterp.runtime import Runtime
+from slackinterp.runtime import Runtime, SandboxUnavailable
 from slackinterp.store import StoreError
 
 # Re-exported: tests and tools knew them here first.
@@ -46,30 +47,6 @@ __all__ = ["Console", "InputBuffer", "Screen", "TurnPrinter", "chat", "help_text
 
 WARM_TIMEOUT = 30.0
 COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
-_EXTRA = {  # what a control does differently, or also, in the terminal
-    "stop": "stop what is running (Ctrl-C while a cell runs does the same)",
-    "export": "this session as a Jupyter notebook (.ipynb) in the session's folder",
-}
-
-
-def help_text() -> str:
-    """The terminal's help: the shared controls (engine/presentation.py) typed as `:word`."""
-    commands = [("load PATH…", "copy files from this computer into the session")]
-    commands += [(c.words, _EXTRA.get(c.words, c.does)) for c in CONTROLS]
-    commands.append(("quit", "leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)"))
-    lines = [
-        "Type a message for the model, or run code directly:",
-        "  ```                     a fenced block runs verbatim (```python works too);",
-        '  print("hi")             the input continues until the closing ```',
-        "  ```",
-        "  a line ending in \\      continues on the next line",
-        "  Up and down arrows recall earlier lines (kept across sessions).",
-        "Commands:",
-    ]
-    lines += [f"  :{words.ljust(12)} {does}" for words, does in commands]
-    return "\n".join(lines)
-
-
 # --- the session -----------------------------------------------------------------------------
 
 
@@ -424,7 +401,7 @@ async def chat(settings: Settings, session: str = "default", files: list[str] | 
         loop.add_signal_handler(sig, startup.cancel)
     try:
         runtime = await Runtime.open(settings)
-    except StoreError as exc:
+    except (StoreError, SandboxUnavailable) as exc:
         _remove_signal_handlers(loop)
         print(f"slackinterp: cannot start: {exc}", file=sys.stderr)
         return 2

@@ -8,9 +8,10 @@ each measurement is one walk giving both the snapshot and the usage.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,45 +69,40 @@ class CellRunner:
         self.registry = registry
 
     # --- where a thread's kernel and files are -----------------------------------------------
-    async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
-        """The thread's kernel, leased (not evictable) until registry.mark_idle. A new
-        kernel gets the thread's state back by replay, unless the thread is new (a
-        scheduled run's key always is: its first kernel is fresh)."""
-        lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
-        session.fresh = False
-        if lease.restore is not None:
-            session.variables = None
-            emit(notices.restore_notice(lease.restore))
-        return lease
-
-    @property
-    def files_with_kernel(self) -> bool:
-        """The working directory lives with the kernel (a gateway's), not on this disk."""
-        return self.registry.backend.files_with_kernel
+    @contextlib.asynccontextmanager
+    async def lease(self, session: ThreadSession, emit: Emit) -> AsyncIterator[Lease]:
+        """The thread's kernel, leased (not evictable) for the block. A new kernel gets the
+        thread's state back by replay, unless the thread is new (a scheduled run's key always
+        is: its first kernel is fresh)."""
+        async with self.registry.lease(
+            session.key.id, session.workdir, fresh=session.fresh
+        ) as lease:
+            session.fresh = False
+            if lease.restore is not None:
+                session.variables = None
+                emit(notices.restore_notice(lease.restore))
+            yield lease
 
     def files_of(self, lease: Lease) -> ThreadFiles:
         """The thread's files as its leased kernel sees them, the usage walk bounded."""
         return lease.files(self.settings.workspace_max_files)
 
-    async def thread_files(self, session: ThreadSession, emit: Emit) -> ThreadFiles:
-        """The thread's files for receiving or reading them outside a cell. With the files
-        in the kernel this leases it: the caller ends it with end_files_lease."""
+    @contextlib.asynccontextmanager
+    async def thread_files(self, session: ThreadSession, emit: Emit) -> AsyncIterator[ThreadFiles]:
+        """The thread's files for receiving or reading them outside a cell, for the block.
+        With the files in the kernel (a gateway's) the kernel is leased meanwhile."""
         files = self.registry.backend.workdir_files(session.workdir)
         if files is not None:
-            return files
-        return (await self.lease(session, emit)).files()
-
-    def end_files_lease(self, session: ThreadSession) -> None:
-        """After thread_files: the lease (if it took one) ends."""
-        if self.files_with_kernel:
-            self.registry.mark_idle(session.key.id)
+            yield files
+            return
+        async with self.lease(session, emit) as lease:
+            yield lease.files()
 
     async def listing(self, session: ThreadSession) -> workspace.Snapshot:
         """The thread's files. With the kernel: as of the last cell (asking the kernel would
         wait behind a running cell)."""
-        if self.files_with_kernel:
-            return session.snapshot
-        return await asyncio.to_thread(workspace.snapshot, session.workdir)
+        files = self.registry.backend.workdir_files(session.workdir)
+        return session.snapshot if files is None else await files.snapshot()
 
     def outbox(self, session: ThreadSession) -> Path:
         """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
@@ -120,8 +116,12 @@ class CellRunner:
     async def run(
         self, session: ThreadSession, code: str, source: CellSource, emit: Emit
     ) -> CellRun:
-        key = session.key.id
-        lease = await self.lease(session, emit)
+        async with self.lease(session, emit) as lease:
+            return await self._run_leased(session, lease, code, source, emit)
+
+    async def _run_leased(
+        self, session: ThreadSession, lease: Lease, code: str, source: CellSource, emit: Emit
+    ) -> CellRun:
         result: CellResult | None = None
         cell_id: str | None = None
         try:
@@ -136,8 +136,13 @@ class CellRunner:
             result = await self._execute(session, lease, cell_id, code, emit, source)
             used = self._usage(session, started, lease.kernel.resources(), result)
             notes = notices.network_notes(lease.kernel, self.settings.command)
+            # Files that live with the kernel (a gateway's) cannot be seen once it died.
+            if result.status is Status.DIED and not lease.kernel.files_outlive_it():
+                files_left = None
+            else:
+                files_left = files
             produced = await self._after_cell(
-                session, files, cell_id, code, before, result, emit, notes, used
+                session, files_left, cell_id, code, before, result, emit, notes, used
             )
             return CellRun(result, tuple(produced), notes)
         except BaseException as exc:
@@ -149,8 +154,8 @@ class CellRunner:
                 emit(CellFinished(cell_id, code, failed))
             raise
         finally:
-            restarted = result is not None and result.restarted
-            self.registry.mark_idle(key, state_lost=RestoreReason.RESTARTED if restarted else None)
+            if result is not None and result.restarted:
+                lease.state_lost = RestoreReason.RESTARTED
 
     async def _execute(
         self,
@@ -201,7 +206,7 @@ class CellRunner:
     async def _after_cell(
         self,
         session: ThreadSession,
-        files: ThreadFiles,
+        files: ThreadFiles | None,
         cell_id: str,
         code: str,
         before: workspace.Measured,
@@ -249,8 +254,8 @@ class CellRunner:
         lifecycle = notices.cell_lifecycle(result)
         if lifecycle is not None:
             emit(lifecycle)
-        if result.status is Status.DIED and self.files_with_kernel:
-            return []  # files that live with the kernel cannot be seen once it died
+        if files is None:  # gone with the kernel
+            return []
         after = await files.measure()
         session.snapshot = after.snapshot
         produced = await self._report_files(session, files, cell_id, before, after, emit)
@@ -283,7 +288,7 @@ class CellRunner:
 
     def _over_quota(self, used: workspace.Usage) -> str | None:
         return notices.over_quota(
-            used, self.settings.workspace_quota_mb, self.settings.workspace_max_files
+            used, self.settings.workspace_quota_bytes, self.settings.workspace_max_files
         )
 
     async def _report_files(
@@ -295,7 +300,7 @@ class CellRunner:
         after: workspace.Measured,
         emit: Emit,
     ) -> list[str]:
-        limit = self.settings.max_upload_mb * 1024 * 1024
+        limit = self.settings.max_upload_bytes
         per_cell = self.settings.max_files_per_cell
         produced: list[str] = []
         for name in workspace.changed(before.snapshot, after.snapshot):
@@ -323,9 +328,7 @@ class CellRunner:
     ) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
-        lease = await self.lease(session, emit)
-        result: CellResult | None = None
-        try:
+        async with self.lease(session, emit) as lease:
             result = await run_cell(
                 lease.kernel,
                 code,
@@ -334,10 +337,8 @@ class CellRunner:
                 max_output_chars=200_000,
                 silent=True,
             )
-        finally:
-            self.registry.mark_idle(
-                key, state_lost=RestoreReason.RESTARTED if result and result.restarted else None
-            )
+            if result.restarted:
+                lease.state_lost = RestoreReason.RESTARTED
         if not result.ok:
             log.warning("hidden.failed thread=%s status=%s", key, result.status.value)
             return ""
@@ -348,7 +349,7 @@ class CellRunner:
         """The cell's outputs for `export` (cell `number` of the transcript, `used` characters
         stored before it); bounded by SLACKINTERP_NOTEBOOK_MAX_MB."""
         outputs = notebook.cell_outputs(result, number)
-        cap = self.settings.notebook_max_mb * 1024 * 1024
+        cap = self.settings.notebook_max_bytes
         if used + notebook.outputs_size(outputs) > cap:
             outputs = notebook.without_images(outputs, "SLACKINTERP_NOTEBOOK_MAX_MB reached")
             if used + notebook.outputs_size(outputs) > cap:

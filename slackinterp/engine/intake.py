@@ -8,6 +8,7 @@ is a FileRejected event that says why; nothing else of the turn is lost.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import uuid
 from collections.abc import Awaitable, Callable
@@ -77,8 +78,10 @@ async def receive_files(
     settings = cells.settings
     received: list[FileReceived] = []
     files_api: ThreadFiles | None = None
-    limit = settings.max_download_mb * 1024 * 1024
-    try:
+    limit = settings.max_download_bytes
+    # The thread's files are opened (with a gateway, its kernel leased) at the first file
+    # that needs them, and closed when the last is in.
+    async with contextlib.AsyncExitStack() as stack:
         for incoming in files:
             if incoming.size > limit:
                 reason = notices.download_too_big(incoming.size, settings.max_download_mb)
@@ -88,13 +91,10 @@ async def receive_files(
             if temp is None:
                 continue
             if files_api is None:
-                files_api = await cells.thread_files(session, emit)
+                files_api = await stack.enter_async_context(cells.thread_files(session, emit))
             event = await _put(files_api, temp, incoming, emit)
             if event is not None:
                 received.append(event)
-    finally:
-        if files_api is not None:
-            cells.end_files_lease(session)
     return received
 
 

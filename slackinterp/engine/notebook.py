@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
+from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels.execution import CellResult, Display, Error, Result, Stream
 
 if TYPE_CHECKING:
@@ -31,8 +32,10 @@ IMAGE_TYPES = ("image/png", "image/jpeg", "image/gif")
 MAX_IMPORT_CELLS = 200
 
 
-class NotebookError(Exception):
+class NotebookError(SlackinterpError):
     """An uploaded file is not a notebook we can run; the message is for the user."""
+
+    kind = FailureKind.NOTEBOOK
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,9 @@ from slackinterp.egress.proxy import Blocked
 from slackinterp.engine.events import Notice
 from slackinterp.engine.workspace import USAGE_SECONDS, Usage, human_size
 from slackinterp.errors import NoticeKind, RestoreReason
+from slackinterp.kernels.backend import Kernel
 from slackinterp.kernels.execution import CellResult, Status
-from slackinterp.kernels.registry import RestoreReport
+from slackinterp.kernels.registry import ReleaseReason, RestoreReport
 
 NO_MODEL_HINT = (
     "No model is configured, so I can only run code: send a ```python block, "
@@ -85,13 +86,13 @@ def fetch_failed(exc: BaseException) -> str:
     return f"it could not be fetched from the kernel ({exc})"
 
 
-def over_quota(used: Usage, quota_mb: int, max_files: int) -> str | None:
+def over_quota(used: Usage, quota_bytes: int, max_files: int) -> str | None:
     """What is over the quota, in words, or None. Bytes and entries of everything the kernel
     can write count; a walk that ran out of time counts as over."""
-    if used.bytes > quota_mb * 1024 * 1024:
+    if used.bytes > quota_bytes:
         return (
             f"This thread's files use {human_size(used.bytes)}, over its "
-            f"{quota_mb} MiB quota (SLACKINTERP_WORKSPACE_QUOTA_MB)."
+            f"{quota_bytes >> 20} MiB quota (SLACKINTERP_WORKSPACE_QUOTA_MB)."
         )
     if used.files > max_files:
         return (
@@ -125,15 +126,15 @@ def cell_lifecycle(result: CellResult) -> Notice | None:
     return None
 
 
-def stopped_kernel(what: str, idle_timeout: float) -> Notice | None:
+def stopped_kernel(what: ReleaseReason, idle_timeout: float) -> Notice | None:
     """The registry stopped an idle thread's kernel (reaped) or took its seat (evicted)."""
-    if what == NoticeKind.REAPED:
+    if what == ReleaseReason.REAPED:
         text = (
             f"Kernel stopped after {idle_timeout / 60:g} min idle; files kept; the state "
             "restores on your next message."
         )
         return Notice(NoticeKind.REAPED, text)
-    if what == NoticeKind.EVICTED:
+    if what == ReleaseReason.EVICTED:
         text = (
             "Kernel stopped to make room for another thread (SLACKINTERP_MAX_KERNELS); "
             "files kept; the state restores on your next message."
@@ -206,14 +207,10 @@ def _snapshot_restore(report: RestoreReport, why: str) -> str:
 NETWORK_ADMINS = "workspace admins and owners, and the users in SLACKINTERP_ADMINS"
 
 
-def network_notes(kernel: object, command: str = "/interp") -> tuple[str, ...]:
+def network_notes(kernel: Kernel, command: str = "/interp") -> tuple[str, ...]:
     """What the egress proxy refused for this kernel since its last cell, one line per host
     and port (egress); a person's cell and a scheduled run's both say it."""
-    listener = getattr(kernel, "egress", None)
-    if listener is None:
-        return ()
-    blocked: list[Blocked] = listener.take_blocked()
-    return tuple(network_blocked(b, command) for b in blocked)
+    return tuple(network_blocked(b, command) for b in kernel.take_blocked())
 
 
 def network_blocked(blocked: Blocked, command: str = "/interp") -> str:

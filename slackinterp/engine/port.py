@@ -106,13 +106,11 @@ class EnginePort:
     async def read_file(self, name: str, max_bytes: int) -> bytes | None:
         """A file of the working directory (an image to show the model); None if unreadable
         or bigger than max_bytes."""
-        files_api = await self.cells.thread_files(self.session, self.emit)
         staging = self.cells.outbox(self.session) / "model"
         try:
-            path = await files_api.fetch(name, staging, max_bytes)
+            async with self.cells.thread_files(self.session, self.emit) as files_api:
+                path = await files_api.fetch(name, staging, max_bytes)
             return await asyncio.to_thread(path.read_bytes)
         except (TransferError, OSError) as exc:
             log.info("files.not_for_model thread=%s error=%s", self.session.key.id, exc)
             return None
-        finally:
-            self.cells.end_files_lease(self.session)

@@ -46,7 +46,7 @@ from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellResult
 from slackinterp.kernels.files import TransferError, clear_staging
-from slackinterp.kernels.registry import AtCapacity, KernelRegistry
+from slackinterp.kernels.registry import AtCapacity, KernelRegistry, ReleaseReason
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import TurnAgent
@@ -225,8 +225,6 @@ class Engine:
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
         await asyncio.to_thread(clear_staging, self.cells.outbox(session))
-        # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
-        self.registry.turn_began(session.key.id)
         deadline = None
         if request.deadline is not None:
             wait = max(0.0, request.deadline - started)
@@ -234,20 +232,22 @@ class Engine:
                 wait, session.request_stop, "time limit"
             )
         try:
-            start = await self.store.start_turn(session.key.id, context_at=request.position)
-            if self.data is not None and request.user:  # the audit line's user for sql()
-                self.data.note_user(session.key.id, request.user)
-            session.fresh = start.fresh
-            context = await intake.thread_context(session.key.id, request.context, start, emit)
-            incoming = context.files + request.files
-            received = await intake.receive_files(self.cells, session, incoming, emit)
-            if request.prepare is not None:
-                await self.cells.run_hidden(session, request.prepare, emit, timeout=60.0)
-            if request.cells:
-                failed = await self._run_cells(session, request.cells, emit)
-                if failed or session.stop_requested.is_set() or not request.text.strip():
-                    return  # nothing runs after a failed cell; the text asks for nothing more
-            await self._dispatch(session, request, context, received, emit)
+            # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
+            async with self.registry.turn(session.key.id):
+                start = await self.store.start_turn(session.key.id, context_at=request.position)
+                if self.data is not None and request.user:  # the audit line's user for sql()
+                    self.data.note_user(session.key.id, request.user)
+                session.fresh = start.fresh
+                context = await intake.thread_context(session.key.id, request.context, start, emit)
+                incoming = context.files + request.files
+                received = await intake.receive_files(self.cells, session, incoming, emit)
+                if request.prepare is not None:
+                    await self.cells.run_hidden(session, request.prepare, emit, timeout=60.0)
+                if request.cells:
+                    failed = await self._run_cells(session, request.cells, emit)
+                    if failed or session.stop_requested.is_set() or not request.text.strip():
+                        return  # nothing runs after a failed cell; the text asks for nothing more
+                await self._dispatch(session, request, context, received, emit)
         except ModelError as exc:
             metrics.TURNS_FAILED.labels(exc.kind).inc()
             emit(TurnFailed(exc.message, kind=exc.kind))
@@ -265,7 +265,6 @@ class Engine:
         finally:
             if deadline is not None:
                 deadline.cancel()
-            self.registry.turn_ended(session.key.id)
             session.control = None
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
             await self.store.turn_finished(session.key.id)
@@ -345,10 +344,10 @@ class Engine:
         session = self.session(key)
         session.request_stop("reset")
         async with session.lock, self.store.thread_lock(key.id):
-            if wipe and self.cells.files_with_kernel:  # wipe through the kernel
-                lease = await self.registry.acquire(key.id, session.workdir)
-                await self.cells.files_of(lease).wipe()
-            had_kernel = await self.registry.release(key.id, why="reset")
+            if wipe:  # where the files are (a gateway's: through its kernel); nothing to report
+                async with self.cells.thread_files(session, _ignore) as thread_files:
+                    await thread_files.wipe()
+            had_kernel = await self.registry.release(key.id, why=ReleaseReason.RESET)
             self.registry.forget(key.id)
             await self.store.clear_replay(key.id)
             await self.store.clear_history(key.id)
@@ -388,7 +387,7 @@ class Engine:
                 log.warning("engine.discard_hidden_failed thread=%s error=%s", key.id, exc)
             finally:
                 with contextlib.suppress(Exception):
-                    await self.registry.release(key.id, why="discarded")
+                    await self.registry.release(key.id, why=ReleaseReason.DISCARDED)
                 self.registry.forget(key.id)
                 await self.store.forget_thread(key.id)
                 self.sessions.pop(key.id, None)
@@ -438,18 +437,17 @@ class Engine:
         if run.name not in names:
             emit(TurnFailed(notebook.missing_text(run.name, names), kind=FailureKind.NOTEBOOK))
             return
-        files_api = await self.cells.thread_files(session, emit)
         staging = self.settings.data_dir / "incoming" / uuid.uuid4().hex
         try:
-            await asyncio.to_thread(staging.mkdir, parents=True)
-            path = await files_api.fetch(run.name, staging, notebook.MAX_NOTEBOOK_BYTES)
-            raw = await asyncio.to_thread(path.read_bytes)
+            async with self.cells.thread_files(session, emit) as files_api:
+                await asyncio.to_thread(staging.mkdir, parents=True)
+                path = await files_api.fetch(run.name, staging, notebook.MAX_NOTEBOOK_BYTES)
+                raw = await asyncio.to_thread(path.read_bytes)
             cells = await asyncio.to_thread(notebook.code_cells, raw, run.name)
         except (notebook.NotebookError, TransferError) as exc:
             emit(TurnFailed(str(exc), kind=FailureKind.NOTEBOOK))
             return
         finally:
-            self.cells.end_files_lease(session)
             await asyncio.to_thread(clear_staging, staging)
         emit(Notice(NoticeKind.NOTEBOOK, notebook.running_text(run, len(cells))))
         failed = await self._run_cells(session, cells, emit, keep_going=run.keep_going)
@@ -466,7 +464,7 @@ class Engine:
             except Exception as exc:
                 log.error("engine.notice_failed thread=%s error=%s", session.key.id, exc)
 
-    async def _on_lifecycle(self, key_id: str, what: str) -> None:
+    async def _on_lifecycle(self, key_id: str, what: ReleaseReason) -> None:
         key = ThreadKey.parse(key_id)
         notice = notices.stopped_kernel(what, self.settings.idle_timeout)
         if notice is None or key.run:  # a scheduled run's reply says what happened to it

@@ -10,6 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Protocol
 
+from slackinterp.egress.proxy import Blocked
 from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.files import ThreadFiles
@@ -57,18 +58,35 @@ class Kernel(Protocol):
         """Stop using the kernel without deleting it (another replica serves its thread)."""
         ...
 
-    def hurry(self, on: bool) -> None:
-        """Run at the bot's own priority (on) or back at the kernels' lower one (off). A
-        cell's first moments are what a person waits for; kernels otherwise stay below the
-        bot. Nothing where the bot cannot change it (a gateway's kernels, a bot not root)."""
-        ...
-
     def files(self, max_files: int = 0) -> ThreadFiles:
         """The thread's working directory as this kernel sees it; `max_files` bounds the
         usage walk (SLACKINTERP_WORKSPACE_MAX_FILES)."""
         ...
 
     async def shutdown(self) -> None: ...
+
+    # Capabilities some kernels have: the no-op defaults are what a kernel without them does.
+    def serve_thread(self, key: str) -> None:
+        """From now on the kernel works for thread `key` (a pooled kernel handed out): its
+        network requests are judged by that thread's channel rules. Without an egress proxy
+        there is nothing to tell."""
+        return None
+
+    def take_blocked(self) -> list[Blocked]:
+        """What the egress proxy refused this kernel since the last call (shown under the
+        cell). Without a proxy, nothing."""
+        return []
+
+    def files_outlive_it(self) -> bool:
+        """Whether the thread's files can still be read after this kernel died: yes on this
+        disk; a gateway kernel's files are reached through the kernel itself."""
+        return True
+
+    def hurry(self, on: bool) -> None:
+        """Run at the bot's own priority (on) or back at the kernels' lower one (off). A
+        cell's first moments are what a person waits for; kernels otherwise stay below the
+        bot. Nothing where the bot cannot change it (a gateway's kernels, a bot not root)."""
+        return None
 
 
 class KernelBackend(Protocol):

@@ -12,12 +12,13 @@ import uuid
 from pathlib import Path
 from typing import Protocol
 
+from slackinterp.errors import SlackinterpError
 from slackinterp.kernels import workdir
 
 CHUNK_BYTES = 512 * 1024
 
 
-class TransferError(Exception):
+class TransferError(SlackinterpError):
     """A file could not be moved to or from the kernel; the message says why."""
 
 

@@ -11,15 +11,16 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from slackinterp import metrics
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.backend import Kernel, KernelBackend
-from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import ThreadFiles
+from slackinterp.kernels.pool import WarmPool
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 from slackinterp.kernels.restore import Replayer, RestoreReport, restore
 from slackinterp.kernels.slots import Slot
@@ -27,15 +28,6 @@ from slackinterp.kernels.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 
-# A failing pool start is tried again after 5 s, then 10, 20 … at most 5 min.
-POOL_BACKOFF_FIRST = 5
-POOL_BACKOFF_MAX = 300
-# When the pool refills after a handout (see KernelRegistry.refill_pool): a kernel starting
-# up takes a core and the event loop for about a second, so it waits until the first cell of
-# every thread that just got a kernel has finished (and its output is on its way), or has run
-# this long.
-REFILL_AFTER_CELL = 0.2
-REFILL_DURING_CELL = 1.0
 # Eviction (see KernelRegistry._victim): a kernel used less than this long ago, or whose thread
 # is in the middle of a turn, is likely to be used again at once. Evicting it means a restart
 # and a replay of its cells for that thread soon after, and under a burst of more threads than
@@ -43,9 +35,15 @@ REFILL_DURING_CELL = 1.0
 # a replay). A thread that needs a seat waits for a kernel to go quiet instead, and takes an
 # active one's seat only when SLACKINTERP_CAPACITY_WAIT is up (rather than being refused).
 EVICT_GRACE = 3.0
-# Run in every pooled kernel once it started (see KernelRegistry._warm).
-WARM_CODE = "pass"
-WARM_TIMEOUT = 30.0
+
+
+class ReleaseReason(StrEnum):
+    """Why a thread's kernel was stopped (the log, the reaps metric, the thread's notice)."""
+
+    RESET = "reset"  # the thread asked: the kernel is deleted, on whichever replica serves it
+    REAPED = "reaped"  # idle past SLACKINTERP_IDLE_TIMEOUT
+    EVICTED = "evicted"  # its seat went to another thread (SLACKINTERP_MAX_KERNELS)
+    DISCARDED = "discarded"  # a scheduled run's own kernel, once its turn is over
 
 
 class AtCapacity(SlackinterpError):
@@ -60,6 +58,9 @@ class Lease:
 
     kernel: Kernel
     restore: RestoreReport | None = None
+    # Set inside a lease block when the kernel's state was lost (it restarted): the thread's
+    # next lease restores it by replay.
+    state_lost: RestoreReason | None = None
 
     def files(self, max_files: int = 0) -> ThreadFiles:
         return self.kernel.files(max_files)
@@ -68,7 +69,7 @@ class Lease:
 # The thread's successful cells since its last reset, in order: [(store id, code)].
 ReplaySource = Callable[[str], Awaitable[list[tuple[int, str]]]]
 __all__ = ["AtCapacity", "KernelRegistry", "Lease", "RestoreReport"]
-LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
+LifecycleListener = Callable[[str, ReleaseReason], Awaitable[None]]  # (thread key, why)
 
 
 class KernelRegistry:
@@ -97,7 +98,6 @@ class KernelRegistry:
         self.max_output_chars = max_output_chars
         self.snapshots = snapshots  # None: restore by replay only
         self.slots: dict[str, Slot] = {}
-        self.pool: list[Kernel] = []
         self._starting = 0
         self._stopping = 0
         self._freed = asyncio.Event()
@@ -108,26 +108,32 @@ class KernelRegistry:
         # model turn the kernel is idle, but the turn will use it again.
         self._in_turn: set[str] = set()
         self._lock = asyncio.Lock()
-        self._refill_task: asyncio.Task[None] | None = None
-        # The planned refill (see refill_pool): cleared when it fires or is cancelled.
-        self._refill_timer: asyncio.TimerHandle | None = None
-        self._pool_starting = 0  # pool kernels being started or warmed
-        # Threads that just got a new kernel and whose first cell has not finished: thread key
-        # → when a pool start may go ahead anyway (monotonic). See _refill_due.
-        self._first_cells: dict[str, float] = {}
-        self._quiet_until = 0.0  # a first cell just finished: its output goes out first
-        self._thread_starts = 0  # kernels being started for a waiting thread (not the pool)
-        self._no_thread_starts = asyncio.Event()
-        self._no_thread_starts.set()
-        self._pool_retry_at = 0.0  # monotonic time before which no pool start is tried
-        self._pool_backoff = POOL_BACKOFF_FIRST
-        self._closed = False
+        self.warm = WarmPool(
+            pool_dir=pool_dir,
+            size=pool_size,
+            start=self._start,
+            has_room=lambda: self.live_count < self.max_kernels,
+            counting=self._count_start,
+            freed=self.notify_freed,
+            exec_grace=exec_grace,
+        )
         self.listeners: list[LifecycleListener] = []
         # Threads seen by this process: a first use of a thread with stored cells is a restore.
         self._known: set[str] = set()
         # Kernels shared between replicas (gateway backend + a shared database), or not.
         self.replicas: Replicas = SingleProcess()
         self.replica_id = uuid.uuid4().hex[:12]
+
+    @property
+    def pool(self) -> list[Kernel]:
+        """Kernels started ahead for new threads (kernels/pool.py plans their refill)."""
+        return self.warm.kernels
+
+    def refill_pool(self) -> None:
+        self.warm.refill()
+
+    def _count_start(self, delta: int) -> None:
+        self._starting += delta
 
     @property
     def directory(self) -> KernelDirectory | None:
@@ -152,7 +158,7 @@ class KernelRegistry:
         (refill_pool), so a caller never papers over a refill that was not planned."""
         end = time.monotonic() + timeout
         while len(self.pool) < min(self.pool_size, self.max_kernels) and time.monotonic() < end:
-            if time.monotonic() < self._pool_retry_at:
+            if time.monotonic() < self.warm.retry_at:
                 return  # starting kernels fails for now: nothing to wait for
             freed = self._freed  # set when a pooled kernel is ready (among other things)
             with contextlib.suppress(TimeoutError):
@@ -160,21 +166,10 @@ class KernelRegistry:
 
     async def shutdown(self) -> None:
         """Stop every kernel; nothing outlives the bot."""
-        self._closed = True
-        self._cancel_refill_timer()
-        self._first_cells.clear()
-        if self._refill_task is not None:
-            self._refill_task.cancel()
-            try:
-                await self._refill_task
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:
-                log.warning("kernels.pool_refill_failed error=%s", exc)
+        pooled = await self.warm.close()
         slots = await self.replicas.keep_others(list(self.slots.values()))
-        kernels = [s.kernel for s in slots] + list(self.pool)
+        kernels = [s.kernel for s in slots] + pooled
         self.slots.clear()
-        self.pool.clear()
         for slot_kernel in kernels:
             if slot_kernel.control is not None:
                 slot_kernel.control.request_stop("shutdown")
@@ -183,106 +178,6 @@ class KernelRegistry:
     @property
     def live_count(self) -> int:
         return len(self.slots) + len(self.pool) + self._starting + self._stopping
-
-    # --- the pool ------------------------------------------------------------------------
-    def refill_pool(self) -> None:
-        """Refill the pool as soon as the rules allow: at once, or once every thread that just
-        got a kernel has finished its first cell (or run it REFILL_DURING_CELL s), or once a
-        failed start's back-off has ended. Called whenever any of that may have changed: at
-        start-up, on a handout, at the end of a cell, when a seat frees, after each refill."""
-        due = self._refill_due()
-        if due is None:
-            self._cancel_refill_timer()
-            return
-        delay = due - time.monotonic()
-        if delay <= 0:
-            self._cancel_refill_timer()
-            if self._refill_task is None or self._refill_task.done():
-                task = asyncio.create_task(self._refill(), name="kernel-pool-refill")
-                task.add_done_callback(self._refill_ended)
-                self._refill_task = task
-            return  # a running refill checks the rules again before each start
-        loop = asyncio.get_running_loop()
-        timer = self._refill_timer
-        when = loop.time() + delay
-        if timer is not None and abs(timer.when() - when) < 0.001:
-            return  # already planned for then
-        self._cancel_refill_timer()
-        self._refill_timer = loop.call_at(when, self._refill_timer_fired)
-
-    def _refill_due(self) -> float | None:
-        """When the next pool start may begin (monotonic), or None: nothing to plan (closed,
-        no pool, the pool full or filling, every seat taken — a freed seat plans again)."""
-        if self._closed or self.pool_size == 0:
-            return None
-        if len(self.pool) + self._pool_starting >= self.pool_size:
-            return None
-        if self.live_count >= self.max_kernels:
-            return None
-        now = time.monotonic()
-        for key, deadline in list(self._first_cells.items()):
-            if deadline <= now:  # it has run long enough (or its lease never ended)
-                del self._first_cells[key]
-        return max(self._pool_retry_at, self._quiet_until, *self._first_cells.values())
-
-    def _refill_timer_fired(self) -> None:
-        self._refill_timer = None  # fired: it must never count as planned again
-        self.refill_pool()
-
-    def _cancel_refill_timer(self) -> None:
-        if self._refill_timer is not None:
-            self._refill_timer.cancel()
-            self._refill_timer = None
-
-    def _refill_ended(self, task: asyncio.Task[None]) -> None:
-        """A refill stopped (the pool full, a first cell began, a start failed): plan the
-        next one, if any is due, from the rules as they are now."""
-        if self._closed:
-            return
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            # Not expected (a failing start backs off inside _refill); back off all the same
-            # rather than trying again in a loop.
-            self._pool_retry_at = time.monotonic() + self._pool_backoff
-            log.error("kernels.pool_refill_failed retry_in=%ds error=%s", self._pool_backoff, exc)
-        self.refill_pool()
-
-    async def _refill(self) -> None:
-        while True:
-            # A thread waiting for its kernel comes first: a pool start would take a core
-            # (and a start slot) from it.
-            await self._no_thread_starts.wait()
-            due = self._refill_due()
-            if due is None or due > time.monotonic():
-                return  # full, at the cap, or not now (_refill_ended plans what is next)
-            self._starting += 1
-            self._pool_starting += 1
-            try:
-                # Each pooled kernel gets its own directory (a sandboxed one keeps it).
-                kernel = await self._start(self.pool_dir / uuid.uuid4().hex[:12], "pool")
-                try:  # still counted as starting: the cap holds while it warms
-                    await self._warm(kernel)
-                except asyncio.CancelledError:  # shutdown: in neither pool nor slots yet
-                    await kernel.shutdown()
-                    raise
-            except Exception as exc:
-                # A start that fails (a missing kernel spec, a kernel user that cannot run
-                # Python) fails again at once: back off instead of retrying on every request.
-                self._pool_retry_at = time.monotonic() + self._pool_backoff
-                log.error(
-                    "kernels.pool_start_failed retry_in=%ds error=%s", self._pool_backoff, exc
-                )
-                self._pool_backoff = min(self._pool_backoff * 2, POOL_BACKOFF_MAX)
-                return
-            finally:
-                self._starting -= 1
-                self._pool_starting -= 1
-            if self._closed:
-                await kernel.shutdown()
-                return
-            self._pool_backoff = POOL_BACKOFF_FIRST
-            self.pool.append(kernel)
-            self.notify_freed()
-            log.info("kernels.pool_ready size=%d", len(self.pool))
 
     async def _start(self, cwd: Path, purpose: str) -> Kernel:
         """A new kernel from the backend, timed: slow starts explain slow first replies."""
@@ -295,28 +190,30 @@ class KernelRegistry:
         )
         return kernel
 
-    async def _warm(self, kernel: Kernel) -> None:
-        """One trivial silent cell. A kernel's first execution pays for set-up the kernel
-        does lazily; a pooled kernel pays it here, so a new thread's first cell is as quick
-        as a follow-up. A kernel that fails it is still pooled: the handout checks it."""
-        try:
-            result = await run_cell(
-                kernel,
-                WARM_CODE,
-                timeout=WARM_TIMEOUT,
-                grace=self.exec_grace,
-                max_output_chars=100,
-                silent=True,
-            )
-        except Exception as exc:
-            log.warning("kernels.warm_failed kernel=%s error=%s", kernel.kernel_id, exc)
-            return
-        if not result.ok:
-            log.warning("kernels.warm_failed kernel=%s status=%s", kernel.kernel_id, result.status)
-
     # --- leasing -------------------------------------------------------------------------
+    @contextlib.asynccontextmanager
+    async def lease(self, key: str, cwd: Path, *, fresh: bool = False) -> AsyncIterator[Lease]:
+        """The thread's kernel, started or restored as needed, not evictable in the block."""
+        lease = await self.acquire(key, cwd, fresh=fresh)
+        try:
+            yield lease
+        finally:
+            self.mark_idle(key, state_lost=lease.state_lost)
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        """The thread's turn: between its cells (a model turn's rounds) the kernel is idle but
+        will be used again, so it is not evicted before the block ends (unless another thread
+        waited SLACKINTERP_CAPACITY_WAIT for a seat), and only EVICT_GRACE s after."""
+        self.turn_began(key)
+        try:
+            yield
+        finally:
+            self.turn_ended(key)
+
     async def acquire(self, key: str, cwd: Path, *, fresh: bool = False) -> Lease:
-        """The thread's kernel, started or restored as needed. Caller holds the thread's lock.
+        """The thread's kernel, started or restored as needed: the first half of lease(),
+        which callers use; the registry's tests take the two halves apart.
 
         `fresh`: the thread was just created, so there is nothing to replay (saves a query).
         The slot is leased (busy) from the first moment it is ours until mark_idle, so no
@@ -341,20 +238,15 @@ class KernelRegistry:
         if slot is None:
             kernel = await self.new_kernel(cwd)
             got_kernel = time.monotonic()
-            # No await since new_kernel returned: no pool start slips in before this.
-            self._first_cells[key] = time.monotonic() + REFILL_DURING_CELL
-            self.refill_pool()  # planned now, so that a lease that fails still refills
+            # No await since new_kernel returned: no pool start slips in before this (and
+            # planned now, so that a lease that fails still refills).
+            self.warm.first_cell_began(key)
             slot = self.insert(key, kernel)
             slot.needs_restore = reason
             await self.replicas.claim(key, kernel)
         slot.last_used = time.monotonic()
         slot.busy_since = time.monotonic()  # leased: not evictable until mark_idle
-        egress = getattr(slot.kernel, "egress", None)
-        if egress is not None:  # its requests (replay included) speak for this thread now
-            egress.thread = key
-        data = getattr(slot.kernel, "data", None)
-        if data is not None:  # and its sql() queries (slackinterp/datasources)
-            data.thread = key
+        slot.kernel.serve_thread(key)  # its requests (replay included) speak for it now
         restore = None
         if slot.needs_restore:
             if not fresh:
@@ -372,8 +264,7 @@ class KernelRegistry:
             )
             # Not now: a kernel starting up competes for the CPU and the event loop, and this
             # thread's first cell should not wait behind it (mark_idle ends the wait).
-            self._first_cells[key] = time.monotonic() + REFILL_DURING_CELL
-            self.refill_pool()
+            self.warm.first_cell_began(key)
         return Lease(slot.kernel, restore)
 
     def insert(self, key: str, kernel: Kernel) -> Slot:
@@ -393,8 +284,8 @@ class KernelRegistry:
             victim: Slot | None = None
             kernel: Kernel | None = None
             async with self._lock:
-                if self.pool and attach_to is None:
-                    kernel = self.pool.pop(0)
+                if self.warm.kernels and attach_to is None:
+                    kernel = self.warm.take()
                     self._starting += 1  # in neither pool nor slots while it moves: count it
                     break
                 now = time.monotonic()
@@ -428,17 +319,11 @@ class KernelRegistry:
                 log.warning("kernels.pooled_dead kernel=%s", kernel.kernel_id)
                 await kernel.shutdown()  # gone while waiting in the pool: start another
             if victim is not None:
-                await self._stop_slot(victim, "evicted")
+                await self._stop_slot(victim, ReleaseReason.EVICTED)
             if attach_to is not None:
                 return await self.backend.attach(attach_to, cwd)
-            self._thread_starts += 1
-            self._no_thread_starts.clear()
-            try:
+            with self.warm.thread_start():
                 return await self._start(cwd, "thread")
-            finally:
-                self._thread_starts -= 1
-                if self._thread_starts == 0:
-                    self._no_thread_starts.set()
         finally:
             self._starting -= 1
             self.notify_freed()
@@ -499,19 +384,17 @@ class KernelRegistry:
             if state_lost is not None:
                 slot.needs_restore = state_lost
             self.notify_freed()
-        if self._first_cells.pop(key, None) is not None:
-            self._quiet_until = time.monotonic() + REFILL_AFTER_CELL
-        self.refill_pool()
+        self.warm.cell_ended(key)
 
     def slot(self, key: str) -> Slot | None:
         return self.slots.get(key)
 
-    async def release(self, key: str, *, why: str = "reset") -> bool:
+    async def release(self, key: str, *, why: ReleaseReason = ReleaseReason.RESET) -> bool:
         """Shut the thread's kernel down (files stay). True if there was one."""
         slot = self.slots.pop(key, None)
-        self._first_cells.pop(key, None)
+        self.warm.forget(key)
         if slot is None:
-            return why == "reset" and await self.replicas.reset_elsewhere(key)
+            return why == ReleaseReason.RESET and await self.replicas.reset_elsewhere(key)
         self._stopping += 1  # still counts against the cap until it is gone
         try:
             await self._stop_slot(slot, why)
@@ -521,8 +404,8 @@ class KernelRegistry:
         self.refill_pool()
         return True
 
-    async def _stop_slot(self, slot: Slot, why: str) -> None:
-        if why == "reset":  # under the thread's turn lock, whoever serves it: delete it
+    async def _stop_slot(self, slot: Slot, why: ReleaseReason) -> None:
+        if why == ReleaseReason.RESET:  # under the thread's turn lock, whoever serves it: delete it
             # Forget it first: the thread's next message (on any replica) must not attach to
             # a kernel that is being deleted.
             await self.replicas.forget(slot)
@@ -532,7 +415,7 @@ class KernelRegistry:
         ):
             return  # another replica serves this thread now: detached, not deleted
         log.info("kernels.released thread=%s why=%s", slot.key, why)
-        if why in ("reaped", "evicted"):
+        if why in (ReleaseReason.REAPED, ReleaseReason.EVICTED):
             metrics.REAPS.labels(why).inc()
             # Told from a task: a slow Slack must not hold up kernel starts.
             task = asyncio.create_task(self._tell(slot.key, why))
@@ -543,7 +426,7 @@ class KernelRegistry:
         """After a reset there is nothing to restore: the next kernel starts clean."""
         self._known.discard(key)
 
-    async def _tell(self, key: str, what: str) -> None:
+    async def _tell(self, key: str, what: ReleaseReason) -> None:
         for listener in list(self.listeners):
             try:
                 await listener(key, what)
@@ -559,7 +442,7 @@ class KernelRegistry:
             if not s.busy and now - s.last_used >= idle_timeout
         ]
         for key in idle:
-            await self.release(key, why="reaped")
+            await self.release(key, why=ReleaseReason.REAPED)
         return idle
 
     def over_busy_cap(self, busy_cap: float) -> list[str]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from slackinterp import metrics
 from slackinterp.errors import RestoreReason
 from slackinterp.kernels.backend import Kernel
-from slackinterp.kernels.execution import run_cell
+from slackinterp.kernels.execution import Status, run_cell
 from slackinterp.kernels.snapshots import Loaded, Snapshots, StateLost
 
 log = logging.getLogger(__name__)
@@ -88,12 +88,12 @@ async def restore(
             grace=replayer.grace,
             max_output_chars=replayer.max_output_chars,
         )
-        if result.status.value == "timeout":
+        if result.status is Status.TIMEOUT:
             report.out_of_time = True
             break
         if not result.ok:
             report.failed.append((index, result.error.ename if result.error else result.status))
-            if result.restarted or result.status.value == "died":
+            if result.restarted or result.status is Status.DIED:
                 break
             continue
         report.replayed += 1

@@ -85,7 +85,7 @@ class ScheduledRunner:
         report.planned = len(codes)
         short = safe_component(schedule.id[:8])
         key = thread.scheduled_run(f"{short}-{int(report.occurrence)}-{uuid.uuid4().hex[:4]}")
-        with_kernel = self.engine.cells.files_with_kernel
+        with_kernel = self.registry.backend.files_with_kernel
         deadline = started + self.settings.schedule_run_timeout
         request = TurnRequest(
             key,

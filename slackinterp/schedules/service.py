@@ -31,6 +31,7 @@ from apscheduler.triggers.date import DateTrigger
 from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import SlackinterpError
 from slackinterp.schedules import timing
 from slackinterp.schedules.phrases import Parsed, Rule, duration
 from slackinterp.schedules.ports import ScheduleFront
@@ -43,7 +44,7 @@ log = logging.getLogger(__name__)
 PAUSE_AFTER = 3  # failed runs in a row before a schedule pauses itself
 
 
-class ScheduleRefused(Exception):
+class ScheduleRefused(SlackinterpError):
     """A schedule cannot be created or changed; the message says why, for the user."""
 
 

@@ -31,6 +31,7 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp import metrics
 from slackinterp.config import NO_KEY_PLACEHOLDER, Settings
+from slackinterp.errors import SlackinterpError
 from slackinterp.logs import public_url
 from slackinterp.runtime import Runtime
 from slackinterp.schedules.runner import ScheduledRunner
@@ -50,7 +51,7 @@ SOCKET_CLOSE_SECONDS = 2.0
 FORCED_EXIT_STATUS = 130
 
 
-class StartError(Exception):
+class StartError(SlackinterpError):
     """The bot cannot start; the message says what to fix. Exit status 2."""
 
 
@@ -102,9 +103,7 @@ class SlackBot:
             signing_secret=settings.slack_signing_secret or "",
             request_verification_enabled=not settings.slack_app_token,
         )
-        fetcher = SlackFileFetcher(
-            settings.slack_bot_token or "", settings.max_download_mb * 1024 * 1024
-        )
+        fetcher = SlackFileFetcher(settings.slack_bot_token or "", settings.max_download_bytes)
         schedules = ScheduleService(  # issue 28: always built; it idles when schedules are off
             settings,
             runtime.store,

@@ -299,7 +299,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
             key_id=key.id,
             user_message_ts=user_ts,
             exec_timeout=self.settings.exec_timeout,
-            max_upload_bytes=self.settings.max_upload_mb * 1024 * 1024,
+            max_upload_bytes=self.settings.max_upload_bytes,
             status_memo=self.status_memo,
             displays=self.displays,
             grace=self.settings.post_grace,

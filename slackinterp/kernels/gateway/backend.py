@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from slackinterp.kernels.backend import KernelStartError
+from slackinterp.kernels.backend import Kernel, KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
 from slackinterp.kernels.resources import Resources
@@ -160,7 +160,7 @@ async def _get(source: asyncio.Queue[dict[str, Any]], timeout: float | None) -> 
         raise queue.Empty from None
 
 
-class GatewayKernel:
+class GatewayKernel(Kernel):
     """A kernel living on the gateway; its working directory lives there too."""
 
     def __init__(self, backend: GatewayBackend, kernel_id: str, cwd: Path):
@@ -182,6 +182,9 @@ class GatewayKernel:
 
     def resources(self) -> Resources | None:
         return None  # so is what it uses
+
+    def files_outlive_it(self) -> bool:
+        return False  # the working directory is the kernel's, reached through it
 
     def files(self, max_files: int = 0) -> KernelFiles:
         return KernelFiles(self, max_files=max_files)
@@ -248,9 +251,6 @@ class GatewayKernel:
             "del __o, __r, __d"
         )
         self.client.execute(code, silent=True, store_history=False)
-
-    def hurry(self, on: bool) -> None:
-        return None  # the gateway's host schedules its kernels
 
     async def detach(self) -> None:
         """Close our channels; the kernel stays on the gateway for another replica."""

@@ -14,7 +14,7 @@ from typing import Any
 from slackinterp.kernels import workdir
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import CHUNK_BYTES, TransferError, staging_path
-from slackinterp.kernels.inside import transfer
+from slackinterp.kernels.inside import transfer, walks
 
 
 class KernelFiles:
@@ -40,29 +40,26 @@ class KernelFiles:
         return result.text.strip()
 
     async def snapshot(self) -> workdir.Snapshot:
-        raw = await self._run(transfer.SNAPSHOT % workdir.MAX_SCAN_ENTRIES)
+        raw = await self._run(walks.cell(f"snapshot('.', {workdir.MAX_SCAN_ENTRIES})"))
         return {name: (int(v[0]), int(v[1])) for name, v in json.loads(raw or "{}").items()}
 
     async def measure(self) -> workdir.Measured:
         """workdir.measure, run by the kernel: the same rules and bounds as on a local disk."""
-        code = transfer.MEASURE % (
-            workdir.USAGE_SECONDS,
-            self.max_files,
-            workdir.MAX_SCAN_ENTRIES,
+        call = (
+            f"measure('.', [], {workdir.USAGE_SECONDS!r}, {self.max_files}, "
+            f"{workdir.MAX_SCAN_ENTRIES})"
         )
-        raw = json.loads(await self._run(code) or "{}")
-        files = raw.get("files", {})
-        total, entries, complete = (int(v) for v in raw.get("usage", (0, 0, 1)))
+        files, (total, entries, complete) = json.loads(await self._run(walks.cell(call)))
         return workdir.Measured(
             {name: (int(v[0]), int(v[1])) for name, v in files.items()},
-            workdir.Usage(total, entries, bool(complete)),
+            workdir.Usage(int(total), int(entries), bool(complete)),
         )
 
     async def usage(self) -> workdir.Usage:
         """Counted by the kernel, with the same rules and time bound as on a local disk."""
-        raw = await self._run(transfer.USAGE % (workdir.USAGE_SECONDS, self.max_files))
-        total, entries, complete = (int(v) for v in (raw or "0 0 1").split())
-        return workdir.Usage(total, entries, bool(complete))
+        call = f"usage(['.'], {workdir.USAGE_SECONDS!r}, {self.max_files})"
+        total, entries, complete = json.loads(await self._run(walks.cell(call)))
+        return workdir.Usage(int(total), int(entries), bool(complete))
 
     async def put(self, source: Path, name: str) -> str:
         final = await self._run(transfer.OPEN % name)

@@ -1,7 +1,8 @@
 """Code that runs inside a kernel, sent to it by the bot: `figure_alt` (a plot's title as alt
-text), `transfer` (a gateway kernel's files: walks, reads and writes), `snapshot` and `rebuild`
-(a thread's variables saved and loaded by its own kernel: kernels/snapshots.py) and `sql`
-(`sql()` and `%%sql`, asking the bot over the kernel's data socket).
+text), `walks` (a working directory's walks, also imported by the bot for its own disk),
+`transfer` (a gateway kernel's files: reads and writes), `snapshot` and `rebuild` (a thread's
+variables saved and loaded by its own kernel: kernels/snapshots.py) and `sql` (`sql()` and
+`%%sql`, asking the bot over the kernel's data socket).
 """
 
 from __future__ import annotations

@@ -68,6 +68,7 @@ class LocalBackend:
     ):
         self.kernel_name = kernel_name
         self.recorder = recorder
+        self.bwrap = bwrap  # the bubblewrap binary, None: no sandbox
         self.egress = egress  # sandboxed kernels' proxy and environment (egress/)
         self.user = kernel_user  # None: kernels run as the bot's own user (it is not root)
         self._starting = asyncio.Semaphore(START_SLOTS_PER_CORE * (os.cpu_count() or 1))

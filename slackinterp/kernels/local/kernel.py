@@ -17,8 +17,8 @@ from typing import Any
 
 import psutil
 
-from slackinterp.egress.proxy import KernelListener
-from slackinterp.kernels.backend import KernelStartError, ProcessRecorder
+from slackinterp.egress.proxy import Blocked, KernelListener
+from slackinterp.kernels.backend import Kernel, KernelStartError, ProcessRecorder
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.local import cgroups, privileges, ready
 from slackinterp.kernels.local.files import LocalFiles, adopt_pooled
@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 READY_TIMEOUT = 60.0
 
 
-class LocalKernel:
+class LocalKernel(Kernel):
     """An ipykernel process on this machine and the client talking to it."""
 
     def __init__(
@@ -148,6 +148,15 @@ class LocalKernel:
         self.cwd.mkdir(parents=True, exist_ok=True)
         await asyncio.to_thread(privileges.hand_over, self.cwd, self.user)
         self._client.execute(code, silent=True, store_history=False, allow_stdin=False)
+
+    def serve_thread(self, key: str) -> None:
+        if self.egress is not None:  # its requests (replay included) speak for this thread
+            self.egress.thread = key
+        if self.data is not None:  # and so do its sql() queries
+            self.data.thread = key
+
+    def take_blocked(self) -> list[Blocked]:
+        return self.egress.take_blocked() if self.egress is not None else []
 
     def hurry(self, on: bool) -> None:
         # Linux nice values are per thread, and the kernel runs in a session of its own
