@@ -454,6 +454,13 @@ class Settings(BaseSettings):
         "server's default (llama.cpp samples at 0.8; 0 to 0.2 suits small coding models). "
         "A server that refuses it gets the request again without it, and never again.",
     )
+    # Questions a cell asks: input() and getpass()
+    input_timeout: float = _seconds(
+        300,
+        "Seconds a cell's input() or getpass() waits for an answer before it gets an empty "
+        "string (the thread is told). The wait does not count against SLACKINTERP_EXEC_TIMEOUT.",
+        ge=1,
+    )
     # Operations
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="text or json.")

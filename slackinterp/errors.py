@@ -26,6 +26,7 @@ class NoticeKind(StrEnum):
     VISION = "vision"  # the model server refused images
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
+    INPUT = "input"  # about a question the running cell asks (input(), getpass())
 
 
 class FailureKind(StrEnum):

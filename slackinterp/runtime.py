@@ -26,7 +26,7 @@ from slackinterp.kernels.local.backend import LocalBackend
 from slackinterp.kernels.local.egress.service import Egress
 from slackinterp.kernels.local.sandbox import MIB, Limits
 from slackinterp.kernels.reaper import Reaper
-from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.registry import KernelRegistry, ReplayCell
 from slackinterp.store import Store, StoreError, sqlite_url
 
 if TYPE_CHECKING:
@@ -71,8 +71,9 @@ class Runtime:
     async def _with_backend(
         cls, settings: Settings, store: Store, backend: KernelBackend, bwrap: str | None
     ) -> Runtime:
-        async def replay_source(key: str) -> list[str]:
-            return [cell.code for cell in await store.replayable_cells(key)]
+        async def replay_source(key: str) -> list[ReplayCell]:
+            cells = await store.replayable_cells(key)
+            return [ReplayCell(cell.code, cell.answers) for cell in cells]
 
         registry = KernelRegistry(
             backend,

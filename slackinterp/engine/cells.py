@@ -40,6 +40,7 @@ from slackinterp.kernels.execution import (
 )
 from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.kernels.registry import KernelRegistry, Lease
+from slackinterp.kernels.stdin import InputRequest
 from slackinterp.llm import prompts
 from slackinterp.llm.port import CellRun, CellSource
 from slackinterp.store import Store
@@ -155,6 +156,9 @@ class CellRunner:
         async def on_output(output: Output, shown: tuple[Shown, ...]) -> None:
             emit(CellOutput(cell_id, output, shown))
 
+        async def on_input(request: InputRequest) -> str:
+            return await session.inputs.ask(cell_id, request, emit, self.settings.input_timeout)
+
         if shell.has_shell_line(code):
             shell.make_strict(lease.kernel.client)
         try:
@@ -172,6 +176,7 @@ class CellRunner:
                 user_expressions=(
                     {"vars": prompts.VARIABLES_EXPRESSION} if source == "model" else None
                 ),
+                on_input=on_input,
             )
         finally:
             lease.kernel.control = None
@@ -209,6 +214,7 @@ class CellRunner:
                 ok=result.ok,
                 error_name=result.error.ename if result.error else None,
                 duration=result.duration,
+                answers=[answer.kept for answer in result.answers],
                 outputs=lambda number, used: self._export_outputs(result, number, used),
             )
         log.info(

@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slackinterp.engine.inputs import InputDesk
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.execution import CellControl
 
@@ -43,6 +44,8 @@ class ThreadSession:
     # `instructions` holds those not yet taken, oldest first.
     steerable: bool = False
     instructions: list[Instruction] = field(default_factory=list)
+    # A question the running cell asks (input(), getpass()) and who may answer it.
+    inputs: InputDesk = field(default_factory=InputDesk)
 
     @property
     def busy(self) -> bool:

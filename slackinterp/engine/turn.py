@@ -21,10 +21,11 @@ import psutil
 
 from slackinterp import metrics
 from slackinterp.config import Settings
-from slackinterp.engine import intake, notebook, notices, workspace
+from slackinterp.engine import inputs, intake, notebook, notices, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
+    AnswerHow,
     AssistantDelta,
     AssistantText,
     Event,
@@ -155,6 +156,9 @@ class Engine:
 
     async def _turn(self, request: TurnRequest, emit: Emit) -> None:
         session = self.session(request.key)
+        if inputs.answered_by(session, request, emit):  # the running cell's input()
+            emit(_DONE)  # type: ignore[arg-type]
+            return
         if session.busy and session.waiting >= self.settings.max_queued:
             emit(TurnFailed(notices.queue_full(session.waiting), kind=FailureKind.QUEUE_FULL))
             emit(_DONE)  # type: ignore[arg-type]
@@ -247,6 +251,7 @@ class Engine:
     async def _run_turn(self, session: ThreadSession, request: TurnRequest, emit: Emit) -> None:
         started = time.monotonic()
         session.stop_requested = asyncio.Event()
+        session.inputs.asker = request.user  # who answers the cells' input() calls
         emit(TurnStarted())
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
@@ -313,6 +318,13 @@ class Engine:
             emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started))
 
     # --- controls ------------------------------------------------------------------------
+    def answer_input(self, key: ThreadKey, user: str, text: str) -> inputs.AnswerOutcome:
+        """An answer given privately (Slack's modal, the terminal) to the thread's cell."""
+        session = self.sessions.get(key.id)
+        if session is None:
+            return inputs.AnswerOutcome.NOTHING_ASKED
+        return session.inputs.answer(user, text, AnswerHow.PRIVATE)
+
     def stop(self, key: ThreadKey) -> bool:
         session = self.sessions.get(key.id)
         return session.request_stop("stopped") if session else False

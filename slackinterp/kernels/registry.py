@@ -11,7 +11,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -22,6 +22,7 @@ from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 from slackinterp.kernels.slots import Slot
+from slackinterp.kernels.stdin import recorded
 
 log = logging.getLogger(__name__)
 
@@ -79,7 +80,15 @@ class Lease:
         return self.kernel.files(max_files)
 
 
-ReplaySource = Callable[[str], Awaitable[list[str]]]
+@dataclass(frozen=True)
+class ReplayCell:
+    """A cell to replay and the answers its input() calls had (None: a password, not kept)."""
+
+    code: str
+    answers: tuple[str | None, ...] = ()
+
+
+ReplaySource = Callable[[str], Awaitable[Sequence[str | ReplayCell]]]
 LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
 
 
@@ -489,22 +498,24 @@ class KernelRegistry:
         self._freed = asyncio.Event()
 
     async def _restore(self, slot: Slot, reason: RestoreReason) -> RestoreReport | None:
-        codes = await self.replay_source(slot.key)
+        found = await self.replay_source(slot.key)
+        codes = [c if isinstance(c, ReplayCell) else ReplayCell(c) for c in found]
         if not codes:
             return None
         started = time.monotonic()
         report = RestoreReport(0, len(codes), 0.0, reason=reason)
-        for index, code in enumerate(codes):
+        for index, cell in enumerate(codes):
             remaining = self.restore_timeout - (time.monotonic() - started)
             if remaining <= 0:
                 report.out_of_time = True
                 break
             result = await run_cell(
                 slot.kernel,
-                code,
+                cell.code,
                 timeout=remaining,
                 grace=self.exec_grace,
                 max_output_chars=self.max_output_chars,
+                on_input=recorded(cell.answers),  # nobody is asked again
             )
             if result.status.value == "timeout":
                 report.out_of_time = True

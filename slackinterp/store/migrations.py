@@ -68,7 +68,12 @@ def _v6(conn: Connection) -> None:
         table.create(conn, checkfirst=True)
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6}
+def _v7(conn: Connection) -> None:
+    """Version 7: the answers a cell's input() calls were given, so replay asks nobody."""
+    conn.execute(text("ALTER TABLE cells ADD COLUMN answers TEXT"))
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")

@@ -122,7 +122,7 @@ class LocalKernel:
 
     async def connect(self, timeout: float = READY_TIMEOUT) -> None:
         self._client = self.km.client(context=ready.shared_context())
-        self._client.start_channels(stdin=False)
+        self._client.start_channels()
         try:
             await ready.wait_ready(self._client, timeout, self.is_alive)
         except RuntimeError as exc:  # the kernel died during start-up
