@@ -29,11 +29,12 @@ from slackinterp.console_input import (
     LineEditor,
     LineReader,
     local_file,
+    set_echo,
     usable_terminal,
 )
 from slackinterp.console_render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
-from slackinterp.engine.events import Notice, TurnStarted
+from slackinterp.engine.events import InputAnswered, InputRequested, Notice, TurnStarted
 from slackinterp.engine.presentation import CONTROLS, thread_status
 from slackinterp.engine.session import Instruction
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
@@ -45,6 +46,7 @@ from slackinterp.store import StoreError
 __all__ = ["Console", "InputBuffer", "Screen", "TurnPrinter", "chat", "help_text", "main"]
 
 WARM_TIMEOUT = 30.0
+CONSOLE_USER = "console"  # who asks and answers in the terminal
 COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
 _EXTRA = {  # what a control does differently, or also, in the terminal
     "stop": "stop what is running (Ctrl-C while a cell runs does the same)",
@@ -100,6 +102,7 @@ class Console:
         self.stop_pending = False  # Ctrl-C before the engine started the turn
         self.at_prompt = False
         self.quitting = False
+        self.asked: InputRequested | None = None  # a cell waits for the next line typed
         self.echoes = os.isatty(reader.fd)
         self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "load": self.cmd_load,
@@ -200,6 +203,8 @@ class Console:
             typed = line.result()
             if typed is not None and typed.strip() == ":stop":
                 await self.cmd_stop()
+            elif typed is not None and self.asked is not None:  # a cell's input() / getpass()
+                self.engine.answer_input(self.key, CONSOLE_USER, typed)
             elif typed is None or not self._steer(typed):
                 self.typed_ahead.append(typed)
         await asyncio.wait([turn])  # a force-quit cancels the turn; this does not raise
@@ -243,10 +248,12 @@ class Console:
     async def _run_turn(self, text: str, files: list[IncomingFile] | None = None) -> None:
         await self._announce_kernel(text)
         printer = TurnPrinter(self.screen, self.workdir, self.runtime.settings.exec_timeout)
-        request = TurnRequest(self.key, text, user="console", files=files or [])
+        request = TurnRequest(self.key, text, user=CONSOLE_USER, files=files or [])
         async for event in self.engine.submit(request):
             if isinstance(event, TurnStarted) and self.stop_pending:
                 self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
+            if isinstance(event, InputRequested | InputAnswered):
+                self._asking(event)
             printer.handle(event)
         self.screen.newline()
 
@@ -263,6 +270,11 @@ class Console:
             self.screen.line(f"starting kernel and restoring state (replaying {cells})…")
         elif not self.runtime.registry.pool:
             self.screen.line("starting kernel…")
+
+    def _asking(self, event: InputRequested | InputAnswered) -> None:
+        """A cell asks: the next line typed is its answer; a password is typed unseen."""
+        self.asked = event if isinstance(event, InputRequested) else None
+        set_echo(self.reader.fd, not (self.asked is not None and self.asked.password))
 
     def _prompt(self) -> None:
         self.screen.newline()

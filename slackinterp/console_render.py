@@ -15,6 +15,7 @@ from typing import TextIO
 
 from slackinterp.engine import mime
 from slackinterp.engine.events import (
+    AnswerHow,
     AssistantDelta,
     AssistantText,
     CellFinished,
@@ -25,6 +26,8 @@ from slackinterp.engine.events import (
     FileReceived,
     FileRejected,
     FileSkipped,
+    InputAnswered,
+    InputRequested,
     Notice,
     TurnFailed,
     TurnQueued,
@@ -146,6 +149,7 @@ class TurnPrinter:
         self.earlier: dict[str, Display] = {}  # updates of earlier turns' displays, latest
         self.figures: dict[str, set[Path]] = {}  # per cell, the image files saved for it
         self.answer_streamed = False
+        self.asked: InputRequested | None = None  # its echo (kernels/stdin.py) is not shown
 
     def handle(self, event: Event) -> None:
         out = self.screen
@@ -180,6 +184,11 @@ class TurnPrinter:
                 self.answer_streamed = False
             case TurnFailed(message=message):
                 out.line(f"! {terminal_words(message)}")
+            case InputRequested(prompt=prompt):
+                out.write(prompt)  # the terminal asks: the next line typed is the answer
+                self.asked = event
+            case InputAnswered():
+                self._answered(event)
             case _:
                 pass  # TurnStarted, TurnFinished: nothing to show
 
@@ -197,12 +206,26 @@ class TurnPrinter:
             self.screen.write("".join(f"  {line}\n" for line in event.code.splitlines()))
             self.screen.line("──")
 
+    def _answered(self, event: InputAnswered) -> None:
+        """The terminal echoed the typed line and its Enter, except a password's."""
+        typed = event.how in (AnswerHow.TYPED, AnswerHow.PRIVATE)
+        if typed and self.asked is not None and self.asked.password:
+            self.screen.write("\n")  # the Enter typed unseen
+        elif typed:
+            self.screen.at_line_start = True
+        else:
+            self.screen.newline()
+        if event.note:
+            self.screen.line(f"· {terminal_words(event.note)}")
+
     def _output(self, cell_id: str, output: object) -> None:
         """Live: text as it comes (the terminal applies `\r` and `\b` itself). What a terminal
         cannot take back (a cleared output, a replaced display) is put right when the cell
         ends, by printing the cell's final outputs again."""
         if isinstance(output, Stream):
-            self.screen.write(output.text)
+            asked, self.asked = self.asked, None
+            if asked is None or not output.text.startswith(asked.prompt):
+                self.screen.write(output.text)  # (else: the answer's echo, on screen already)
         elif isinstance(output, ClearOutput):
             self.rewritten.add(cell_id)
         elif isinstance(output, Display | Result):

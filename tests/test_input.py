@@ -21,9 +21,14 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import Status
 from slackinterp.runtime import Runtime
+from tests import test_kernels
 from tests.conftest import run_turn
 from tests.gateway import kernel_gateway  # noqa: F401 - a fixture
-from tests.test_kernels import code, last, open_rt, rt, settings_for  # noqa: F401 - fixtures
+from tests.test_kernels import code, last, open_rt
+
+# The engine tests' fixtures: every test here runs on local kernels and on a Kernel Gateway.
+settings_for = test_kernels.settings_for
+rt = test_kernels.rt
 
 A = ThreadKey("T1", "C1", "300.1")
 

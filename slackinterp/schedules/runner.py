@@ -16,6 +16,7 @@ import os
 import shutil
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,7 @@ from slackinterp.kernels.execution import CellResult, Error, Status, run_cell
 from slackinterp.kernels.files import TransferError
 from slackinterp.kernels.local import privileges
 from slackinterp.kernels.registry import AtCapacity, KernelRegistry, Lease
+from slackinterp.kernels.stdin import recorded
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import CellRun, CellSource, TurnAgent
@@ -143,7 +145,9 @@ class ScheduledRunner:
 
     async def _run(self, schedule: StoredSchedule, report: RunReport, started: float) -> None:
         key = ThreadKey.parse(schedule.thread_key)
-        codes = [c.code for c in await self.store.replayable_cells(key.id)]
+        stored = await self.store.replayable_cells(key.id)
+        codes = [c.code for c in stored]
+        answers = [c.answers for c in stored]  # the cells' input() answers: nobody is asked
         refusal = self.refusal(schedule, len(codes))
         if refusal is not None:
             report.problem, report.refused = refusal, True
@@ -168,9 +172,11 @@ class ScheduledRunner:
             files = lease.files(self.settings.workspace_max_files)
             before = await files.measure()
             if report.mode == "replay":
-                await self._replay(lease, codes, report, deadline, scratch)
+                await self._replay(lease, codes, report, deadline, scratch, answers)
             else:
-                await self._ask(schedule, lease, run_key, run_dir, codes, report, deadline, scratch)
+                await self._ask(
+                    schedule, lease, run_key, run_dir, codes, report, deadline, scratch, answers
+                )
             if not (report.cells and report.cells[-1].result.status is Status.DIED):
                 await self._produced(lease, before, report, scratch)
         finally:
@@ -244,6 +250,7 @@ class ScheduledRunner:
         deadline: float,
         scratch: Path,
         user_expressions: dict[str, str] | None = None,
+        answers: Sequence[str | None] = (),
     ) -> RunCell:
         """One cell as a person's turn runs it: a failing `!command` fails it, and what the
         egress proxy refused comes with it."""
@@ -260,16 +267,24 @@ class ScheduledRunner:
             max_output_chars=self.settings.max_output_chars,
             spill_path=scratch / f"cell-{number}.txt",
             user_expressions=user_expressions,
+            on_input=recorded(answers),
         )
         return RunCell(
             number, code, result, notices.network_notes(lease.kernel, self.settings.command)
         )
 
     async def _replay(
-        self, lease: Lease, codes: list[str], report: RunReport, deadline: float, scratch: Path
+        self,
+        lease: Lease,
+        codes: list[str],
+        report: RunReport,
+        deadline: float,
+        scratch: Path,
+        answers: Sequence[Sequence[str | None]] = (),
     ) -> None:
         for number, code in enumerate(codes, 1):
-            cell = await self._cell(lease, code, number, deadline, scratch)
+            given = answers[number - 1] if number <= len(answers) else ()
+            cell = await self._cell(lease, code, number, deadline, scratch, answers=given)
             result = cell.result
             report.cells.append(cell)
             report.note_network(cell.notes)
@@ -289,9 +304,11 @@ class ScheduledRunner:
         report: RunReport,
         deadline: float,
         scratch: Path,
+        answers: Sequence[Sequence[str | None]] = (),
     ) -> None:
         for number, code in enumerate(codes, 1):  # the thread's state, silently
-            cell = await self._cell(lease, code, number, deadline, scratch)
+            given = answers[number - 1] if number <= len(answers) else ()
+            cell = await self._cell(lease, code, number, deadline, scratch, answers=given)
             report.note_network(cell.notes)
             if not cell.result.ok:
                 report.failed = cell

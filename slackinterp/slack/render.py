@@ -27,6 +27,8 @@ from slackinterp.engine.events import (
     FileReceived,
     FileRejected,
     FileSkipped,
+    InputAnswered,
+    InputRequested,
     InstructionTaken,
     Notice,
     TurnFailed,
@@ -56,6 +58,7 @@ from slackinterp.slack.cells import (
     status_line,
     table_block,
 )
+from slackinterp.slack.inputs import Question
 from slackinterp.slack.poster import ThreadPoster
 from slackinterp.slack.stream import StreamedTurn  # issue 14
 
@@ -167,6 +170,8 @@ class TurnRenderer(ThreadPoster):
                 await self._cell_output(event)
             case CellFinished():
                 await self._cell_finished(event)
+            case InputRequested() | InputAnswered():
+                await self._input(event)
             case FileProduced():
                 await self.upload(event.path, event.name, comment=None)
             case FileSkipped(name=name, reason=reason):
@@ -211,6 +216,24 @@ class TurnRenderer(ThreadPoster):
         view.ts = await self.post(text, blocks)
         view.last_edit = time.monotonic()
         if view.dirty:  # output arrived while the post was under way
+            self._schedule_edit(view)
+
+    async def _input(self, event: InputRequested | InputAnswered) -> None:
+        """The cell's message asks the question (with Answer) until it is answered; it is
+        shown at once, whatever the grace, since a person has to read it."""
+        view = self.cells.get(event.cell_id)
+        if view is None:
+            return
+        if isinstance(event, InputRequested):
+            view.asking = Question(event.prompt, event.password, event.asker)
+        else:
+            view.asking = None
+            if event.note:
+                view.notes.append(event.note)
+        if view.posting is not None and not view.post_started:
+            view.posting.cancel()  # still in its grace: post now
+            await self._post_running(view)
+        else:
             self._schedule_edit(view)
 
     async def _long_code(self, view: CellView) -> None:
