@@ -70,7 +70,8 @@ def _v6(conn: Connection) -> None:
 
 def _v7(conn: Connection) -> None:
     """Version 7: the answers a cell's input() calls were given, so replay asks nobody."""
-    conn.execute(text("ALTER TABLE cells ADD COLUMN answers TEXT"))
+    if "answers" not in {c["name"] for c in inspect(conn).get_columns("cells")}:
+        conn.execute(text("ALTER TABLE cells ADD COLUMN answers TEXT"))
 
 
 MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
