@@ -5,7 +5,7 @@ Run by hand (not a test), as root or a user who may create network namespaces wi
     flock /tmp/bench.lock .venv/bin/python bench/egress.py [--mib 512] [--connections 200]
 
 The client runs where a kernel would: in a child process in its own network namespace
-(`bwrap --unshare-net`), with the kernel's relay (kernels/local/egress/relay.py) on 127.0.0.1:3128,
+(`bwrap --unshare-net`), with the kernel's relay (egress/relay.py) on 127.0.0.1:3128,
 reaching the bot's proxy through a Unix socket. The proxy runs in this process's event loop
 with its real policy path (Egress, SQLite channel rules, the system resolver for `localhost`).
 The baseline is the same client code, in the host's namespace, connecting straight to the
@@ -35,8 +35,8 @@ if str(ROOT) not in sys.path:
 
 from bench.common import pct  # noqa: E402
 from slackinterp.config import NetworkMode  # noqa: E402
-from slackinterp.kernels.local.egress import relay  # noqa: E402
-from slackinterp.kernels.local.egress.service import Egress  # noqa: E402
+from slackinterp.egress import relay  # noqa: E402
+from slackinterp.egress.service import Egress  # noqa: E402
 from slackinterp.store import Store, sqlite_url  # noqa: E402
 
 UPSTREAM = """

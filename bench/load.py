@@ -79,7 +79,7 @@ if str(ROOT) not in sys.path:
 
 import psutil  # noqa: E402
 
-from slackinterp.app import SlackBot  # noqa: E402
+from slackinterp.slack.bot import SlackBot  # noqa: E402
 from tests.conftest import make_settings  # noqa: E402
 from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, Step, ToolCall  # noqa: E402
 from tests.fakes.slack import FakeSlack, FaultInjector, TsClock, Workspace, _Fault  # noqa: E402

@@ -90,7 +90,7 @@ def _run() -> int:
     import logging
 
     from slackinterp import logs
-    from slackinterp.app import GaveUp, StartError, serve
+    from slackinterp.slack.bot import GaveUp, StartError, serve
     from slackinterp.store import StoreError
 
     try:
@@ -118,14 +118,14 @@ def _run() -> int:
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:
-    from slackinterp.manifest import render_manifest
+    from slackinterp.slack.manifest import render_manifest
 
     sys.stdout.write(render_manifest(name=args.name, command=args.command, legacy=args.legacy))
     return 0
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
-    from slackinterp import console
+    from slackinterp.console import chat as console
 
     try:
         settings = load_settings()

@@ -482,7 +482,7 @@ class Settings(BaseSettings):
     @field_validator("network_allow", "network_deny")
     @classmethod
     def _rules(cls, value: list[str]) -> list[str]:
-        from slackinterp.kernels.local.egress.policy import BadRule, parse_rules  # pure, no I/O
+        from slackinterp.egress.policy import BadRule, parse_rules  # pure, no I/O
 
         try:
             parse_rules(value)

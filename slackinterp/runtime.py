@@ -1,7 +1,7 @@
 """The engine's runtime without any front-end: store, kernel backend, registry, reaper, engine.
 
-`app.py` (Slack) and `console.py` (terminal) both build on it, so both get the same start and
-stop order: open the store, clean up orphans, warm the pool, start the reaper; on stop the
+`slack/bot.py` (Slack) and `console/chat.py` (terminal) both build on it, so both get the same
+start and stop order: open the store, clean up orphans, warm the pool, start the reaper; on stop the
 reverse, and every kernel is shut down.
 """
 
@@ -18,12 +18,12 @@ from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import NetworkMode, SandboxMode, Settings
+from slackinterp.egress.service import Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels import packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
 from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
-from slackinterp.kernels.local.egress.service import Egress
 from slackinterp.kernels.local.sandbox import MIB, Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry, ReplayCell
@@ -252,7 +252,7 @@ def local_backend(
 
 
 def gateway_backend(settings: Settings) -> Any:
-    from slackinterp.kernels.gateway import GatewayBackend
+    from slackinterp.kernels.gateway.backend import GatewayBackend
 
     return GatewayBackend(
         str(settings.gateway_url),

@@ -8,7 +8,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from slackinterp.app import SlackBot
+from slackinterp.slack.bot import SlackBot
 from tests.conftest import make_settings
 from tests.fakes.slack import FakeSlack
 

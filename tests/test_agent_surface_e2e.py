@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 import yaml
 
-from slackinterp.manifest import BOT_EVENTS, BOT_SCOPES, LEGACY_BOT_EVENTS, render_manifest
 from slackinterp.slack.agent_session import asks_user
 from slackinterp.slack.assistant import SUGGESTED_PROMPTS
+from slackinterp.slack.manifest import BOT_EVENTS, BOT_SCOPES, LEGACY_BOT_EVENTS, render_manifest
 from slackinterp.slack.render import STOP_ACTION
 from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, Step, ToolCall
 from tests.fakes.slack import FakeSlack

@@ -13,8 +13,8 @@ from pathlib import Path
 import yaml
 
 from slackinterp import logs, settings_docs
-from slackinterp.manifest import BOT_EVENTS, BOT_SCOPES, render_manifest
 from slackinterp.slack.listeners import SHORTCUT_ID
+from slackinterp.slack.manifest import BOT_EVENTS, BOT_SCOPES, render_manifest
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -1,6 +1,6 @@
 """`slackinterp chat` driven through a real pseudo-terminal: input, streaming, Ctrl-C, restore.
 
-Each test runs `python -m slackinterp.console` as a child process with its own data directory,
+Each test runs `python -m slackinterp.console.chat` as a child process with its own data directory,
 no warm pool and no model (unless a test starts the fake model server), and talks to it as a
 person at a terminal would.
 """
@@ -22,7 +22,7 @@ import pexpect
 import psutil
 import pytest
 
-from slackinterp.console import InputBuffer
+from slackinterp.console.chat import InputBuffer
 from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, ToolCall
 
 TIMEOUT = 30
@@ -44,7 +44,7 @@ class Chat:
         environ.update(env or {})
         self.child = pexpect.spawn(
             sys.executable,
-            ["-m", "slackinterp.console"],
+            ["-m", "slackinterp.console.chat"],
             env=environ,
             cwd=str(cwd),
             encoding="utf-8",

@@ -17,7 +17,7 @@ import pytest
 
 from slackinterp import doctor
 from slackinterp.config import Settings, SettingsError
-from slackinterp.manifest import BOT_SCOPES
+from slackinterp.slack.manifest import BOT_SCOPES
 from tests.conftest import kernel_children, make_settings
 from tests.fakes.openai_server import Dynamic, Fail, FakeOpenAI, Reply
 from tests.fakes.slack import FakeSlack

@@ -7,8 +7,8 @@ import ipaddress
 
 import pytest
 
-from slackinterp.kernels.local.egress import addresses
-from slackinterp.kernels.local.egress.policy import (
+from slackinterp.egress import addresses
+from slackinterp.egress.policy import (
     BadHost,
     BadRule,
     NetworkMode,

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from slackinterp.kernels.local.egress.policy import NetworkMode, Policy, parse_rules
-from slackinterp.kernels.local.egress.proxy import EgressProxy, KernelListener, ProxyLimits
+from slackinterp.egress.policy import NetworkMode, Policy, parse_rules
+from slackinterp.egress.proxy import EgressProxy, KernelListener, ProxyLimits
 
 LOOPBACK = ipaddress.ip_address("127.0.0.1")
 

@@ -11,7 +11,7 @@ import pytest
 
 from slackinterp.config import NetworkMode, SettingsError, load_settings
 from slackinterp.doctor.host_checks import check_sandbox
-from slackinterp.kernels.local.egress.service import Egress
+from slackinterp.egress.service import Egress
 from slackinterp.kernels.local.sandbox import shares_host_network
 from slackinterp.llm.prompts import tool_description
 from slackinterp.runtime import SandboxUnavailable, network_allowed, resolve_sandbox

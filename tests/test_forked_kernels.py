@@ -22,7 +22,8 @@ from typing import Any
 
 import pytest
 
-from slackinterp.kernels.local import forkspawn, sandbox
+from slackinterp.kernels.local import sandbox
+from slackinterp.kernels.local.fork import client
 from tests.test_sandbox_attacks import as_nobody, run_module
 
 pytestmark = [
@@ -142,7 +143,7 @@ print(json.dumps(t.fork({"id": "1"})))
 
 
 def test_the_template_refuses_to_fork_when_not_single_threaded() -> None:
-    kernels_dir = str(Path(forkspawn.TEMPLATE_FILE).parent)
+    kernels_dir = str(Path(client.TEMPLATE_FILE).parent)
     done = subprocess.run(
         [sys.executable, "-c", REFUSE, kernels_dir],
         capture_output=True,
@@ -166,7 +167,7 @@ async def test_a_template_that_starts_threads_is_refused_and_auto_spawns(
     from slackinterp.kernels.local.backend import LocalBackend
     from slackinterp.kernels.local.privileges import kernel_user
 
-    monkeypatch.setattr(forkspawn, "SINGLE_THREADED", {})
+    monkeypatch.setattr(client, "SINGLE_THREADED", {})
 
     def backend(mode: str, name: str) -> LocalBackend:
         return LocalBackend(
@@ -206,9 +207,9 @@ async def test_a_template_that_starts_threads_is_refused_and_auto_spawns(
 
 async def test_the_template_gets_no_inherited_descriptor() -> None:
     """Only its end of the control socket (and stdio on /dev/null) crosses to the template."""
-    env = forkspawn.template_env(sandbox.sandbox_env())
+    env = client.template_env(sandbox.sandbox_env())
     keep = socket.socket()  # an inheritable-looking descriptor the bot holds
-    template = forkspawn.Template(sys.executable, env)
+    template = client.Template(sys.executable, env)
     try:
         ready = await template.start()
         assert ready["threads"] == 1

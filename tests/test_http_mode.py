@@ -8,7 +8,7 @@ from pathlib import Path
 
 import aiohttp
 
-from slackinterp.app import SlackBot
+from slackinterp.slack.bot import SlackBot
 from tests.conftest import make_settings
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import CHANNEL, all_text, wait_cells

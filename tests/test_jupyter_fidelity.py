@@ -22,7 +22,7 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
-from slackinterp.console import Screen, TurnPrinter
+from slackinterp.console.chat import Screen, TurnPrinter
 from slackinterp.engine import mime
 from slackinterp.engine.turn import TurnRequest
 from slackinterp.engine.workspace import ThreadKey

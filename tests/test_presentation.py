@@ -6,9 +6,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from slackinterp.console import help_text as terminal_help
-from slackinterp.console_render import status_line as terminal_status
-from slackinterp.console_render import terminal_words
+from slackinterp.console.chat import help_text as terminal_help
+from slackinterp.console.render import status_line as terminal_status
+from slackinterp.console.render import terminal_words
 from slackinterp.engine.presentation import (
     CONTROLS,
     WORDS,

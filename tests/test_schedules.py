@@ -91,7 +91,7 @@ def test_unclear_phrases_are_not_guessed(text: str) -> None:
     ],
 )
 def test_questions_that_start_like_a_schedule_stay_questions(text: str) -> None:
-    from slackinterp.slack.schedules import wants
+    from slackinterp.slack.schedule_front import wants
 
     assert not phrases.looks_like_schedule(text)
     assert not wants(text)  # answered as a question, not with the schedule forms
@@ -115,7 +115,7 @@ def test_questions_that_start_like_a_schedule_stay_questions(text: str) -> None:
     ],
 )
 def test_schedule_requests_are_taken_as_schedules(text: str) -> None:
-    from slackinterp.slack.schedules import wants
+    from slackinterp.slack.schedule_front import wants
 
     assert wants(text)
 
@@ -574,7 +574,7 @@ PNG = (
 def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
     from slackinterp.kernels.execution import CellResult, Display, Error, Status, Stream
     from slackinterp.schedules.runner import RunCell
-    from slackinterp.slack.schedules import run_reply
+    from slackinterp.slack.schedule_front import run_reply
 
     figures = [Display({"image/png": PNG, "text/plain": "<Figure>"}) for _ in range(14)]
     outputs = [Stream("stdout", "<!channel> total: 42\n"), *figures]
@@ -603,7 +603,7 @@ def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
 def test_the_reply_shows_blocked_requests_notices_and_every_word_of_the_answer() -> None:
     from slackinterp.kernels.execution import CellResult, Status
     from slackinterp.schedules.runner import RunCell
-    from slackinterp.slack.schedules import run_reply
+    from slackinterp.slack.schedule_front import run_reply
 
     blocked = "🔒 Network request blocked: `x.test:443` is not on <this> channel's allowlist."
     ok = CellResult(Status.OK, 0.2, text="HTTP Error 403\n")

@@ -16,9 +16,9 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from slackinterp.app import SlackBot
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.slack.bot import SlackBot
 from slackinterp.slack.render import TAKEN_REACTION
 from tests.fakes.openai_server import Dynamic, FakeOpenAI, RecordedRequest, Reply, Step, ToolCall
 from tests.fakes.slack import FakeSlack

@@ -10,7 +10,8 @@ from typing import Any
 import pytest
 from ipykernel.kernelapp import IPKernelApp
 
-from slackinterp.kernels.local import forkspawn, sandbox, template
+from slackinterp.kernels.local import sandbox
+from slackinterp.kernels.local.fork import client, template
 
 ARGV = [
     "-f",
@@ -61,9 +62,9 @@ def test_anything_else_goes_through_the_full_parser(argv: list[str]) -> None:
 
 def test_the_bots_exec_lines_are_set_apart_for_a_forked_kernel() -> None:
     cmd = ["python", "-m", "ipykernel_launcher", "-f", "/c.json", *sandbox.KERNEL_ARGUMENTS]
-    argv, lines = forkspawn.kernel_argv(cmd)
+    argv, lines = client.kernel_argv(cmd)
     assert argv[:2] == ["-f", "/c.json"]
-    assert not [a for a in argv if a.startswith(forkspawn.EXEC_LINES)]
+    assert not [a for a in argv if a.startswith(client.EXEC_LINES)]
     assert len(lines) == len([a for a in sandbox.KERNEL_ARGUMENTS if "exec_lines" in a]) == 2
     assert all(compile(line, "<exec_lines>", "exec") for line in lines)
 

@@ -1,5 +1,5 @@
 """The working-directory walks: one walk (measure) gives what snapshot and usage gave apart,
-and the walk a gateway kernel runs (kernel_side.MEASURE) gives the same as the local one."""
+and the walk a gateway kernel runs (transfer.MEASURE) gives the same as the local one."""
 
 from __future__ import annotations
 
@@ -9,7 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from slackinterp.kernels import kernel_side, workdir
+from slackinterp.kernels import workdir
+from slackinterp.kernels.inside import transfer
 
 
 def tree(root: Path, outside: Path) -> Path:
@@ -72,7 +73,7 @@ def test_the_kernel_side_walk_follows_the_local_rules(tmp_path: Path) -> None:
     root = tmp_path / "work"
     root.mkdir()
     tree(root, tmp_path / "outside")
-    code = kernel_side.MEASURE % (workdir.USAGE_SECONDS, 0, workdir.MAX_SCAN_ENTRIES)
+    code = transfer.MEASURE % (workdir.USAGE_SECONDS, 0, workdir.MAX_SCAN_ENTRIES)
     ran = subprocess.run(
         [sys.executable, "-I", "-c", code], cwd=root, capture_output=True, text=True, check=True
     )
@@ -83,7 +84,7 @@ def test_the_kernel_side_walk_follows_the_local_rules(tmp_path: Path) -> None:
     assert raw["usage"] == [local.usage.bytes, local.usage.files, 1]
     # The old kernel-side snapshot, too, lists no link (it used to follow them).
     ran = subprocess.run(
-        [sys.executable, "-I", "-c", kernel_side.SNAPSHOT % workdir.MAX_SCAN_ENTRIES],
+        [sys.executable, "-I", "-c", transfer.SNAPSHOT % workdir.MAX_SCAN_ENTRIES],
         cwd=root,
         capture_output=True,
         text=True,

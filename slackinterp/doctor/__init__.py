@@ -7,7 +7,7 @@ Checks that do not apply (no model configured, no sandbox requested) are shown a
 do not fail the run.
 
 The checks talk to the real services through the same clients and builders the bot uses
-(slackinterp.app's Slack client, so SLACK_API_URL applies; AsyncOpenAI; LocalBackend or the
+(slackinterp.slack.bot's Slack client, so SLACK_API_URL applies; AsyncOpenAI; LocalBackend or the
 runtime's GatewayBackend; the sandbox's own bwrap probe), run concurrently, and each has its
 own time limit so doctor never hangs. Secrets are never printed: every line is scrubbed of
 the configured tokens and keys before it is shown.

@@ -28,7 +28,7 @@ from slackinterp.doctor.checks import (
 
 if TYPE_CHECKING:
     from slackinterp.kernels.execution import CellResult, ExecutableKernel
-    from slackinterp.kernels.local.forked import ForkStarter
+    from slackinterp.kernels.local.fork.starter import ForkStarter
     from slackinterp.kernels.local.privileges import KernelUser
 
 

@@ -1,6 +1,6 @@
 """Doctor checks for the settings and Slack: the tokens, the scopes, the connection mode.
 
-They use the bot's own Slack client (slackinterp.app.web_client), so SLACK_API_URL and the
+They use the bot's own Slack client (slackinterp.slack.bot.web_client), so SLACK_API_URL and the
 retry handlers apply exactly as in `run`, and the words of slack/preflight.py for the same
 failures.
 """
@@ -91,7 +91,7 @@ _BAD_TOKEN_ERRORS = BAD_TOKEN_ERRORS
 
 def _slack_client(token: str | None, settings: Settings) -> Any:
     """The bot's own client (SLACK_API_URL, retry handlers) with a doctor-sized timeout."""
-    from slackinterp.app import web_client  # app.py pulls in Bolt; only needed here
+    from slackinterp.slack.bot import web_client  # slack/bot.py pulls in Bolt; only needed here
 
     client = web_client(token, settings)
     client.timeout = int(SLACK_HTTP_TIMEOUT)
@@ -145,7 +145,7 @@ def _missing_scopes_fix(missing: list[str]) -> str:
 @bounded(BOT_TOKEN, SLACK_TIMEOUT, "check that Slack (or SLACK_API_URL) is reachable")
 async def check_bot_token(settings: Settings) -> Check:
     """auth.test with the bot token, then compare its scopes with what the code uses."""
-    from slackinterp.manifest import BOT_SCOPES
+    from slackinterp.slack.manifest import BOT_SCOPES
 
     token = settings.slack_bot_token
     if not token:

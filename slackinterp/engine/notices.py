@@ -6,11 +6,11 @@ lets a reader see everything the bot can tell a thread without following the cod
 
 from __future__ import annotations
 
+from slackinterp.egress.proxy import Blocked
 from slackinterp.engine.events import Notice
 from slackinterp.engine.workspace import USAGE_SECONDS, Usage, human_size
 from slackinterp.errors import NoticeKind, RestoreReason
 from slackinterp.kernels.execution import CellResult, Status
-from slackinterp.kernels.local.egress.proxy import Blocked
 from slackinterp.kernels.registry import RestoreReport
 
 NO_MODEL_HINT = (
@@ -186,7 +186,7 @@ NETWORK_ADMINS = "workspace admins and owners, and the users in SLACKINTERP_ADMI
 
 def network_notes(kernel: object, command: str = "/interp") -> tuple[str, ...]:
     """What the egress proxy refused for this kernel since its last cell, one line per host
-    and port (kernels/local/egress); a person's cell and a scheduled run's both say it."""
+    and port (egress); a person's cell and a scheduled run's both say it."""
     listener = getattr(kernel, "egress", None)
     if listener is None:
         return ()

@@ -2,7 +2,7 @@
 
 The protocols every backend implements: `LocalBackend` (kernels/local/: ipykernel processes on
 this machine, spawned or forked from a warm template, sandboxed) and `GatewayBackend`
-(kernels/gateway.py: kernels on a Jupyter Kernel/Enterprise Gateway).
+(kernels/gateway/backend.py: kernels on a Jupyter Kernel/Enterprise Gateway).
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """A thread's files, wherever they live: the one interface the engine uses.
 
 Local kernels share the bot's disk (kernels/local/files.py); a gateway's kernels share nothing,
-so files go in and out through the kernel protocol (kernels/kernelfiles.py). Each kernel
+so files go in and out through the kernel protocol (kernels/gateway/files.py). Each kernel
 gives its own (`Kernel.files()`), so the engine never asks where the directory is.
 """
 

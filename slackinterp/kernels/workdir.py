@@ -2,7 +2,7 @@
 
 Hidden entries (starting with a dot) are the bot's own (output spill files, caches) and are
 never listed as files nor accepted as upload names. The kernel-side versions of these walks
-(kernels/kernel_side.py) follow the same rules.
+(kernels/inside/transfer.py) follow the same rules.
 """
 
 from __future__ import annotations

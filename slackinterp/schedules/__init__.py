@@ -3,6 +3,6 @@
 `phrases` (what people type → a rule), `timing` (a rule's next run in the owner's time zone),
 `runner` (one scheduled run in a fresh kernel), `service` (APScheduler jobs built from the
 stored schedules, claims so each occurrence runs once across replicas, failures, missed runs),
-`ports` (what the service needs from a front-end). Nothing here imports Slack: slack/schedules.py
-renders it.
+`ports` (what the service needs from a front-end). Nothing here imports Slack:
+slack/schedule_front.py renders it.
 """

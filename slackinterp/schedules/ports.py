@@ -1,5 +1,5 @@
 """What the schedule service needs from a front-end: the one reply of a run, and short notes
-(a skipped run, a schedule that paused itself). slack/schedules.py implements it."""
+(a skipped run, a schedule that paused itself). slack/schedule_front.py implements it."""
 
 from __future__ import annotations
 

@@ -45,7 +45,7 @@ ASK_PREFACE = (
 )
 
 
-# The thread's `%pip` packages (kernels/local/egress/service.py packages_env): the one
+# The thread's `%pip` packages (egress/service.py packages_env): the one
 # dot-name of its directory a run needs, on the kernel's PYTHONPATH.
 PACKAGES_DIR = ".local"
 MAX_NOTICES = 10  # an `ask:` run's agent notices kept for the reply
@@ -457,7 +457,7 @@ def _link_or_copy(source: str, target: str) -> None:
 
 
 # Kernels on a gateway keep each thread's files in a sibling directory of their own working
-# directory (kernels/gateway.py): the run's kernel copies the thread's, dot files left out
+# directory (kernels/gateway/backend.py): the run's kernel copies the thread's, dot files left out
 # but for its `%pip` packages (.local, hard-linked where it can be).
 _COPY_SIBLING = """import os as __o, shutil as __s
 __src = __o.path.join(__o.path.dirname(__o.getcwd()), {source!r})

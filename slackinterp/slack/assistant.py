@@ -38,7 +38,7 @@ class Prompt:
     message: str
 
 
-# Slack shows at most four. The manifest lists the same ones (manifest.py).
+# Slack shows at most four. The manifest lists the same ones (slack/manifest.py).
 SUGGESTED_PROMPTS = (
     Prompt("Analyze a CSV", "Summarise the CSV I attached: its columns, types and gaps."),
     Prompt("Plot a column", "Plot the distribution of a column of the file I attached."),

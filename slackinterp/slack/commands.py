@@ -18,10 +18,10 @@ from slackinterp.slack.admins import Admins
 from slackinterp.slack.listener_base import ListenerBase
 from slackinterp.slack.network import NetworkCommand
 from slackinterp.slack.render import buttons
-from slackinterp.slack.schedules import SlackSchedules
+from slackinterp.slack.schedule_front import SlackSchedules
 
 if TYPE_CHECKING:
-    from slackinterp.kernels.local.egress.service import Egress
+    from slackinterp.egress.service import Egress
 
 log = logging.getLogger(__name__)
 
@@ -30,7 +30,7 @@ class CommandListeners(ListenerBase):
     """The slash command's listener."""
 
     schedules: SlackSchedules | None = None  # issue 28: set by SlackListeners when enabled
-    egress: Egress | None = None  # the runtime's (app.py), for `network`
+    egress: Egress | None = None  # the runtime's (slack/bot.py), for `network`
 
     @functools.cached_property
     def network(self) -> NetworkCommand:

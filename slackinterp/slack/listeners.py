@@ -25,7 +25,7 @@ from slackinterp.slack import (
     controls,
     stream,  # issue 14
 )
-from slackinterp.slack import schedules as schedule_controls
+from slackinterp.slack import schedule_front as schedule_controls
 from slackinterp.slack import text as t
 from slackinterp.slack.access import AllowList
 from slackinterp.slack.admins import Admins

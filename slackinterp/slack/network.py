@@ -15,13 +15,13 @@ from typing import TYPE_CHECKING
 from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp.config import NetworkMode, Settings
-from slackinterp.kernels.local.egress.policy import BadRule, parse_rules
+from slackinterp.egress.policy import BadRule, parse_rules
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
 from slackinterp.store import Store
 
 if TYPE_CHECKING:
-    from slackinterp.kernels.local.egress.service import Egress
+    from slackinterp.egress.service import Egress
 
 log = logging.getLogger(__name__)
 

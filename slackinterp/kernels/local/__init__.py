@@ -1,3 +1,3 @@
-"""The local kernel machinery: the backend, the sandbox, privileges, cgroups, the warm
-template that forks kernels, and the egress proxy sandboxed kernels reach the network through.
+"""The local kernel machinery: the backend, the sandbox, privileges, cgroups, and the warm
+template that forks kernels (fork/). Sandboxed kernels reach the network through egress/.
 """

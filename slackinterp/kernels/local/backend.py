@@ -2,7 +2,7 @@
 
 `LocalBackend` starts them through jupyter_client's async API with an explicit minimal
 environment and resource limits, under bubblewrap or forked from the warm template
-(local/forked.py), and `LocalKernel` is one of them.
+(local/fork/starter.py), and `LocalKernel` is one of them.
 """
 
 from __future__ import annotations
@@ -21,12 +21,12 @@ import psutil
 from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.config import NetworkMode
+from slackinterp.egress.proxy import KernelListener
+from slackinterp.egress.service import Egress
 from slackinterp.kernels import workdir
 from slackinterp.kernels.backend import KernelStartError, ProcessRecorder
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.local import cgroups, privileges, ready, sandbox
-from slackinterp.kernels.local.egress.proxy import KernelListener
-from slackinterp.kernels.local.egress.service import Egress
 from slackinterp.kernels.local.files import LocalFiles
 from slackinterp.kernels.local.processes import is_kernel_process, kill_group
 
@@ -252,7 +252,7 @@ class LocalBackend:
         self.runtime_dir = runtime_dir
         self.bwrap = bwrap
         self.network = network  # off | allowlist | open (sandbox.shares_host_network)
-        self.egress = egress  # sandboxed kernels' proxy and environment (kernels/local/egress)
+        self.egress = egress  # sandboxed kernels' proxy and environment (egress)
         self.hidden = hidden or []
         self.user = kernel_user  # None: kernels run as the bot's own user (it is not root)
         self._user_checked = kernel_user is None or bwrap is not None
@@ -268,9 +268,9 @@ class LocalBackend:
         sandbox.prepare_cache(cache_dir, kernel_user if bwrap is None else None)
         if kernel_user is not None:
             log.info("kernels.user name=%s uid=%d", kernel_user.name, kernel_user.uid)
-        from slackinterp.kernels.local.forked import ForkStarter  # it builds on this module
+        from slackinterp.kernels.local.fork.starter import ForkStarter  # it builds on this module
 
-        # Fork from the warm template or spawn (SLACKINTERP_KERNEL_START; kernels/local/forked.py).
+        # Fork from the warm template or spawn (SLACKINTERP_KERNEL_START; local/fork/starter.py).
         self.forks = ForkStarter(start_mode, bwrap is not None, cache_dir)
 
     @property
@@ -344,11 +344,11 @@ class LocalBackend:
         runtime = self.runtime_dir / f"k{os.getpid()}-{next(_serial)}"
         runtime.mkdir(mode=0o700, parents=True, exist_ok=True)
         if self.forks.forking:
-            from slackinterp.kernels.local import forked
+            from slackinterp.kernels.local.fork import starter
 
             try:
-                return await forked.start(self, cwd, runtime)
-            except forked.ForkFailed as exc:
+                return await starter.start(self, cwd, runtime)
+            except starter.ForkFailed as exc:
                 await asyncio.to_thread(shutil.rmtree, runtime, True)
                 self.forks.give_up(str(exc))  # fork mode: raises; auto: spawns from now on
                 async with self._starting:  # a spawn's slot, not the fork's

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from slackinterp.kernels import figure_alt
-from slackinterp.kernels.local.egress import relay as egress_relay
+from slackinterp.egress import relay as egress_relay
+from slackinterp.kernels.inside import figure_alt
 from slackinterp.kernels.local.privileges import KernelUser, drop_privileges
 
 MIB = 1024 * 1024
@@ -110,9 +110,9 @@ def limiter(
 
 
 # IPython's history database is a shared SQLite file; concurrent kernels would contend on it.
-# The exec_lines entries give plots their title as alt text (kernels/figure_alt.py) and start
+# The exec_lines entries give plots their title as alt text (kernels/inside/figure_alt.py) and start
 # the egress relay and the thread's package directory when the environment asks
-# (kernels/local/egress/relay.py).
+# (egress/relay.py).
 KERNEL_ARGUMENTS = [
     "--HistoryManager.enabled=False",
     "--HistoryManager.hist_file=:memory:",
@@ -124,7 +124,7 @@ KERNEL_ARGUMENTS = [
 def shares_host_network(mode: object) -> bool:
     """Whether kernels in this network mode use the host's network namespace: `open` (or the
     old boolean True). `off` and `allowlist` get a private one (allowlist: with the proxy's
-    socket and relay, kernels/local/egress)."""
+    socket and relay, egress)."""
     return mode is True or str(mode) == "open"
 
 
@@ -234,7 +234,7 @@ class BwrapSpec:
 
     def mount_options(self) -> list[str]:
         """The kernel's view of the file system, as bubblewrap options (the forked kernels
-        of kernels/local/template.py carry out the same list)."""
+        of kernels/local/fork/template.py carry out the same list)."""
         args = ["--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]
         for sub, inside in SCRATCH_DIRS.items():
             args += ["--bind", str(self.runtime_dir / sub), inside]

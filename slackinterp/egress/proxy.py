@@ -25,8 +25,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from slackinterp import metrics
-from slackinterp.kernels.local.egress import addresses
-from slackinterp.kernels.local.egress.policy import (
+from slackinterp.egress import addresses
+from slackinterp.egress.policy import (
     BadHost,
     Decision,
     IPAddress,

@@ -15,7 +15,7 @@ import time
 
 import psutil
 
-from slackinterp.kernels.local.egress.policy import IPAddress, plain_address
+from slackinterp.egress.policy import IPAddress, plain_address
 
 log = logging.getLogger(__name__)
 

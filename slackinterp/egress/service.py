@@ -17,9 +17,9 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import TYPE_CHECKING, Protocol
 
-from slackinterp.kernels.local.egress import relay
-from slackinterp.kernels.local.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
-from slackinterp.kernels.local.egress.proxy import (
+from slackinterp.egress import relay
+from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
+from slackinterp.egress.proxy import (
     EgressProxy,
     KernelListener,
     ProxyLimits,

@@ -1,7 +1,7 @@
 """Forked kernels for LocalBackend: which start mode is in use, and the manager of one kernel.
 
 SLACKINTERP_KERNEL_START: `spawn` starts every kernel as before (bubblewrap + jupyter_client);
-`fork` forks every kernel from the warm template (kernels/local/template.py) and fails loudly when
+`fork` forks every kernel from the warm template (fork/template.py) and fails loudly when
 it cannot; `auto` forks while the template is healthy and otherwise spawns, saying why in one
 log line. Forking needs the sandbox: the forked child builds the same view bubblewrap would
 (BwrapSpec.mount_options), in its own namespaces.
@@ -21,8 +21,9 @@ from typing import Any
 from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.kernels.backend import KernelStartError
-from slackinterp.kernels.local import cgroups, forkspawn, privileges, ready, sandbox
+from slackinterp.kernels.local import cgroups, privileges, ready, sandbox
 from slackinterp.kernels.local.backend import LocalBackend, LocalKernel, SandboxedKernelManager
+from slackinterp.kernels.local.fork import client
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class ForkFailed(Exception):
 
 
 class ForkedKernelManager(SandboxedKernelManager):
-    """A kernel manager whose provisioner forks the template (forkspawn.ForkProvisioner).
+    """A kernel manager whose provisioner forks the template (client.ForkProvisioner).
 
     The connection file is prepared as for bubblewrap (inside paths), and every (re)start
     sends the template the view, limits and user the spawned kernel would get."""
@@ -68,7 +69,7 @@ class ForkedKernelManager(SandboxedKernelManager):
         assert spec is not None and self.limits is not None
         program = privileges.seccomp_program()
         user = spec.user
-        argv, exec_lines = forkspawn.kernel_argv(cmd)
+        argv, exec_lines = client.kernel_argv(cmd)
         return {
             "env": dict(env),
             "argv": argv,
@@ -109,13 +110,13 @@ class ForkStarter:
     def __init__(self, mode: StartMode | str, sandboxed: bool, cache_dir: Path):
         self.mode = StartMode(mode)
         self.cache_dir = cache_dir
-        self.template: forkspawn.Template | None = None
+        self.template: client.Template | None = None
         self.reason = ""  # why kernels are spawned (auto), for doctor and the log
         self._lock = asyncio.Lock()
         self._refreshed_at = -REFRESH_INTERVAL
         # Templates no longer forked from: their kernels still serve threads, and go with
         # them at close.
-        self._retired: list[forkspawn.Template] = []
+        self._retired: list[client.Template] = []
         if self.mode == StartMode.SPAWN:
             self.reason = "SLACKINTERP_KERNEL_START=spawn"
         elif not sandboxed:
@@ -151,7 +152,7 @@ class ForkStarter:
             self._retired.append(self.template)
             self.template = None
 
-    async def ready_template(self, python: str | None) -> forkspawn.Template | None:
+    async def ready_template(self, python: str | None) -> client.Template | None:
         """The running template, started on first use; None when kernels are spawned."""
         if not self.forking:
             return None
@@ -162,13 +163,13 @@ class ForkStarter:
             if python is None:
                 self.give_up("the kernel spec is not a plain ipykernel one")
                 return None
-            env = forkspawn.template_env(
+            env = client.template_env(
                 {**sandbox.sandbox_env(), "MPLCONFIGDIR": str(self.cache_dir / "matplotlib")}
             )
-            template = forkspawn.Template(python, env)
+            template = client.Template(python, env)
             try:
                 ready = await template.start()
-            except forkspawn.TemplateError as exc:
+            except client.TemplateError as exc:
                 self.give_up(f"the template did not start: {exc}")
                 return None
             log.info(
@@ -212,7 +213,7 @@ async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
         spec = km.kernel_spec
     except Exception as exc:  # no such kernel spec: the same message as a spawn gives
         raise backend._start_error(exc) from exc
-    python = forkspawn.kernel_python(list(spec.argv)) if spec is not None else None
+    python = client.kernel_python(list(spec.argv)) if spec is not None else None
     template = await backend.forks.ready_template(python)
     if template is None:
         raise ForkFailed(backend.forks.reason or "no template")
@@ -230,7 +231,7 @@ async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
     km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
     km.limits = backend.limits
     km.cgroup_procs = group.procs_file if group else None
-    provisioner = forkspawn.ForkProvisioner(
+    provisioner = client.ForkProvisioner(
         kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
     )
     provisioner.template = template
@@ -246,7 +247,7 @@ async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
             extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
         )
         await kernel.connect(timeout=FORK_READY_TIMEOUT)
-    except forkspawn.TemplateError as exc:
+    except client.TemplateError as exc:
         await kernel.shutdown()
         if exc.why == "stale" and await backend.forks.refresh():
             runtime.mkdir(mode=0o700, parents=True, exist_ok=True)  # shutdown removed it

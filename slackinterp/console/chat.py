@@ -24,7 +24,7 @@ from pathlib import Path
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
-from slackinterp.console_input import (
+from slackinterp.console.input import (
     InputBuffer,
     LineEditor,
     LineReader,
@@ -32,7 +32,7 @@ from slackinterp.console_input import (
     set_echo,
     usable_terminal,
 )
-from slackinterp.console_render import Screen, TurnPrinter, terminal_words
+from slackinterp.console.render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
 from slackinterp.engine.events import InputAnswered, InputRequested, Notice, TurnStarted
 from slackinterp.engine.presentation import CONTROLS, thread_status

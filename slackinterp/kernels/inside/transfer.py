@@ -2,7 +2,7 @@
 
 The same rules as the local versions in kernels/workdir.py and kernels/local/files.py: links
 never followed, hidden entries counted but not listed, walks bounded by entries and time.
-Each is a %-template filled in by kernels/kernelfiles.py and run as a silent cell.
+Each is a %-template filled in by kernels/gateway/files.py and run as a silent cell.
 """
 
 SNAPSHOT = r"""

@@ -459,7 +459,7 @@ def _hung_up(alive_r: int) -> bool:
 def _apply_pythonpath(value: str) -> None:
     """What a starting interpreter does with PYTHONPATH, which the template did before the
     kernel's environment existed: its entries go right after sys.path[0], before the standard
-    library and site-packages (the thread's own %pip packages, kernels/local/egress, live there)."""
+    library and site-packages (the thread's own %pip packages, egress, live there)."""
     entries = [entry for entry in value.split(os.pathsep) if entry and entry not in sys.path]
     sys.path[1:1] = entries
 

@@ -1,4 +1,4 @@
-"""The bot's side of the warm template (kernels/local/template.py): start it, ask it for kernels.
+"""The bot's side of the warm template (fork/template.py): start it, ask it for kernels.
 
 The template is a separate process started with an explicit minimal environment (no secret
 of the bot is ever in it) and a private socketpair as its only link to the bot; kernels close

@@ -25,7 +25,7 @@ import aiohttp
 
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellControl
-from slackinterp.kernels.kernelfiles import KernelFiles
+from slackinterp.kernels.gateway.files import KernelFiles
 
 log = logging.getLogger(__name__)
 

@@ -1,7 +1,7 @@
 """The working directory of a gateway kernel, reached through hidden cells.
 
 Uploads go in and produced files come out as base64 chunks; snapshots and usage are counted
-by the kernel itself (kernels/kernel_side.py) with the same rules as on a local disk.
+by the kernel itself (kernels/inside/transfer.py) with the same rules as on a local disk.
 """
 
 from __future__ import annotations
@@ -11,9 +11,10 @@ import json
 from pathlib import Path
 from typing import Any
 
-from slackinterp.kernels import kernel_side, workdir
+from slackinterp.kernels import workdir
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import CHUNK_BYTES, TransferError, staging_path
+from slackinterp.kernels.inside import transfer
 
 
 class KernelFiles:
@@ -39,12 +40,12 @@ class KernelFiles:
         return result.text.strip()
 
     async def snapshot(self) -> workdir.Snapshot:
-        raw = await self._run(kernel_side.SNAPSHOT % workdir.MAX_SCAN_ENTRIES)
+        raw = await self._run(transfer.SNAPSHOT % workdir.MAX_SCAN_ENTRIES)
         return {name: (int(v[0]), int(v[1])) for name, v in json.loads(raw or "{}").items()}
 
     async def measure(self) -> workdir.Measured:
         """workdir.measure, run by the kernel: the same rules and bounds as on a local disk."""
-        code = kernel_side.MEASURE % (
+        code = transfer.MEASURE % (
             workdir.USAGE_SECONDS,
             self.max_files,
             workdir.MAX_SCAN_ENTRIES,
@@ -59,16 +60,16 @@ class KernelFiles:
 
     async def usage(self) -> workdir.Usage:
         """Counted by the kernel, with the same rules and time bound as on a local disk."""
-        raw = await self._run(kernel_side.USAGE % (workdir.USAGE_SECONDS, self.max_files))
+        raw = await self._run(transfer.USAGE % (workdir.USAGE_SECONDS, self.max_files))
         total, entries, complete = (int(v) for v in (raw or "0 0 1").split())
         return workdir.Usage(total, entries, bool(complete))
 
     async def put(self, source: Path, name: str) -> str:
-        final = await self._run(kernel_side.OPEN % name)
+        final = await self._run(transfer.OPEN % name)
         with source.open("rb") as handle:
             while chunk := handle.read(CHUNK_BYTES):
-                await self._run(kernel_side.APPEND % base64.b64encode(chunk).decode())
-        await self._run(kernel_side.FINISH % final)
+                await self._run(transfer.APPEND % base64.b64encode(chunk).decode())
+        await self._run(transfer.FINISH % final)
         source.unlink(missing_ok=True)
         return final
 
@@ -79,7 +80,7 @@ class KernelFiles:
         with target.open("wb") as out:
             while offset <= max_bytes:
                 data = base64.b64decode(
-                    await self._run(kernel_side.READ % (name, offset, CHUNK_BYTES))
+                    await self._run(transfer.READ % (name, offset, CHUNK_BYTES))
                 )
                 if not data:
                     break
@@ -91,4 +92,4 @@ class KernelFiles:
         return target
 
     async def wipe(self) -> None:
-        await self._run(kernel_side.WIPE)
+        await self._run(transfer.WIPE)
