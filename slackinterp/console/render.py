@@ -13,6 +13,7 @@ import secrets
 from pathlib import Path
 from typing import TextIO
 
+from slackinterp.charts import kinds as charts
 from slackinterp.engine import mime
 from slackinterp.engine.events import (
     AnswerHow,
@@ -22,6 +23,7 @@ from slackinterp.engine.events import (
     CellOutput,
     CellStarted,
     Event,
+    FileAttached,
     FileProduced,
     FileReceived,
     FileRejected,
@@ -172,6 +174,8 @@ class TurnPrinter:
                 # The file in the session's directory: the event's path is the upload copy,
                 # which goes away with the next message.
                 self._file(self.workdir / name, size)
+            case FileAttached(path=path, name=name, reason=reason):
+                out.line(f"{name}: {path}" if path is not None else f"! {name}: {reason}")
             case FileSkipped(name=name):
                 self._file(self.workdir / name, None)
             case AssistantDelta(text=text):
@@ -253,6 +257,8 @@ class TurnPrinter:
             self._save_image(cell_id, "svg", view.svg.encode(), view.alt)
         elif view.kind == "table" and view.table is not None:
             self.screen.line(view.text)
+        elif view.kind == "hidden":
+            pass
         elif view.kind == "unknown":
             kinds = ", ".join(view.mimes)
             self.screen.line(f"(an output of type {kinds} is not shown in the terminal)")
@@ -274,6 +280,10 @@ class TurnPrinter:
         self.screen.line(f"figure: {path}" + (f" ({alt})" if alt else ""))
 
     def _cell_finished(self, cell_id: str, result: CellResult) -> None:
+        for chart in result.outputs:  # charts get their image once the cell ended
+            if isinstance(chart, Display | Result) and charts.chart_kind(chart.data):
+                if "image/png" in chart.data and cell_id not in self.rewritten:
+                    self._rich(cell_id, chart.data, chart.metadata)
         for update in self.earlier.values():
             self.screen.line("── an earlier cell's output is now " + "─" * 10)
             self._rich(cell_id, update.data, update.metadata)

@@ -17,6 +17,7 @@ from typing import Any
 from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import notebook, notices, workspace
+from slackinterp.engine.charts import cell_charts
 from slackinterp.engine.events import (
     CellFinished,
     CellOutput,
@@ -63,6 +64,7 @@ class CellRunner:
         self.settings = settings
         self.store = store
         self.registry = registry
+        self.charts = cell_charts(settings)
 
     # --- where a thread's kernel and files are -----------------------------------------------
     async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
@@ -121,10 +123,14 @@ class CellRunner:
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
             result = await self._execute(session, lease, cell_id, code, emit, source)
+            pages: list[Event] = []  # charts' interactive pages: attached after the cell
+            result = await self.charts.render(result, cell_id, self.outbox(session), pages.append)
             notes = notices.network_notes(lease.kernel, self.settings.command)
             produced = await self._after_cell(
                 session, files, cell_id, code, before, result, emit, notes
             )
+            for page in pages:
+                emit(page)
             return CellRun(result, tuple(produced), notes)
         except BaseException as exc:
             if cell_id is not None and result is None:

@@ -121,6 +121,18 @@ class FileProduced:
 
 
 @dataclass(frozen=True)
+class FileAttached:
+    """A file the bot made for the cell (a chart's interactive HTML page), not one the code
+    wrote. `path` None: not attached, `reason` says why."""
+
+    cell_id: str
+    path: Path | None
+    name: str
+    size: int
+    reason: str = ""
+
+
+@dataclass(frozen=True)
 class FileSkipped:
     cell_id: str
     name: str
@@ -169,6 +181,7 @@ Event = (
     | InputRequested
     | InputAnswered
     | FileProduced
+    | FileAttached
     | FileSkipped
     | AssistantDelta
     | AssistantText

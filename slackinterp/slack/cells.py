@@ -244,8 +244,11 @@ def render_outputs(
         else:
             assert not isinstance(item, Stream)  # merged into text above
             view = mime.pick(item.data, item.metadata)
-            if view.kind in ("image", "svg"):
-                continue  # uploaded into the thread beside the message
+            if view.kind in ("image", "svg", "hidden"):
+                continue  # uploaded into the thread beside the message; or nothing to show
+            if view.kind == "chart":  # not (yet) an image: what it is, and why
+                notes.append(view.text)
+                continue
             if view.kind == "table" and view.table is not None and not table_used:
                 table_used = True  # Slack allows one table block per message
                 block, _ = table_block(view.table)

@@ -23,6 +23,7 @@ from slackinterp.engine.events import (
     CellOutput,
     CellStarted,
     Event,
+    FileAttached,
     FileProduced,
     FileReceived,
     FileRejected,
@@ -145,7 +146,7 @@ class TurnRenderer(ThreadPoster):
             await self.session.settle()  # unless the stream's stopStream ended it
 
     async def _show(self, event: Event) -> None:
-        if self.skipped and not isinstance(event, FileSkipped | FileProduced):
+        if self.skipped and not isinstance(event, FileSkipped | FileProduced | FileAttached):
             await self._report_skipped()
         match event:
             case TurnQueued(position=position):
@@ -174,6 +175,10 @@ class TurnRenderer(ThreadPoster):
                 await self._input(event)
             case FileProduced():
                 await self.upload(event.path, event.name, comment=None)
+            case FileAttached(path=None, name=name, reason=reason):
+                self.skipped.append((name, reason))
+            case FileAttached(path=path, name=name) if path is not None:
+                await self.upload(path, name, comment=None)  # a chart's interactive page
             case FileSkipped(name=name, reason=reason):
                 self.skipped.append((name, reason))
             case AssistantDelta(text=delta):
