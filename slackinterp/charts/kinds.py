@@ -27,7 +27,11 @@ class ChartKind(StrEnum):
 
 
 PLOTLY_MIME = "application/vnd.plotly.v1+json"
-VEGALITE_MIMES = tuple(f"application/vnd.vegalite.v{n}+json" for n in (6, 5, 4))
+# Altair 6's "mimetype" renderer says `application/vnd.vegalite.v6.json` (no "+").
+VEGALITE_MIMES = (
+    *(f"application/vnd.vegalite.v{n}+json" for n in (6, 5, 4)),
+    "application/vnd.vegalite.v6.json",
+)
 BOKEH_EXEC = "application/vnd.bokehjs_exec.v0+json"
 BOKEH_LOAD = "application/vnd.bokehjs_load.v0+json"
 LABELS = {ChartKind.PLOTLY: "Plotly", ChartKind.VEGALITE: "Vega-Lite", ChartKind.BOKEH: "Bokeh"}
