@@ -111,7 +111,8 @@ def job_for(
         spec = _as_dict(data[PLOTLY_MIME])
         if spec is None:
             return None
-        layout = spec.get("layout") if isinstance(spec.get("layout"), dict) else {}
+        found = spec.get("layout")
+        layout: dict[str, Any] = found if isinstance(found, dict) else {}
         width, height = DEFAULT_SIZE[kind]
         return ChartJob(
             kind,
@@ -124,7 +125,8 @@ def job_for(
         spec = _as_dict(data[mime]) if mime else altair_spec(data)
         return ChartJob(kind, spec) if spec is not None else None
     if kind is ChartKind.BOKEH:
-        exec_meta = metadata.get(BOKEH_EXEC) if isinstance(metadata.get(BOKEH_EXEC), dict) else {}
+        named = metadata.get(BOKEH_EXEC)
+        exec_meta: dict[str, Any] = named if isinstance(named, dict) else {}
         root = str(exec_meta.get("id") or "")
         div = next(
             (
