@@ -34,8 +34,8 @@ if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
 from bench.common import pct  # noqa: E402
-from slackinterp.config import NetworkMode  # noqa: E402
 from slackinterp.egress import relay  # noqa: E402
+from slackinterp.egress.policy import NetworkMode  # noqa: E402
 from slackinterp.egress.service import Egress  # noqa: E402
 from slackinterp.store import Store, sqlite_url  # noqa: E402
 

@@ -8,16 +8,7 @@ import signal
 import sys
 from importlib.metadata import PackageNotFoundError, version
 
-from slackinterp.config import Settings, SettingsError, load_settings
-
-HOW_TO_GET = {
-    "SLACK_BOT_TOKEN": "install the app to your workspace and copy the Bot User OAuth Token "
-    "(xoxb-…) under OAuth & Permissions",
-    "SLACK_APP_TOKEN": "create an app-level token with the connections:write scope under "
-    "Basic Information → App-Level Tokens (xapp-…)",
-    "SLACK_SIGNING_SECRET": "copy the Signing Secret under Basic Information (HTTP mode), "
-    "or set SLACK_APP_TOKEN to use Socket Mode",
-}
+from slackinterp.config import SettingsError, load_settings
 
 
 def _version() -> str:
@@ -25,30 +16,6 @@ def _version() -> str:
         return version("slackinterp")
     except PackageNotFoundError:
         return "0+unknown"
-
-
-def check_run_settings(settings: Settings) -> list[str]:
-    """What `run` needs beyond valid types, each problem with how to fix it."""
-    problems = []
-    token = settings.slack_bot_token
-    if not token:
-        problems.append(f"SLACK_BOT_TOKEN is not set: {HOW_TO_GET['SLACK_BOT_TOKEN']}.")
-    elif not token.startswith("xoxb-"):
-        problems.append(
-            "SLACK_BOT_TOKEN should start with xoxb- (a bot token, not a user or app "
-            f"token): {HOW_TO_GET['SLACK_BOT_TOKEN']}."
-        )
-    app_token = settings.slack_app_token
-    if app_token and not app_token.startswith("xapp-"):
-        problems.append(
-            f"SLACK_APP_TOKEN should start with xapp-: {HOW_TO_GET['SLACK_APP_TOKEN']}."
-        )
-    if not app_token and not settings.slack_signing_secret:
-        problems.append(
-            "Neither SLACK_APP_TOKEN (Socket Mode) nor SLACK_SIGNING_SECRET (HTTP "
-            f"mode) is set: {HOW_TO_GET['SLACK_APP_TOKEN']}."
-        )
-    return problems
 
 
 ENV_HINT = (
@@ -91,6 +58,7 @@ def _run() -> int:
 
     from slackinterp import logs
     from slackinterp.slack.bot import GaveUp, StartError, serve
+    from slackinterp.slack.preflight import check_run_settings
     from slackinterp.store import StoreError
 
     try:

@@ -15,6 +15,10 @@ from pydantic import AliasChoices, Field, ValidationError, field_validator, mode
 from pydantic_core import ErrorDetails
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
+# Enums and grammars that live with the code acting on them; pure (standard library only),
+# they sit below config.
+from slackinterp.egress.policy import BadRule, NetworkMode, parse_rules
+from slackinterp.kernels.local.fork import StartMode
 from slackinterp.logs import public_url
 
 PREFIX = "SLACKINTERP_"
@@ -26,18 +30,6 @@ class SandboxMode(StrEnum):
     AUTO = "auto"
     BWRAP = "bwrap"
     NONE = "none"
-
-
-class NetworkMode(StrEnum):
-    OFF = "off"  # no network at all (a private network namespace, nothing in it)
-    ALLOWLIST = "allowlist"  # only through the filtering egress proxy
-    OPEN = "open"  # the host's network
-
-
-class KernelStart(StrEnum):
-    AUTO = "auto"
-    FORK = "fork"
-    SPAWN = "spawn"
 
 
 class StreamingMode(StrEnum):
@@ -186,8 +178,8 @@ class Settings(BaseSettings):
         SandboxMode.AUTO,
         description="auto (bubblewrap when it works), bwrap (required) or none.",
     )
-    kernel_start: KernelStart = Field(
-        KernelStart.AUTO,
+    kernel_start: StartMode = Field(
+        StartMode.AUTO,
         description="How sandboxed kernels start: fork (from a warm template that has "
         "imported ipykernel, numpy, pandas and matplotlib), spawn (a new bubblewrap process "
         "each), or auto (fork while the template is healthy, else spawn).",
@@ -495,8 +487,6 @@ class Settings(BaseSettings):
     @field_validator("network_allow", "network_deny")
     @classmethod
     def _rules(cls, value: list[str]) -> list[str]:
-        from slackinterp.egress.policy import BadRule, parse_rules  # pure, no I/O
-
         try:
             parse_rules(value)
         except BadRule as exc:

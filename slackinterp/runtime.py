@@ -17,8 +17,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
-from slackinterp.config import NetworkMode, SandboxMode, Settings
-from slackinterp.egress.service import Egress
+from slackinterp.config import SandboxMode, Settings
+from slackinterp.egress.policy import NetworkMode
+from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.kernels import packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
@@ -247,7 +248,7 @@ def local_backend(
         hidden=hidden_paths(settings),
         kernel_user=kernel_user,
         egress=egress,
-        start_mode=settings.kernel_start.value,
+        start_mode=settings.kernel_start,
     )
 
 
@@ -278,7 +279,22 @@ def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | 
     isolation to enforce: kernels use the host's network, and doctor says so)."""
     if bwrap is None:  # resolve_sandbox refused allowlist mode without one
         return None
-    return Egress.from_settings(settings, store)
+    return egress_from_settings(settings, store)
+
+
+def egress_from_settings(settings: Settings, channel_rules: ChannelRules | None) -> Egress:
+    if settings.kernel_network:
+        log.warning(
+            "config.deprecated setting=SLACKINTERP_KERNEL_NETWORK use=SLACKINTERP_NETWORK "
+            "network=%s",
+            settings.network.value,
+        )
+    return Egress(
+        settings.network,
+        settings.network_allow,
+        settings.network_deny,
+        channel_rules=channel_rules,
+    )
 
 
 def _runtime_dir(settings: Settings) -> Path:

@@ -18,7 +18,8 @@ from typing import Any
 
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.local import privileges, sandbox
-from slackinterp.kernels.local.backend import LocalBackend, LocalKernel
+from slackinterp.kernels.local.backend import LocalBackend
+from slackinterp.kernels.local.kernel import LocalKernel
 
 SECRET_PREFIX = "xoxb-FAKE-SECRET-"
 # Matches the secret but not itself: the probe's own code never counts as a find.

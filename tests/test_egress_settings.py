@@ -9,12 +9,17 @@ from pathlib import Path
 
 import pytest
 
-from slackinterp.config import NetworkMode, SettingsError, load_settings
+from slackinterp.config import SettingsError, load_settings
 from slackinterp.doctor.host_checks import check_sandbox
-from slackinterp.egress.service import Egress
+from slackinterp.egress.policy import NetworkMode
 from slackinterp.kernels.local.sandbox import shares_host_network
 from slackinterp.llm.prompts import tool_description
-from slackinterp.runtime import SandboxUnavailable, network_allowed, resolve_sandbox
+from slackinterp.runtime import (
+    SandboxUnavailable,
+    egress_from_settings,
+    network_allowed,
+    resolve_sandbox,
+)
 from tests.conftest import make_settings
 
 
@@ -42,7 +47,7 @@ def test_the_old_name_is_logged_as_deprecated(
 ) -> None:
     settings = make_settings(tmp_path, kernel_network=True)
     with caplog.at_level(logging.WARNING):
-        egress = Egress.from_settings(settings, None)
+        egress = egress_from_settings(settings, None)
     assert egress.mode is NetworkMode.OPEN and not egress.enforcing
     assert "config.deprecated setting=SLACKINTERP_KERNEL_NETWORK" in caplog.text
 

@@ -31,6 +31,7 @@ from slackinterp.slack.preflight import (
     BAD_TOKEN_ERRORS,
     FIX_APP_TOKEN,
     FIX_BOT_TOKEN,
+    check_run_settings,
     network_reason,
 )
 
@@ -42,8 +43,6 @@ def check_settings(settings: Settings) -> list[Check]:
 
     Socket Mode is recommended first: it needs no public URL.
     """
-    from slackinterp.cli import check_run_settings
-
     # A token that is not set has its own check below; here what `run` rejects besides.
     problems = [
         p

@@ -25,7 +25,15 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from slackinterp.config import NetworkMode as NetworkMode  # the rules' modes, re-exported
+
+class NetworkMode(StrEnum):
+    """SLACKINTERP_NETWORK: no network, only what these rules allow (through the proxy), or the
+    host's network. It lives here, with the rules; config.py imports it."""
+
+    OFF = "off"  # no network at all (a private network namespace, nothing in it)
+    ALLOWLIST = "allowlist"  # only through the filtering egress proxy
+    OPEN = "open"  # the host's network
+
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network

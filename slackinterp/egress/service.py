@@ -15,7 +15,7 @@ import sysconfig
 import time
 from collections import OrderedDict
 from pathlib import Path
-from typing import TYPE_CHECKING, Protocol
+from typing import Protocol
 
 from slackinterp.egress import relay
 from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
@@ -25,10 +25,6 @@ from slackinterp.egress.proxy import (
     ProxyLimits,
     Resolver,
 )
-
-if TYPE_CHECKING:
-    from slackinterp.config import Settings
-    from slackinterp.kernels.local.privileges import KernelUser
 
 log = logging.getLogger(__name__)
 
@@ -98,21 +94,6 @@ class Egress:
         self.proxy = EgressProxy(self.policy_for, limits=limits, resolver=resolver)
         self._cache: OrderedDict[str, tuple[float, Policy]] = OrderedDict()
 
-    @classmethod
-    def from_settings(cls, settings: Settings, channel_rules: ChannelRules | None) -> Egress:
-        if settings.kernel_network:
-            log.warning(
-                "config.deprecated setting=SLACKINTERP_KERNEL_NETWORK use=SLACKINTERP_NETWORK "
-                "network=%s",
-                settings.network.value,
-            )
-        return cls(
-            settings.network,
-            settings.network_allow,
-            settings.network_deny,
-            channel_rules=channel_rules,
-        )
-
     @property
     def enforcing(self) -> bool:
         """Kernels get a listener (allowlist mode); off and open need none."""
@@ -160,15 +141,13 @@ class Egress:
         self._cache.pop(channel, None)
 
     # --- kernels -----------------------------------------------------------------------------
-    async def open(self, runtime: Path, user: KernelUser | None) -> KernelListener | None:
-        """The kernel's listener in its runtime directory, before the kernel starts; None
-        when the mode needs none."""
+    async def open(self, runtime: Path, owner: tuple[int, int] | None) -> KernelListener | None:
+        """The kernel's listener in its runtime directory, before the kernel starts, owned by
+        the kernel's (uid, gid) when it runs as another user; None when the mode needs none."""
         if not self.enforcing:
             return None
-        path = runtime / SOCKET_NAME
-        uid = user.uid if user is not None else None
-        gid = user.gid if user is not None else None
-        return await self.proxy.listen(path, uid, gid)
+        uid, gid = owner if owner is not None else (None, None)
+        return await self.proxy.listen(runtime / SOCKET_NAME, uid, gid)
 
     def kernel_env(self, socket_inside: str | None, home: str) -> dict[str, str]:
         """What a sandboxed kernel gets on top of its minimal environment."""

@@ -16,8 +16,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from stat import S_ISDIR, S_ISREG
 
-from slackinterp.kernels.local import privileges
-
 MAX_NAME_CHARS = 120
 MAX_SCAN_ENTRIES = 5000
 
@@ -208,21 +206,3 @@ def wipe(root: Path) -> None:
     if root.is_dir():
         shutil.rmtree(root)
     root.mkdir(parents=True, exist_ok=True)
-
-
-def adopt_pooled(pooled: Path, target: Path, user: privileges.KernelUser | None = None) -> None:
-    """Move `target`'s entries into the pooled kernel's directory, then rename it to `target`.
-
-    Renames never follow links; a link in the way is removed, not followed."""
-    if target.exists():
-        for entry in list(target.iterdir()):
-            dest = pooled / entry.name
-            if dest.is_symlink() or dest.exists():  # the seeded .cache: the thread's own wins
-                if dest.is_dir() and not dest.is_symlink():
-                    shutil.rmtree(dest)
-                else:
-                    dest.unlink()
-            entry.rename(dest)
-        target.rmdir()
-    pooled.rename(target)
-    privileges.hand_over(target, user)  # the thread's files, uploads included, go to the kernel

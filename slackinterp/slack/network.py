@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp.config import NetworkMode, Settings
-from slackinterp.egress.policy import BadRule, parse_rules
+from slackinterp.config import Settings
+from slackinterp.egress.policy import BadRule, NetworkMode, parse_rules
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
 from slackinterp.store import Store

@@ -8,11 +8,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import stat
 from pathlib import Path
 
 from slackinterp.kernels import workdir
 from slackinterp.kernels.files import CHUNK_BYTES, TransferError, staging_path
+from slackinterp.kernels.local import privileges
 
 
 class LocalFiles:
@@ -103,3 +105,21 @@ def _copy_no_follow(root: Path, name: str, staging: Path, max_bytes: int) -> Pat
                     raise TransferError(f"{name} is larger than the upload limit")
                 out.write(chunk)
     return target
+
+
+def adopt_pooled(pooled: Path, target: Path, user: privileges.KernelUser | None = None) -> None:
+    """Move `target`'s entries into the pooled kernel's directory, then rename it to `target`.
+
+    Renames never follow links; a link in the way is removed, not followed."""
+    if target.exists():
+        for entry in list(target.iterdir()):
+            dest = pooled / entry.name
+            if dest.is_symlink() or dest.exists():  # the seeded .cache: the thread's own wins
+                if dest.is_dir() and not dest.is_symlink():
+                    shutil.rmtree(dest)
+                else:
+                    dest.unlink()
+            entry.rename(dest)
+        target.rmdir()
+    pooled.rename(target)
+    privileges.hand_over(target, user)  # the thread's files, uploads included, go to the kernel

@@ -1,29 +1,32 @@
-"""Forked kernels for LocalBackend: which start mode is in use, and the manager of one kernel.
+"""The fork starter: which start mode is in use, and a kernel forked from the warm template.
 
 SLACKINTERP_KERNEL_START: `spawn` starts every kernel as before (bubblewrap + jupyter_client);
 `fork` forks every kernel from the warm template (fork/template.py) and fails loudly when
 it cannot; `auto` forks while the template is healthy and otherwise spawns, saying why in one
 log line. Forking needs the sandbox: the forked child builds the same view bubblewrap would
-(BwrapSpec.mount_options), in its own namespaces.
+(BwrapSpec.mount_options), in its own namespaces. Like spawn.py, `start` only launches what
+launch.py prepared.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import resource
 import time
 import uuid
-from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from jupyter_client.manager import AsyncKernelManager
 
 from slackinterp.kernels.backend import KernelStartError
-from slackinterp.kernels.local import cgroups, privileges, ready, sandbox
-from slackinterp.kernels.local.backend import LocalBackend, LocalKernel, SandboxedKernelManager
-from slackinterp.kernels.local.fork import client
+from slackinterp.kernels.local import privileges, sandbox
+from slackinterp.kernels.local.fork import StartMode, client
+from slackinterp.kernels.local.kernel import LocalKernel
+from slackinterp.kernels.local.launch import Launch
+from slackinterp.kernels.local.manager import SandboxedKernelManager
 
 log = logging.getLogger(__name__)
 
@@ -33,14 +36,12 @@ FORK_READY_TIMEOUT = 20.0
 REFRESH_INTERVAL = 60.0
 
 
-class StartMode(StrEnum):
-    AUTO = "auto"
-    FORK = "fork"
-    SPAWN = "spawn"
-
-
 class ForkFailed(Exception):
     """This start could not be forked; the message says why (for the one log line)."""
+
+
+class TemplateStale(ForkFailed):
+    """Packages changed under the template and a new one is starting: start again."""
 
 
 class ForkedKernelManager(SandboxedKernelManager):
@@ -57,8 +58,6 @@ class ForkedKernelManager(SandboxedKernelManager):
         connection_file = Path(self.connection_file)
         user = self.kernel_user
         if user is not None:
-            import os
-
             os.chown(connection_file.parent, user.uid, user.gid, follow_symlinks=False)
         assert self.bwrap_spec is not None
         inside = self.bwrap_spec.prepare_runtime(connection_file, self.kernel_id or "k")
@@ -198,60 +197,39 @@ class ForkStarter:
             await template.close()
 
 
-async def start(backend: LocalBackend, cwd: Path, runtime: Path) -> LocalKernel:
+async def start(launch: Launch, forks: ForkStarter) -> LocalKernel:
     """A kernel forked from the warm template, in the same sandbox a spawned one gets."""
-    km = ForkedKernelManager(
-        kernel_name=backend.kernel_name,
-        context=ready.shared_context(),
-        transport="ipc",
-        ip=str(runtime / "s"),
-        connection_file=str(runtime / "kernel.json"),
-    )
-    km.kernel_user = backend.user
+    km = launch.manager(ForkedKernelManager)
     km.kernel_id = str(uuid.uuid4())
     try:
         spec = km.kernel_spec
     except Exception as exc:  # no such kernel spec: the same message as a spawn gives
-        raise backend._start_error(exc) from exc
+        raise launch.start_error(exc) from exc
     python = client.kernel_python(list(spec.argv)) if spec is not None else None
-    template = await backend.forks.ready_template(python)
+    template = await forks.ready_template(python)
     if template is None:
-        raise ForkFailed(backend.forks.reason or "no template")
-    group = None
-    if backend.pids_root is not None:
-        group = cgroups.KernelCgroup.create(
-            backend.pids_root, runtime.name.removeprefix("k"), backend.limits.max_processes
-        )
-    try:
-        await backend._prepare_sandbox(km, cwd, runtime, seed_fonts=False)
-    except BaseException:  # no LocalKernel owns the cgroup yet: remove it here
-        if group is not None:
-            await asyncio.to_thread(group.remove)
-        raise
+        raise ForkFailed(forks.reason or "no template")
+    await launch.sandbox(km, seed_fonts=False)
     km.close_args()  # a forked kernel reads no descriptor: the template gets the lists
-    km.limits = backend.limits
-    km.cgroup_procs = group.procs_file if group else None
+    km.limits = launch.config.limits
+    km.cgroup_procs = launch.group.procs_file if launch.group else None
     provisioner = client.ForkProvisioner(
         kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
     )
     provisioner.template = template
     km.provisioner = provisioner
-    kernel = LocalKernel(km, cwd, backend.recorder, backend.user)
-    kernel.runtime_subdir = runtime
-    kernel.cgroup = group
+    kernel = launch.kernel(km)  # from here its shutdown removes what the launch made
     try:
-        env, kernel.egress = await backend.sandboxed_env(runtime)  # closed by shutdown
         await km.start_kernel(
-            cwd=str(cwd),
-            env=env,
+            cwd=str(launch.cwd),
+            env=launch.env,
             extra_arguments=list(sandbox.KERNEL_ARGUMENTS),
         )
         await kernel.connect(timeout=FORK_READY_TIMEOUT)
     except client.TemplateError as exc:
         await kernel.shutdown()
-        if exc.why == "stale" and await backend.forks.refresh():
-            runtime.mkdir(mode=0o700, parents=True, exist_ok=True)  # shutdown removed it
-            return await start(backend, cwd, runtime)
+        if exc.why == "stale" and await forks.refresh():
+            raise TemplateStale(str(exc)) from None
         raise ForkFailed(str(exc)) from None
     except (KernelStartError, TimeoutError) as exc:
         error = getattr(provisioner.process, "error", "") if provisioner.process else ""

@@ -16,6 +16,13 @@ only carries it out, with the standard library and ctypes (Python 3.11 has no os
 It imports nothing of slackinterp, so it runs in whatever interpreter the kernel spec names.
 Nothing here may start a thread: the template checks /proc/self/task before every fork and
 refuses when it is not alone (a fork copies one thread; locks held by the others stay held).
+
+It stays one file (over the 500 lines every other module keeps to): every module the template
+imports is in each forked kernel's sys.modules, under its top-level name, before the user's
+first cell. Run as `__main__` from one file, it adds no name a notebook's own `import kernel`
+or `import syscalls` could get instead of its file; a folder run as `python -I DIR` would add
+one per part. Its parts are marked by section comments: constants, the template, a kernel
+after the fork, the sandbox (in PID 1), in the kernel.
 """
 
 from __future__ import annotations
