@@ -46,7 +46,6 @@ from slackinterp.store import StoreError
 __all__ = ["Console", "InputBuffer", "Screen", "TurnPrinter", "chat", "help_text", "main"]
 
 WARM_TIMEOUT = 30.0
-CONSOLE_USER = "console"  # who asks and answers in the terminal
 COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
 _EXTRA = {  # what a control does differently, or also, in the terminal
     "stop": "stop what is running (Ctrl-C while a cell runs does the same)",
@@ -204,7 +203,7 @@ class Console:
             if typed is not None and typed.strip() == ":stop":
                 await self.cmd_stop()
             elif typed is not None and self.asked is not None:  # a cell's input() / getpass()
-                self.engine.answer_input(self.key, CONSOLE_USER, typed)
+                self.engine.answer_input(self.key, "console", typed)
             elif typed is None or not self._steer(typed):
                 self.typed_ahead.append(typed)
         await asyncio.wait([turn])  # a force-quit cancels the turn; this does not raise
@@ -248,7 +247,7 @@ class Console:
     async def _run_turn(self, text: str, files: list[IncomingFile] | None = None) -> None:
         await self._announce_kernel(text)
         printer = TurnPrinter(self.screen, self.workdir, self.runtime.settings.exec_timeout)
-        request = TurnRequest(self.key, text, user=CONSOLE_USER, files=files or [])
+        request = TurnRequest(self.key, text, user="console", files=files or [])
         async for event in self.engine.submit(request):
             if isinstance(event, TurnStarted) and self.stop_pending:
                 self.engine.stop(self.key)  # Ctrl-C came before the turn had begun

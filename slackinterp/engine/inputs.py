@@ -111,3 +111,10 @@ def answered_by(session: ThreadSessionLike, request: TypedMessage, emit: Emit) -
         emit(Notice(NoticeKind.INPUT, notices.PASSWORD_ONLY_PRIVATELY))
         return True
     return outcome is AnswerOutcome.ANSWERED
+
+
+def answer_privately(session: ThreadSessionLike | None, user: str, text: str) -> AnswerOutcome:
+    """Engine.answer_input: an answer from a box only the asker saw."""
+    if session is None:
+        return AnswerOutcome.NOTHING_ASKED
+    return session.inputs.answer(user, text, AnswerHow.PRIVATE)

@@ -25,7 +25,6 @@ from slackinterp.engine import inputs, intake, notebook, notices, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
-    AnswerHow,
     AssistantDelta,
     AssistantText,
     Event,
@@ -320,10 +319,7 @@ class Engine:
     # --- controls ------------------------------------------------------------------------
     def answer_input(self, key: ThreadKey, user: str, text: str) -> inputs.AnswerOutcome:
         """An answer given privately (Slack's modal, the terminal) to the thread's cell."""
-        session = self.sessions.get(key.id)
-        if session is None:
-            return inputs.AnswerOutcome.NOTHING_ASKED
-        return session.inputs.answer(user, text, AnswerHow.PRIVATE)
+        return inputs.answer_privately(self.sessions.get(key.id), user, text)
 
     def stop(self, key: ThreadKey) -> bool:
         session = self.sessions.get(key.id)
