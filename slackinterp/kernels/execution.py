@@ -346,7 +346,6 @@ async def run_cell(
                 await on_output(live, area.snapshot())
 
         stdin = StdinServer(client, msg_id, on_input, echo)
-        serving = asyncio.create_task(stdin.serve(), name="cell-stdin")
 
     try:
         while True:
@@ -364,6 +363,10 @@ async def run_cell(
                 if not await kernel.is_alive():
                     status = Status.DIED
                     break
+                if stdin is not None and serving is None:
+                    # A cell that asks falls silent: its stdin is served from the first quiet
+                    # poll (the request waits in its socket), so fast cells pay nothing.
+                    serving = asyncio.create_task(stdin.serve(), name="cell-stdin")
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue  # left over from an earlier, interrupted cell
