@@ -36,6 +36,7 @@ FLOORS: dict[str, int] = {
     "slackinterp.store": 3,
     "slackinterp.egress": 3,
     "slackinterp.kernels": 4,
+    "slackinterp.charts": 4,  # chart rendering in a sandbox of its own: standard library only
     "slackinterp.kernels.inside": 4,
     "slackinterp.kernels.local": 5,
     "slackinterp.kernels.gateway": 5,

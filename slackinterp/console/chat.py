@@ -28,8 +28,8 @@ from slackinterp.console.input import (
     InputBuffer,
     LineEditor,
     LineReader,
+    asking,
     local_file,
-    set_echo,
     usable_terminal,
 )
 from slackinterp.console.render import Screen, TurnPrinter, terminal_words
@@ -252,7 +252,7 @@ class Console:
             if isinstance(event, TurnStarted) and self.stop_pending:
                 self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
             if isinstance(event, InputRequested | InputAnswered):
-                self._asking(event)
+                self.asked = asking(self.reader.fd, event)
             printer.handle(event)
         self.screen.newline()
 
@@ -269,11 +269,6 @@ class Console:
             self.screen.line(f"starting kernel and restoring state (replaying {cells})…")
         elif not self.runtime.registry.pool:
             self.screen.line("starting kernel…")
-
-    def _asking(self, event: InputRequested | InputAnswered) -> None:
-        """A cell asks: the next line typed is its answer; a password is typed unseen."""
-        self.asked = event if isinstance(event, InputRequested) else None
-        set_echo(self.reader.fd, not (self.asked is not None and self.asked.password))
 
     def _prompt(self) -> None:
         self.screen.newline()

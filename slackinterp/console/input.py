@@ -17,6 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slackinterp.engine.events import InputAnswered, InputRequested
 from slackinterp.engine.turn import FileFetchError, IncomingFile
 
 PROMPT = ">>> "
@@ -253,3 +254,11 @@ def set_echo(fd: int, on: bool) -> None:
         return
     attrs[3] = attrs[3] | termios.ECHO if on else attrs[3] & ~termios.ECHO
     termios.tcsetattr(fd, termios.TCSANOW, attrs)
+
+
+def asking(fd: int, event: InputRequested | InputAnswered) -> InputRequested | None:
+    """A cell asks (until it is answered): the next line typed is its answer, and a
+    password is typed unseen. Returns the open question, or None."""
+    asked = event if isinstance(event, InputRequested) else None
+    set_echo(fd, not (asked is not None and asked.password))
+    return asked

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import logging
+import shutil
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -25,7 +26,6 @@ from slackinterp.engine.events import Event, FileAttached
 from slackinterp.engine.mime import IMAGE_TYPES, PROBLEM_KEY
 from slackinterp.engine.workspace import human_size
 from slackinterp.kernels.execution import CellResult, Display, Result, Shown
-from slackinterp.kernels.local import sandbox
 
 log = logging.getLogger(__name__)
 
@@ -121,6 +121,6 @@ def cell_charts(settings: Settings) -> CellCharts:
         return CellCharts(
             None, html_max, "chart rendering is turned off (SLACKINTERP_CHART_RENDER)"
         )
-    bwrap = sandbox.bwrap_path()
+    bwrap = shutil.which("bwrap")
     renderer = ChartRenderer(bwrap=bwrap, timeout=settings.chart_timeout, html=settings.chart_html)
     return CellCharts(renderer, html_max, "")
