@@ -322,7 +322,7 @@ async def test_version_4_databases_gain_the_schedule_tables(db_url: str) -> None
         assert await store.claim_run("s1", 1.0, "a")
     finally:
         await store.close()
-    assert SCHEMA_VERSION == 6
+    assert SCHEMA_VERSION >= 6  # the schedule tables came with version 6; later ones keep them
 
 
 # --- the service: exactly once with replicas ------------------------------------------------
