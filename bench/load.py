@@ -535,7 +535,7 @@ def verify(fake: LoadSlack, runs: list[ThreadRun]) -> Verification:
                 v.stuck_running += 1
             elif text.startswith(ANSWER):
                 v.unfinished_answers += 1
-            elif "Restored state by replaying" in text:
+            elif "Restored state by replaying" in text or "from the snapshot" in text:
                 v.restores += 1
             elif "Kernel stopped to make room" in text:
                 v.evictions += 1
@@ -694,7 +694,7 @@ def rows_for(args: argparse.Namespace, m: Measured) -> list[Row]:
         Row(
             "state right after eviction + replay",
             f"{len(v.wrong_state)} wrong `acc` values (+{v.wrong_after_miss} after a lost "
-            f"turn); {v.evictions} evictions, {v.restores} restores by replay",
+            f"turn); {v.evictions} evictions, {v.restores} restores (snapshot or replay)",
             "0 wrong",
             not v.wrong_state,
         )

@@ -2,6 +2,7 @@
 
 Importing the command line takes a quarter of a second, and a second or more on a busy
 machine: a stop asked for meanwhile (Ctrl-C, SIGTERM) exits 0 quietly, not with a traceback.
+The handler raises SystemExit, never KeyboardInterrupt (see cli._StopRequested for why).
 cli.main then gives each command the signal handling it expects."""
 
 from __future__ import annotations

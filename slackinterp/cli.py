@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import signal
 import sys
-from importlib.metadata import PackageNotFoundError, version
 
-from slackinterp.config import SettingsError, load_settings
+# Only the standard library at the top: `manifest` needs no settings, and `run` reads them
+# (pydantic) before it imports the bot (Bolt, SQLAlchemy, jupyter_client: seconds on a busy
+# machine), so a missing token is reported at once. bench/cli_start.py measures it.
 
 
 def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
         return version("slackinterp")
     except PackageNotFoundError:
@@ -24,53 +26,85 @@ ENV_HINT = (
 )
 
 
-def _fail(lines: list[str], *, hint: bool = True) -> int:
+def _fail(lines: list[str], *, hint: bool = True, warnings: list[str] | None = None) -> int:
     print("slackinterp: cannot start:", file=sys.stderr)
     for line in lines:
         print(f"  ✗ {line}", file=sys.stderr)
+    for line in warnings or []:  # unknown SLACKINTERP_* names: perhaps the cause
+        print(f"  ! {line}", file=sys.stderr)
     if hint:
         print(f"  {ENV_HINT}", file=sys.stderr)
     return 2
 
 
-class _StopRequested(BaseException):
-    """SIGTERM before the event loop's own handlers are installed (imports, settings)."""
+class _StopRequested(SystemExit):
+    """SIGINT or SIGTERM before the event loop's own handlers are installed (imports,
+    settings, the loop's first step).
+
+    A SystemExit, never a KeyboardInterrupt: CPython ends a `python -m` run by SIGINT (exit
+    status -2, no output) once a KeyboardInterrupt has passed through code run by exec() or
+    eval() of a string, even when the program caught it; dataclasses and namedtuple build
+    their methods that way while modules import, so Python's own Ctrl-C handler would leave
+    a window in which a stop kills the bot."""
+
+
+_stop_seen = False
 
 
 def _stop_early(_signum: int, _frame: object) -> None:
-    raise _StopRequested
+    global _stop_seen
+    _stop_seen = True
+    raise _StopRequested(0)
+
+
+def stop_seen() -> bool:
+    """A stop arrived before the loop's handlers; true even if some library swallowed the
+    exception it raised (a signal can land in a __del__ or a finalizer)."""
+    return _stop_seen
 
 
 def cmd_run(_args: argparse.Namespace) -> int:
     """Exit status: 0 after a requested stop, 2 for a configuration Slack or the store
     rejects, 1 when Slack stayed unreachable (SLACKINTERP_CONNECT_TIMEOUT) or on a crash."""
-    # Importing Bolt, SQLAlchemy and jupyter_client takes a second or more: a stop asked for
-    # meanwhile is honoured quietly too. asyncio.run's loop replaces these handlers.
-    signal.signal(signal.SIGTERM, _stop_early)
+    # From here until serve() installs the loop's handlers, a stop is _StopRequested. The
+    # handlers are replaced, never reset in between: no moment leaves Python's defaults.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, _stop_early)
     try:
         return _run()
-    except (KeyboardInterrupt, _StopRequested):
+    except _StopRequested:
         return 0
 
 
 def _run() -> int:
+    from slackinterp.config import SettingsError, load_settings
+    from slackinterp.setting_names import unknown_settings
+    from slackinterp.slack.run_settings import check_run_settings
+
+    unknown = [u.problem() for u in unknown_settings()]
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(exc.problems, warnings=unknown)
+    problems = check_run_settings(settings)
+    if problems:
+        return _fail(problems, warnings=unknown)
+    # The bot's imports (Bolt, SQLAlchemy, jupyter_client) take a second or more: only
+    # after the settings are known to be usable.
+    import asyncio
     import logging
 
     from slackinterp import logs
     from slackinterp.slack.bot import GaveUp, StartError, serve
-    from slackinterp.slack.preflight import check_run_settings
     from slackinterp.store import StoreError
 
-    try:
-        settings = load_settings()
-    except SettingsError as exc:
-        return _fail(exc.problems)
-    problems = check_run_settings(settings)
-    if problems:
-        return _fail(problems)
     logs.configure(settings.log_level, settings.log_format.value)
+    for problem in unknown:  # a typo is worth a line, never a refusal to start
+        logging.getLogger("slackinterp.settings").warning("settings.unknown %s", problem)
+    if _stop_seen:
+        return 0
     try:
-        return asyncio.run(serve(settings))
+        return asyncio.run(serve(settings, stopping=stop_seen))
     except StartError as exc:
         return _fail([str(exc)])
     except StoreError as exc:
@@ -93,17 +127,25 @@ def cmd_manifest(args: argparse.Namespace) -> int:
 
 
 def cmd_chat(args: argparse.Namespace) -> int:
+    from slackinterp.config import SettingsError, load_settings
     from slackinterp.console import chat as console
+    from slackinterp.setting_names import unknown_settings
 
+    unknown = [u.problem() for u in unknown_settings()]
     try:
         settings = load_settings()
     except SettingsError as exc:
-        return _fail(exc.problems)
+        return _fail(exc.problems, warnings=unknown)
+    for problem in unknown:
+        print(f"slackinterp: warning: {problem}", file=sys.stderr)
+    if args.data:  # `--data sales=sqlite:///sales.db`: queried with sql() in this session
+        settings = settings.model_copy(update={"data_sources": settings.data_sources + args.data})
     return console.main(settings, session=args.session, files=args.files)
 
 
 def cmd_doctor(_args: argparse.Namespace) -> int:
     from slackinterp import doctor
+    from slackinterp.config import SettingsError, load_settings
 
     try:
         settings = load_settings()
@@ -154,11 +196,28 @@ def command_name(value: str) -> str:
     return value
 
 
+class _ShowVersion(argparse.Action):
+    """--version, looked up only when asked (importlib.metadata costs tens of ms)."""
+
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS) -> None:
+        super().__init__(
+            option_strings,
+            dest=dest,
+            default=argparse.SUPPRESS,
+            nargs=0,
+            help="show the version and exit",
+        )
+
+    def __call__(self, parser: argparse.ArgumentParser, *_args: object) -> None:
+        print(f"slackinterp {_version()}")
+        parser.exit()
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="slackinterp", description="A code interpreter that lives in Slack."
     )
-    parser.add_argument("--version", action="version", version=f"slackinterp {_version()}")
+    parser.add_argument("--version", action=_ShowVersion)
     sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     run = sub.add_parser(
         "run", help="run the Slack bot (Socket Mode or HTTP mode)", description=RUN_HELP
@@ -170,6 +229,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--session", default="default", help="session name (default: default)")
     chat.add_argument(
         "files", nargs="*", metavar="FILE", help="files to copy into the session first"
+    )
+    chat.add_argument(
+        "--data",
+        action="append",
+        default=[],
+        metavar="NAME=URL",
+        help="a SQL data source for sql() in this session, e.g. sales=sqlite:///sales.db "
+        "(repeatable)",
     )
     chat.set_defaults(func=cmd_chat)
     doctor = sub.add_parser(
@@ -198,12 +265,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None, *, default_signals: bool = False) -> int:
-    """`default_signals`: put Python's own signal handlers back before the command runs
-    (__main__ quiets a stop while the command line imports): Ctrl-C is then a
-    KeyboardInterrupt that each command handles (`run` exits 0, `chat` stops a cell)."""
+    """`default_signals`: __main__ quiets a stop while the command line imports; each
+    command then gets the signal handling it expects. `run` replaces __main__'s handlers
+    with its own start-up ones (cmd_run); the others get Python's own back, so Ctrl-C is a
+    KeyboardInterrupt they handle (`chat` stops a cell)."""
     parser = build_parser()
     args = parser.parse_args(argv)
-    if default_signals:
+    if default_signals and getattr(args, "func", None) is not cmd_run:
         signal.signal(signal.SIGINT, signal.default_int_handler)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
     if not hasattr(args, "func"):

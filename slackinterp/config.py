@@ -157,7 +157,7 @@ class Settings(BaseSettings):
     idle_timeout: float = _seconds(
         1800,
         "Seconds a thread's kernel may sit idle before it is stopped (files stay; variables "
-        "come back by re-running the thread's cells).",
+        "come back from the thread's snapshot, else by re-running its cells).",
     )
     reap_interval: float = _seconds(60, "Seconds between checks for idle kernels.")
     exec_timeout: float = _seconds(
@@ -171,8 +171,8 @@ class Settings(BaseSettings):
     )
     restore_timeout: float = _seconds(
         60,
-        "Seconds re-running a thread's earlier cells may take when a stopped kernel is "
-        "brought back.",
+        "Seconds bringing a stopped kernel's state back may take: loading its snapshot and "
+        "re-running the cells it could not cover (all of them with snapshots off).",
     )
     sandbox: SandboxMode = Field(
         SandboxMode.AUTO,
@@ -244,7 +244,7 @@ class Settings(BaseSettings):
         description="on/off: threads may be re-run on a schedule (`@interp every Monday at 9:00`).",
     )
     schedule_min_interval: float = _seconds(
-        900, "Shortest time between two runs of a schedule.", ge=1
+        900, "Seconds two runs of a schedule must be apart at least (900 = 15 min).", ge=1
     )
     schedule_max_per_channel: int = Field(
         20, ge=0, description="Schedules (active or paused) a channel may have."
@@ -253,7 +253,8 @@ class Settings(BaseSettings):
         10, ge=0, description="Schedules (active or paused) one person may own."
     )
     schedule_run_timeout: float = _seconds(
-        600, "Wall time one scheduled run may take (restoring included); then it is stopped."
+        600,
+        "Seconds one scheduled run may take in wall time (restoring included); then it is stopped.",
     )
     schedule_grace: float = _seconds(
         3600,
@@ -266,6 +267,21 @@ class Settings(BaseSettings):
         "Seconds between reloads of the stored schedules (a replica learns of schedules "
         "created, paused or deleted on another one).",
         ge=0.1,
+    )
+    # Snapshots of a thread's variables (restore without replay, undo, fork)
+    snapshots: bool = Field(
+        True,
+        description="on/off: after each turn the thread's kernel saves its variables into the "
+        "thread's directory, and a new kernel loads them instead of re-running every cell.",
+    )
+    snapshot_max_mb: int = Field(
+        512,
+        ge=1,
+        description="Most disk one thread's snapshots may use, in MiB (counted by the quota "
+        "too); what does not fit is rebuilt by replay.",
+    )
+    snapshot_generations: int = Field(
+        3, ge=2, le=50, description="Snapshots kept per thread: how far `undo` goes back."
     )
     max_upload_mb: int = Field(
         50, ge=1, description="Largest produced file uploaded to Slack, in MiB."
@@ -373,6 +389,45 @@ class Settings(BaseSettings):
         False,
         description="Deprecated: true means SLACKINTERP_NETWORK=open.",
     )
+    # Secrets the egress proxy adds for internal HTTPS APIs (docs/configuration.md "Secrets
+    # for internal APIs"); the kernel never holds them
+    egress_secrets_file: Path | None = Field(
+        None,
+        description='A TOML file binding headers or basic auth to hosts ([hosts."api.internal"] '
+        'headers = {Authorization = "Bearer $TOKEN"}); values come from the environment. '
+        "Needs SLACKINTERP_NETWORK=allowlist and the host allowed in the channel.",
+    )
+    # SQL data sources (docs/configuration.md "Data sources"; queries run by the bot, never
+    # the kernel, which gets only a socket to ask through)
+    data_sources_file: Path | None = Field(
+        None,
+        description="A TOML file naming SQL data sources ([sources.NAME] url=…, password_env=…, "
+        "channels=[…]); passwords come from environment variables, never from the file.",
+    )
+    data_sources: CommaList = Field(
+        default_factory=list,
+        description="Comma-separated NAME=URL data sources besides the file (SQLite or "
+        "PostgreSQL SQLAlchemy URLs); enabled in no Slack channel until an admin runs "
+        "`/interp data allow NAME` (always in `chat`).",
+    )
+    data_max_rows: int = Field(
+        1_000_000, ge=1, description="Rows one sql() query returns at most (then capped)."
+    )
+    data_max_mb: int = Field(
+        256, ge=1, description="MiB of Arrow data one sql() query returns at most (then capped)."
+    )
+    data_timeout: float = Field(
+        60, gt=0, description="Seconds one sql() query may run before it is cancelled."
+    )
+    data_summary_chars: int = Field(
+        4000,
+        ge=0,
+        description="Characters of the channel's data sources (tables, columns, types) in the "
+        "model's prompt at most (0 = none).",
+    )
+    data_summary_ttl: float = Field(
+        3600, gt=0, description="Seconds a source's table summary is cached (`data refresh`)."
+    )
     system_prompt: str | None = Field(
         None, description="Replaces the built-in system prompt (text, or @path to a file)."
     )
@@ -436,7 +491,9 @@ class Settings(BaseSettings):
         description="function: offer the model the `python` function tool (any server with "
         "tool calling); blocks: send no tool, a short prompt asks for a ```python block, "
         "which runs, and the output comes back as a message (small local models write "
-        "blocks far better than JSON calls).",
+        "blocks far better than JSON calls). Unset: function until the model's first replies "
+        "show that it writes its calls as text or calls tools that do not exist; then blocks "
+        "and the small-model bounds for that model (docs/models.md).",
     )
     model_temperature: float | None = Field(
         None,
@@ -476,6 +533,7 @@ class Settings(BaseSettings):
         "admins",
         "network_allow",
         "network_deny",
+        "data_sources",
         mode="before",
     )
     @classmethod
@@ -563,12 +621,14 @@ def normalize_database_url(value: str) -> str:
     Empty stays empty (SQLite in the data directory). PostgreSQL URLs of any driver
     (`postgres://`, `postgresql://`, `postgresql+psycopg2://` …) are moved to asyncpg.
     """
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     value = value.strip()
     if not value:
         return ""
+    # Only for a URL that is set: SQLAlchemy takes a good part of a second to import, and
+    # every command line reads the settings (the default is validated too).
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
     try:
         url = make_url(value)
     except (ArgumentError, ValueError):
@@ -624,6 +684,10 @@ def _describe(error: ErrorDetails) -> str:
         expects = template.format(**(error.get("ctx") or {}))
     else:
         expects = str(error.get("msg", "a valid value")).removeprefix("Value error, ")
+    info = Settings.model_fields.get(field)
+    extra = info.json_schema_extra if info is not None else None
+    if isinstance(extra, dict) and extra.get("unit") == "seconds":
+        expects += " (seconds)"
     return f"{name}: expected {expects}, got {got!r}"
 
 

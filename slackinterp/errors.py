@@ -27,6 +27,7 @@ class NoticeKind(StrEnum):
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
     INPUT = "input"  # about a question the running cell asks (input(), getpass())
+    SNAPSHOT = "snapshot"  # the thread's variables no longer all fit its snapshot cap
 
 
 class FailureKind(StrEnum):
@@ -61,6 +62,15 @@ class RestoreReason(StrEnum):
     REAPED = "reaped"
     RESTARTED = "restarted"
     NEW_PROCESS = "new process"
+    FORKED = "forked"  # a new thread started from another one's state
+
+
+class TurnOrigin(StrEnum):
+    """Who a turn is for: a person in a thread, or a scheduled run (on a key of its own, in a
+    fresh kernel). Budgets and usage tell them apart; a scheduled run never restores state."""
+
+    PERSON = "person"
+    SCHEDULED = "scheduled"
 
 
 class SlackinterpError(Exception):

@@ -49,6 +49,15 @@ EGRESS_REQUESTS = Counter(
 EGRESS_BYTES = Counter(
     "slackinterp_egress_bytes_total", "Bytes through the egress proxy", ["direction"]
 )
+DATA_QUERIES = Counter(
+    "slackinterp_data_queries_total",
+    "sql() queries of kernels run by the bot, by source and outcome (ok, capped, error, refused)",
+    ["source", "outcome"],
+)
+DATA_ROWS = Counter("slackinterp_data_rows_total", "Rows sent to kernels by sql()", ["source"])
+DATA_SECONDS = Histogram(
+    "slackinterp_data_query_seconds", "sql() query time", ["source"], buckets=_TIME_BUCKETS
+)
 
 
 def track_kernels(live: Callable[[], float], pool: Callable[[], float]) -> None:

@@ -18,6 +18,11 @@ from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import SandboxMode, Settings
+from slackinterp.datasources import sources
+from slackinterp.datasources.service import DataLimits, DataSources
+from slackinterp.egress import secrets
+from slackinterp.egress.ca import BotCA
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
@@ -28,6 +33,7 @@ from slackinterp.kernels.local.backend import LocalBackend
 from slackinterp.kernels.local.sandbox import MIB, Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry, ReplayCell
+from slackinterp.kernels.snapshots import SnapshotLimits, Snapshots
 from slackinterp.store import Store, StoreError, sqlite_url
 
 if TYPE_CHECKING:
@@ -44,6 +50,7 @@ class Runtime:
     reaper: Reaper
     engine: Engine
     agent: Agent | None = None  # the engine's, typed: the runtime configures and closes it
+    data: DataSources | None = None  # SQL data sources (local sandboxed kernels only)
 
     @classmethod
     async def open(cls, settings: Settings) -> Runtime:
@@ -57,6 +64,7 @@ class Runtime:
             user = privileges.kernel_user(settings.kernel_user)
         except privileges.KernelUserError as exc:
             raise SandboxUnavailable(str(exc)) from None
+        data = data_sources_for(settings, store, bwrap)
         backend = local_backend(
             settings,
             bwrap=bwrap,
@@ -65,8 +73,11 @@ class Runtime:
             runtime_dir=_runtime_dir(settings),
             recorder=store,
             egress=egress_for(settings, store, bwrap),
+            data=data,
         )
-        return await cls._with_backend(settings, store, backend, bwrap)
+        runtime = await cls._with_backend(settings, store, backend, bwrap)
+        runtime.engine.data = runtime.data = data
+        return runtime
 
     @classmethod
     async def _with_backend(
@@ -74,7 +85,7 @@ class Runtime:
     ) -> Runtime:
         async def replay_source(key: str) -> list[ReplayCell]:
             cells = await store.replayable_cells(key)
-            return [ReplayCell(cell.code, cell.answers) for cell in cells]
+            return [ReplayCell(cell.id, cell.code, cell.answers) for cell in cells]
 
         registry = KernelRegistry(
             backend,
@@ -86,6 +97,7 @@ class Runtime:
             exec_grace=settings.interrupt_grace,
             max_output_chars=settings.max_output_chars,
             capacity_wait=settings.capacity_wait,
+            snapshots=_snapshots(settings),
         )
         reaper = Reaper(
             registry,
@@ -160,6 +172,8 @@ class Runtime:
         await self.registry.backend.close()
         if self.agent is not None:
             await self.agent.close()
+        if self.data is not None:
+            await self.data.close()
         await self.store.close()
 
 
@@ -230,6 +244,7 @@ def local_backend(
     runtime_dir: Path,
     recorder: ProcessRecorder | None = None,
     egress: Egress | None = None,
+    data: DataSources | None = None,
 ) -> LocalBackend:
     """Local kernels as the bot starts them: spec, limits, sandbox, hidden paths, user. doctor
     builds its test kernel here too, so it checks what will really run."""
@@ -249,6 +264,7 @@ def local_backend(
         kernel_user=kernel_user,
         egress=egress,
         start_mode=settings.kernel_start,
+        data=data,
     )
 
 
@@ -279,7 +295,58 @@ def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | 
     isolation to enforce: kernels use the host's network, and doctor says so)."""
     if bwrap is None:  # resolve_sandbox refused allowlist mode without one
         return None
-    return egress_from_settings(settings, store)
+    egress = egress_from_settings(settings, store)
+    if settings.egress_secrets_file is not None:
+        egress.set_injector(injector_for(settings))
+    return egress
+
+
+def injector_for(settings: Settings) -> SecretInjector:
+    """The hosts whose secrets the proxy adds, and the bot's CA (made at first start)."""
+    path = settings.egress_secrets_file
+    assert path is not None
+    try:
+        bound = secrets.parse(path.read_text(encoding="utf-8"), os.environ, str(path))
+    except (OSError, secrets.SecretError) as exc:
+        raise EgressSecretsUnusable(f"SLACKINTERP_EGRESS_SECRETS_FILE: {exc}") from None
+    return SecretInjector(bound, BotCA((settings.data_dir / "ca").resolve()))
+
+
+class EgressSecretsUnusable(StoreError):
+    """The secrets file cannot be used (said at start)."""
+
+
+class DataSourcesUnusable(StoreError):
+    """A configured data source cannot be used (said at start, with its name)."""
+
+
+def data_sources_for(settings: Settings, store: Store, bwrap: str | None) -> DataSources | None:
+    """The SQL data sources, for sandboxed local kernels (the socket's privacy rests on the
+    sandbox hiding other kernels' runtime directories); None when none is configured."""
+    try:
+        specs = sources.load(settings.data_sources_file, settings.data_sources, os.environ)
+    except sources.SourceError as exc:
+        raise DataSourcesUnusable(str(exc)) from None
+    if not specs:
+        return None
+    if bwrap is None:
+        log.warning(
+            "data.disabled reason=no_sandbox sources=%s (sql() needs bubblewrap)",
+            ",".join(s.name for s in specs),
+        )
+        return None
+    return DataSources(
+        specs,
+        os.environ,
+        rules=store,
+        limits=DataLimits(
+            max_rows=settings.data_max_rows,
+            max_bytes=settings.data_max_mb * MIB,
+            timeout=settings.data_timeout,
+        ),
+        summary_chars=settings.data_summary_chars,
+        summary_ttl=settings.data_summary_ttl,
+    )
 
 
 def egress_from_settings(settings: Settings, channel_rules: ChannelRules | None) -> Egress:
@@ -295,6 +362,17 @@ def egress_from_settings(settings: Settings, channel_rules: ChannelRules | None)
         settings.network_deny,
         channel_rules=channel_rules,
     )
+
+
+def _snapshots(settings: Settings) -> Snapshots | None:
+    if not settings.snapshots:
+        return None
+    limits = SnapshotLimits(
+        max_bytes=settings.snapshot_max_mb * 1024 * 1024,
+        generations=settings.snapshot_generations,
+        save_timeout=max(settings.exec_timeout, settings.restore_timeout),
+    )
+    return Snapshots(limits, grace=settings.interrupt_grace)
 
 
 def _runtime_dir(settings: Settings) -> Path:

@@ -14,6 +14,7 @@ from slackinterp.engine.events import Event
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.runtime import Runtime
+from tests.datasource_db import warehouse  # noqa: F401  (fixture: a read-only PostgreSQL source)
 from tests.pg import pg_server, pg_url  # noqa: F401  (fixtures: PostgreSQL for any test)
 
 # Secrets in the bot's own environment: tests check they never reach a kernel.

@@ -170,7 +170,7 @@ async def scenario(base: Path) -> dict[str, Any]:
                 await fake.user_message(CHANNEL, code(src), thread_ts=ts)
                 await wait_cells(fake, ts, 3, timeout=120)
                 found["replayed_cell"] = cell_text(fake, ts, 2)
-                found["restored"] = any("Restored state" in t for t in texts(fake, ts))
+                found["restored"] = any("Restored " in t for t in texts(fake, ts))
                 found["downloads_after_replay"] = index.downloads
                 slot = bot.runtime.registry.slot(key.id)
                 assert slot is not None and slot.kernel.egress is not None

@@ -115,7 +115,7 @@ async def test_history_survives_a_bot_restart(tmp_path: Path) -> None:
         async with running_bot(slack, tmp_path, **values):
             await slack.user_message(CHANNEL, "what was it?", thread_ts=ts)
             await wait_final(slack, ts, "It was")
-            await wait_final(slack, ts, "Restored state by replaying 1 of 1")
+            await wait_final(slack, ts, "Restored 1 variable from the snapshot (")
         third = model.requests[2]
         contents = json.dumps(third.messages)
         assert "remember 1234" in contents and "Stored it." in contents

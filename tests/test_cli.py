@@ -65,7 +65,7 @@ def test_run_explains_each_missing_or_bad_setting(tmp_path: Path) -> None:
         cwd=tmp_path,
     )
     assert done.returncode == 2 and "Traceback" not in done.stderr
-    assert "SLACKINTERP_IDLE_TIMEOUT: expected a number, got 'abc'" in done.stderr
+    assert "SLACKINTERP_IDLE_TIMEOUT: expected a number (seconds), got 'abc'" in done.stderr
     assert "SLACKINTERP_SANDBOX: expected one of" in done.stderr
 
     # A password in SLACK_API_URL: refused up front, and never echoed back.

@@ -216,8 +216,9 @@ def test_second_process_restores_state_by_replay(open_chat) -> None:
 
     second = open_chat()
     second.code("print(x)")
-    second.expect(r"starting kernel and restoring state \(replaying 1 cell\)…")
-    second.expect(r"Restored state by replaying 1 of 1 cell")
+    second.expect(r"starting kernel and restoring state from the snapshot…")
+    why = second.expect(r"Restored 1 variable from the snapshot \(\d+\.\d s\) ([^.;]+)[.;]")
+    assert why.group(1) == "after the session restarted"  # no bot in a terminal
     second.expect(r"\r\n1234000\r\n")
     second.expect(OK)
 
@@ -374,7 +375,7 @@ def test_files_on_the_command_line_and_load_arrive_in_the_session(tmp_path: Path
     assert log.exists()  # log lines go to the file, never between cell outputs
 
 
-def test_export_writes_a_notebook_to_the_current_directory(open_chat, tmp_path: Path) -> None:
+def test_export_writes_a_notebook_to_the_sessions_folder(open_chat, tmp_path: Path) -> None:
     import nbformat
 
     chat = open_chat()
@@ -386,7 +387,11 @@ def test_export_writes_a_notebook_to_the_current_directory(open_chat, tmp_path: 
     chat.send(":export")
     match = chat.expect(r"notebook: (\S+\.ipynb) \(1 code cell")
     path = Path(match.group(1))
-    assert path.parent == tmp_path
+    assert path.is_absolute() and path.parent != tmp_path  # not the current directory
+    chat.send(":files")
+    folder = Path(chat.expect(r"Files in (\S+):").group(1))
+    assert path.parent == folder
+    chat.expect(re.escape(path.name))
     nb = nbformat.read(path, as_version=4)
     nbformat.validate(nb)
     cell = next(c for c in nb.cells if c.cell_type == "code")
@@ -525,7 +530,8 @@ def test_a_line_typed_while_the_model_works_steers_it(
 
 
 def test_input_and_getpass_are_asked_in_the_terminal(open_chat) -> None:
-    chat = open_chat()
+    replay = {"SLACKINTERP_SNAPSHOTS": "false"}  # the state comes back by replay, not a snapshot
+    chat = open_chat(replay)
     chat.code("name = input('name? ')\nprint('hello', name)")
     chat.expect(r"── cell [0-9a-f]{8}")
     chat.child.expect_exact("name? ")  # the terminal asks; the next line typed is the answer
@@ -547,7 +553,7 @@ def test_input_and_getpass_are_asked_in_the_terminal(open_chat) -> None:
     # Replay (a new process) asks nobody again: the answer comes back with the state.
     chat.send(":quit")
     assert chat.wait_exit() == 0
-    chat = open_chat()
+    chat = open_chat(replay)
     chat.send("```print(name)```")
     chat.expect(r"replaying 3 cells")
     chat.expect(r"\r\nAlice\r\n")

@@ -148,7 +148,7 @@ def test_settings_errors_print_one_failure_per_variable(
 ) -> None:
     error = SettingsError(
         [
-            "SLACKINTERP_EXEC_TIMEOUT: expected a number, got 'soon'",
+            "SLACKINTERP_EXEC_TIMEOUT: expected a number (seconds), got 'soon'",
             "SLACKINTERP_POOL_SIZE: expected a whole number, got 'two'",
         ]
     )
@@ -157,7 +157,7 @@ def test_settings_errors_print_one_failure_per_variable(
     lines = capsys.readouterr().out.splitlines()
     assert status == 1
     assert lines[:4] == [
-        "✗ settings — SLACKINTERP_EXEC_TIMEOUT: expected a number, got 'soon'",
+        "✗ settings — SLACKINTERP_EXEC_TIMEOUT: expected a number (seconds), got 'soon'",
         "    fix: correct SLACKINTERP_EXEC_TIMEOUT in the environment or in .env",
         "✗ settings — SLACKINTERP_POOL_SIZE: expected a whole number, got 'two'",
         "    fix: correct SLACKINTERP_POOL_SIZE in the environment or in .env",

@@ -15,6 +15,8 @@ from slackinterp.egress.policy import (
     Policy,
     canonical_host,
     decide,
+    denied_address,
+    embedded_ipv4,
     parse_rules,
 )
 
@@ -170,3 +172,65 @@ def test_addresses_after_an_allow() -> None:
     ]
     never = [ip("169.254.169.254"), ip("fd00:ec2::254"), ip("0.0.0.0"), ip("224.0.0.1")]
     assert addresses.vet(never, private=True) == []
+
+
+# Every IPv6 form that carries 127.0.0.1 to an IPv4 host (a NAT64 translator, a 6to4 or sit
+# tunnel, an SIIT box). The local-use NAT64 /48 is written at each RFC 6052 position.
+LOOPBACK_FORMS = [
+    "::ffff:127.0.0.1",  # mapped
+    "::127.0.0.1",  # compatible
+    "::ffff:0:127.0.0.1",  # SIIT
+    "64:ff9b::127.0.0.1",  # NAT64, well-known prefix
+    "64:ff9b:1::127.0.0.1",  # local-use NAT64, /96
+    "64:ff9b:1:7f00:0:100::",  # local-use NAT64, /48 (127.0 | u | 0.1)
+    "64:ff9b:1:7f:0:1::",  # /56 (127 | u | 0.0.1)
+    "64:ff9b:1:0:7f:0:100::",  # /64 (u | 127.0.0.1)
+    "2002:7f00:1::1",  # 6to4
+]
+METADATA_FORMS = [
+    "::169.254.169.254",
+    "::ffff:0:169.254.169.254",
+    "64:ff9b::169.254.169.254",
+    "64:ff9b:1::169.254.169.254",
+    "2002:a9fe:a9fe::1",
+]
+
+
+@pytest.mark.parametrize("form", LOOPBACK_FORMS)
+def test_an_embedded_private_ipv4_is_never_public(form: str) -> None:
+    assert ipaddress.IPv4Address("127.0.0.1") in embedded_ipv4(ipaddress.IPv6Address(form))
+    assert not addresses.is_public(ip(form))
+    assert addresses.vet([ip(form)], private=False) == []
+
+
+@pytest.mark.parametrize("form", METADATA_FORMS)
+def test_embedded_metadata_is_never_dialled_even_with_private(form: str) -> None:
+    assert addresses.vet([ip(form)], private=True) == []
+
+
+def test_local_use_nat64_is_never_public_and_public_forms_stay_public() -> None:
+    assert not addresses.is_public(ip("64:ff9b:1::8.8.8.8"))
+    assert addresses.is_public(ip("64:ff9b::8.8.8.8"))
+    assert addresses.is_public(ip("2002:808:808::1"))
+    assert addresses.is_public(ip("2a04:4e42::223"))
+
+
+DENIED_FORMS = ["127.0.0.3", *(f.replace("0.1", "0.3") for f in LOOPBACK_FORMS if "." in f)]
+
+
+@pytest.mark.parametrize("form", DENIED_FORMS)
+def test_a_deny_of_an_address_holds_against_every_form_and_any_allow(form: str) -> None:
+    """The settings deny 127.0.0.3; a channel allows a name that resolves to it, or the
+    literal in any IPv6 form: the deny wins."""
+    policy = Policy(
+        NetworkMode.ALLOWLIST,
+        parse_rules(["three.example.test:*+private", "[::/0]:*+private", "127.0.0.0/8:*+private"]),
+        parse_rules(["127.0.0.3"]),
+    )
+    assert denied_address(policy, ip(form), 8080) is not None
+    assert decide(policy, f"[{form}]" if ":" in form else form, 8080).reason == (
+        "blocked-by-denylist"
+    )
+    network = Policy(NetworkMode.ALLOWLIST, policy.allow, parse_rules(["127.0.0.0/8"]))
+    assert denied_address(network, ip(form), 443) is not None
+    assert denied_address(policy, ip("127.0.0.4"), 8080) is None

@@ -54,19 +54,22 @@ class World:
         self.policy = Policy(NetworkMode.ALLOWLIST)
         self.channels: list[str | None] = []
         self.tmp_path = tmp_path
+        self.answers: list[ipaddress.IPv4Address | ipaddress.IPv6Address] = [LOOPBACK]
 
         async def policy_for(channel: str | None) -> Policy:
             self.channels.append(channel)
             return self.policy
 
-        async def resolver(host: str, port: int) -> list[ipaddress.IPv4Address]:
+        async def resolver(
+            host: str, port: int
+        ) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
             self.lookups.append(host)
-            return [LOOPBACK]  # every name "rebinds" to the host's loopback
+            return list(self.answers)  # every name "rebinds" to the host's loopback
 
         self.proxy = EgressProxy(
             policy_for,
             limits=ProxyLimits(per_kernel=2, head_bytes=1024, idle_timeout=60),
-            resolver=resolver,  # type: ignore[arg-type]
+            resolver=resolver,
             own_addresses=frozenset,
         )
 

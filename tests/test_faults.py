@@ -77,7 +77,8 @@ async def test_kernel_killed_from_outside_mid_cell(tmp_path: Path) -> None:
         await fake.user_message(CHANNEL, "```print(base + 1)```", thread_ts=ts)
         cells = await wait_cells(fake, ts, 3)
         assert "21" in all_text(cells[2])
-        await wait_text(fake, ts, "Restored state by replaying 1 of 1")
+        # The last snapshot (after `base = 20`'s turn); the killed cell never finished.
+        await wait_text(fake, ts, "Restored 1 variable from the snapshot (")
 
 
 def start_bot_process(fake: FakeSlack, data_dir: Path, log: Path) -> subprocess.Popen:
@@ -164,7 +165,7 @@ async def test_bot_killed_mid_turn_then_restarted(tmp_path: Path) -> None:
                 lambda: any("value" in all_text(m) for m in finished_cells(fake, ts)[1:]),
                 timeout=30,
             )
-            await wait_text(fake, ts, "Restored state by replaying 1 of 1")
+            await wait_text(fake, ts, "Restored 1 variable from the snapshot (")
             last_run = kernels_of(bot.pid)
             assert last_run
         finally:

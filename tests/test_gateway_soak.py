@@ -230,7 +230,7 @@ def verify(fake: FakeSlack, runs: list[ThreadRun]) -> dict[str, Any]:
                         found[mark] += 1
                         if f"{mark} {run.token}" in everything:
                             right.add(mark)
-            elif "Restored state" in text:
+            elif "Restored " in text:
                 notices["restored"] += 1
             elif "Kernel stopped to make room" in text:
                 notices["evicted"] += 1

@@ -32,6 +32,7 @@ class Facts:
     files: int = 0
     queued: int = 0
     replayable: int = 0
+    snapshots: bool = False
 
 
 @pytest.mark.parametrize(
@@ -82,6 +83,10 @@ def test_thread_status_lines() -> None:
         "Queued requests: 2",
     ]
     assert thread_status(Facts())[0].value == "not running (starts with the next cell)"
+    snapshotted = Facts(replayable=3, snapshots=True)
+    assert thread_status(snapshotted)[0].value == (
+        "stopped; its variables come back from the snapshot on the next message"
+    )
 
 
 def test_both_help_texts_list_every_control() -> None:
@@ -89,7 +94,7 @@ def test_both_help_texts_list_every_control() -> None:
     for control in CONTROLS:
         assert f"`@interp {control.words}`" in slack
         assert f":{control.words} " in terminal
-    assert WORDS == ("reset", "stop", "status", "files", "export", "help")
+    assert WORDS == ("reset", "stop", "status", "files", "export", "undo", "help")
     assert "button" not in terminal and "thread" not in terminal
 
 

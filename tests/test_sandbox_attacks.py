@@ -274,6 +274,9 @@ def test_1_kernel_code_has_no_privileges(attacks: dict[str, Any]) -> None:
     assert got["ptrace_init"] != "ok" and got["ptrace_child"] != "ok"
     assert got["raw_socket"] != "ok"
     assert got["cgroup_escape"] == []
+    # No user namespace, by clone, clone3 or unshare, whether the bot is root or not.
+    assert set(got["userns"]) == {"clone", "clone3", "unshare"}, got["userns"]
+    assert "ok" not in got["userns"].values(), got["userns"]
     # Kernels run below the bot, and cannot climb back (the bot's acks stay prompt).
     assert got["nice"] == min(19, attacks["bot_nice"] + sandbox.KERNEL_NICE)
     assert got["nice_raised"] != "ok"

@@ -22,7 +22,8 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.runtime import Runtime
 from slackinterp.schedules import phrases, timing
 from slackinterp.schedules.phrases import Rule
-from slackinterp.schedules.runner import RunReport, ScheduledRunner
+from slackinterp.schedules.report import RunReport
+from slackinterp.schedules.runner import ScheduledRunner
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
 from slackinterp.store import SCHEMA_VERSION, Store, StoredSchedule, meta, schedule_runs, schedules
 from tests.conftest import make_settings, run_turn
@@ -564,6 +565,32 @@ async def test_a_failing_shell_line_fails_the_run_as_it_fails_a_turn(tmp_path: P
         await runtime.stop()
 
 
+async def test_a_run_past_its_time_limit_is_stopped_and_says_so(tmp_path: Path) -> None:
+    """SLACKINTERP_SCHEDULE_RUN_TIMEOUT bounds the whole run: the cell running at the limit is
+    stopped (the turn's deadline), the run reports where and why, and its kernel is gone."""
+    limit = 8.0
+    settings = make_settings(tmp_path, schedule_run_timeout=limit, exec_timeout=120)
+    runtime = await Runtime.open(settings)
+    await runtime.start()
+    key = ThreadKey("T1", "C1", "303.3")
+    try:
+        await run_turn(runtime.engine, key, "```print('first')```")
+        slow = "import os, time\nif os.path.exists('slow.flag'):\n    time.sleep(300)\nprint('x')"
+        await run_turn(runtime.engine, key, f"```{slow}```")
+        (settings.threads_dir / key.dirname / "slow.flag").write_text("")
+        runner = ScheduledRunner(settings, runtime.store, runtime.registry, engine=runtime.engine)
+        report = await runner.run(stored(thread_key=key.id), time.time())
+        assert report.failed is not None and report.failed.number == 2, report.summary()
+        assert report.problem is not None and "SCHEDULE_RUN_TIMEOUT" in report.problem
+        assert [c.result.text.strip() for c in report.cells[:1]] == ["first"]
+        assert limit <= report.seconds < limit + 30
+        report.cleanup()
+        assert all("~run-" not in k for k in runtime.registry.slots)
+        assert not [k for k in runtime.engine.sessions if "~run-" in k]
+    finally:
+        await runtime.stop()
+
+
 # --- the run's reply, as Slack gets it ------------------------------------------------------
 PNG = (
     "iVBORw0KGgoAAAANSUhEUgAAAAEAAAABCAYAAAAfFcSJAAAADUlEQVR42mNk+M9QDwADhgGAWjR9awAAAABJRU5E"
@@ -573,7 +600,7 @@ PNG = (
 
 def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
     from slackinterp.kernels.execution import CellResult, Display, Error, Status, Stream
-    from slackinterp.schedules.runner import RunCell
+    from slackinterp.schedules.report import RunCell
     from slackinterp.slack.schedule_front import run_reply
 
     figures = [Display({"image/png": PNG, "text/plain": "<Figure>"}) for _ in range(14)]
@@ -602,7 +629,7 @@ def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
 
 def test_the_reply_shows_blocked_requests_notices_and_every_word_of_the_answer() -> None:
     from slackinterp.kernels.execution import CellResult, Status
-    from slackinterp.schedules.runner import RunCell
+    from slackinterp.schedules.report import RunCell
     from slackinterp.slack.schedule_front import run_reply
 
     blocked = "🔒 Network request blocked: `x.test:443` is not on <this> channel's allowlist."
@@ -618,3 +645,67 @@ def test_the_reply_shows_blocked_requests_notices_and_every_word_of_the_answer()
     assert "named `shell`, which does not exist" in text
     assert "Let me &lt;fetch&gt; the data first." in text and "refused the request" in text
     assert text.index("Let me") < text.index("refused the request")
+
+
+def test_the_report_is_a_fold_of_the_runs_turn_events(tmp_path: Path) -> None:
+    """An `ask:` run's turn, event by event: the restoring cells count but are not shown, a
+    network notice goes under its cell, a file written twice is attached once (its last
+    version), a file held back is said, and the model's last words are its answer."""
+    from slackinterp.engine.events import (
+        AssistantDelta,
+        AssistantText,
+        CellFinished,
+        FileProduced,
+        FileSkipped,
+        Notice,
+        TurnFinished,
+        TurnStarted,
+    )
+    from slackinterp.errors import NoticeKind
+    from slackinterp.kernels.execution import CellResult, Status
+    from slackinterp.schedules.report import RunFold
+
+    ok = CellResult(Status.OK, 0.1, text="ok\n")
+    failed = CellResult(Status.ERROR, 0.1)
+    blocked = "Network request blocked: `x.test:443`"
+    fold = RunFold(RunReport(1.0, "ask", planned=2), restoring=2)
+    events = [
+        TurnStarted(),
+        CellFinished("a", "x = 1", ok),
+        FileProduced("a", tmp_path / "old.csv", "data.csv", 3),
+        CellFinished("b", "y = 2", ok),
+        AssistantText("Looking first."),
+        AssistantDelta("The"),
+        CellFinished("c", "fetch()", failed),
+        Notice(NoticeKind.NETWORK, blocked),
+        FileProduced("c", tmp_path / "new.csv", "data.csv", 5),
+        FileSkipped("c", "big.bin", "over the limit"),
+        AssistantText("The source refused."),
+        TurnFinished(3, 1.0),
+    ]
+    for event in events:
+        fold.take(event)
+    report = fold.finish()
+    assert report.restored == 2 and [c.number for c in report.cells] == [3]
+    assert report.cells[0].notes == (blocked,) and report.network == [blocked]
+    assert report.ok  # a model's failing cell is the model's to handle
+    assert [(p.name, p.size) for p in report.produced] == [("data.csv", 5)]
+    assert report.notices == ["`big.bin` not attached: over the limit"]
+    assert report.interim == ["Looking first."] and report.answer == "The source refused."
+    # Restoring fails: the run stops there, and says so.
+    fold = RunFold(RunReport(1.0, "ask", planned=2), restoring=2)
+    for event in (CellFinished("a", "x = 1", ok), CellFinished("b", "1 / 0", failed)):
+        fold.take(event)
+    report = fold.finish()
+    assert report.failed is not None and report.failed.number == 2 and not report.cells
+    assert report.problem == "restoring the thread's state failed at its cell 2"
+
+
+def test_a_runs_key_is_its_threads_key_plus_the_run() -> None:
+    thread = ThreadKey("T1", "C1", "1700000000.000100")
+    run = thread.scheduled_run("s1-1800000000-ab12")
+    assert run.id == "T1:C1:1700000000.000100~run-s1-1800000000-ab12"
+    assert ThreadKey.parse(run.id) == run and ThreadKey.parse(thread.id) == thread
+    assert run.thread == thread and not thread.run and run.run
+    assert run.dirname == thread.dirname + "~run-s1-1800000000-ab12"
+    assert run.channel == thread.channel  # budgets and usage count a run in its channel

@@ -419,3 +419,42 @@ async def test_a_scheduled_ask_says_what_a_turn_says(tmp_path: Path) -> None:
             tools = [m["content"] for m in model.requests[-1].messages if m["role"] == "tool"]
             assert tools[0].startswith("status: error") and "CalledProcessError" in tools[0]
             assert "Network request blocked: `192.0.2.10:443`" in tools[1]
+
+
+TWO_FILES_AND_LONG_OUTPUT = (
+    "<@UBOT> ```open('a.csv', 'w').write('a\\n1\\n')\nopen('b.csv', 'w').write('b\\n2\\n')\n"
+    "print('\\n'.join(f'line {i:04d} ' + 'x' * 40 for i in range(200)))```"
+)
+
+
+async def test_one_cell_rule_changed_in_one_place_holds_in_a_turn_and_a_scheduled_run(
+    tmp_path: Path,
+) -> None:
+    """Scheduled runs are turns of the one engine: the cell rules are set once (here two
+    settings, the produced-file limit per cell and the output limit) and a person's turn and
+    a scheduled run both keep them, with the same words for what they held back."""
+    rules = {"max_files_per_cell": 1, "max_output_chars": 1000}
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **FAST, **rules) as bot:
+        ts, _ = await fake.user_message(CHANNEL, TWO_FILES_AND_LONG_OUTPUT)
+        (cell,) = await wait_cells(fake, ts, 1, timeout=60)
+        # The person's turn: one file uploaded, the other held back and said so.
+        note = await wait_text(fake, ts, "not uploaded")
+        reason = "only 1 files are uploaded per cell (SLACKINTERP_MAX_FILES_PER_CELL)"
+        assert "1 file not uploaded" in note["text"] and reason in note["text"]
+        uploaded = [u.filename for u in fake.uploads if u.filename.endswith(".csv")]
+        assert len(uploaded) == 1, uploaded
+        (held_back,) = {"a.csv", "b.csv"} - set(uploaded)
+        assert held_back in note["text"]
+        assert "characters omitted" in all_text(cell)  # the output limit
+        await schedule_in(fake, ts, "every hour")
+        schedule = await only_schedule(bot)
+        assert bot.schedules is not None
+        assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+        (reply,) = runs(fake, ts)
+        names = file_names(reply)
+        # The scheduled run: the same file attached, the same one held back, the same reason.
+        assert [n for n in names if n.endswith(".csv")] == uploaded, names
+        body = all_text(reply)
+        assert f"`{held_back}` not attached: {reason}" in body
+        # The same output limit: the reply's text is cut, the whole output goes along.
+        assert "characters omitted" in body and "output.txt" in names, names

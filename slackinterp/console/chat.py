@@ -24,6 +24,7 @@ from pathlib import Path
 
 from slackinterp import logs
 from slackinterp.config import Settings, SettingsError, load_settings
+from slackinterp.console.help import help_text
 from slackinterp.console.input import (
     InputBuffer,
     LineEditor,
@@ -35,7 +36,7 @@ from slackinterp.console.input import (
 from slackinterp.console.render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
 from slackinterp.engine.events import InputAnswered, InputRequested, Notice, TurnStarted
-from slackinterp.engine.presentation import CONTROLS, thread_status
+from slackinterp.engine.presentation import thread_status
 from slackinterp.engine.session import Instruction
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
 from slackinterp.engine.workspace import ThreadKey, human_size
@@ -47,28 +48,6 @@ __all__ = ["Console", "InputBuffer", "Screen", "TurnPrinter", "chat", "help_text
 
 WARM_TIMEOUT = 30.0
 COMMAND = re.compile(r"^:([a-z]+)(?:\s+(.*))?$", re.S)
-_EXTRA = {  # what a control does differently, or also, in the terminal
-    "stop": "stop what is running (Ctrl-C while a cell runs does the same)",
-    "export": "this session as a Jupyter notebook (.ipynb) in the current directory",
-}
-
-
-def help_text() -> str:
-    """The terminal's help: the shared controls (engine/presentation.py) typed as `:word`."""
-    commands = [("load PATH…", "copy files from this computer into the session")]
-    commands += [(c.words, _EXTRA.get(c.words, c.does)) for c in CONTROLS]
-    commands.append(("quit", "leave (also Ctrl-D, or Ctrl-C twice at an empty prompt)"))
-    lines = [
-        "Type a message for the model, or run code directly:",
-        "  ```                     a fenced block runs verbatim (```python works too);",
-        '  print("hi")             the input continues until the closing ```',
-        "  ```",
-        "  a line ending in \\      continues on the next line",
-        "  Up and down arrows recall earlier lines (kept across sessions).",
-        "Commands:",
-    ]
-    lines += [f"  :{words.ljust(12)} {does}" for words, does in commands]
-    return "\n".join(lines)
 
 
 # --- the session -----------------------------------------------------------------------------
@@ -107,6 +86,7 @@ class Console:
             "load": self.cmd_load,
             "export": self.cmd_export,
             "reset": self.cmd_reset,
+            "undo": self.cmd_undo,
             "files": self.cmd_files,
             "status": self.cmd_status,
             "stop": self.cmd_stop,
@@ -248,12 +228,15 @@ class Console:
         await self._announce_kernel(text)
         printer = TurnPrinter(self.screen, self.workdir, self.runtime.settings.exec_timeout)
         request = TurnRequest(self.key, text, user="console", files=files or [])
-        async for event in self.engine.submit(request):
-            if isinstance(event, TurnStarted) and self.stop_pending:
-                self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
-            if isinstance(event, InputRequested | InputAnswered):
-                self.asked = asking(self.reader.fd, event)
-            printer.handle(event)
+        try:
+            async for event in self.engine.submit(request):
+                if isinstance(event, TurnStarted) and self.stop_pending:
+                    self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
+                if isinstance(event, InputRequested | InputAnswered):
+                    self.asked = asking(self.reader.fd, event)
+                printer.handle(event)
+        finally:
+            printer.close()
         self.screen.newline()
 
     async def _announce_kernel(self, text: str) -> None:
@@ -264,7 +247,9 @@ class Console:
         status = await self.engine.status(self.key)
         if status.alive:
             return
-        if status.replayable:
+        if status.replayable and status.snapshots:
+            self.screen.line("starting kernel and restoring state from the snapshot…")
+        elif status.replayable:
             cells = f"{status.replayable} cell{'s' if status.replayable != 1 else ''}"
             self.screen.line(f"starting kernel and restoring state (replaying {cells})…")
         elif not self.runtime.registry.pool:
@@ -340,6 +325,9 @@ class Console:
             return
         self.screen.line(terminal_words(await self.engine.reset(self.key, wipe=arg == "wipe")))
 
+    async def cmd_undo(self, arg: str = "") -> None:
+        self.screen.line(terminal_words(await self.engine.undo(self.key)))
+
     async def cmd_load(self, arg: str = "") -> None:
         try:
             paths = shlex.split(arg)
@@ -352,12 +340,13 @@ class Console:
         await self.load(paths)
 
     async def cmd_export(self, arg: str = "") -> None:
-        """The session since its last reset as a notebook, written to the current directory."""
+        """The session since its last reset as a notebook, written to the session's folder
+        (beside its files and figures; the current directory may be a repository)."""
         name, data, cells = await self.engine.export(self.key, self.key.thread_ts)
         if not cells:
             self.screen.line("Nothing to export yet: no cell has run since the last reset.")
             return
-        target = workspace.unique_path(Path.cwd(), name)
+        target = workspace.unique_path(self.workdir.resolve(), name)
         try:
             await asyncio.to_thread(target.write_bytes, data)
         except OSError as exc:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import TextIO
 
 from slackinterp.charts import kinds as charts
+from slackinterp.console.running import RunningLine
 from slackinterp.engine import mime
 from slackinterp.engine.events import (
     AnswerHow,
@@ -51,19 +52,52 @@ IMAGE_TYPES = mime.IMAGE_TYPES
 # --- output ----------------------------------------------------------------------------------
 
 
-class Screen:
-    """Writes and flushes at once, and knows whether the cursor is at the start of a line."""
+# Carriage return, then erase the whole line (ECMA-48 EL 2): a status line disappears.
+ERASE_LINE = "\r\x1b[2K"
 
-    def __init__(self, stream: TextIO):
+
+def is_terminal(stream: TextIO) -> bool:
+    """A terminal that takes cursor controls: not a pipe or a file, not TERM=dumb."""
+    try:
+        tty = stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+    return tty and os.environ.get("TERM", "") != "dumb"
+
+
+class Screen:
+    """Writes and flushes at once, and knows whether the cursor is at the start of a line.
+
+    On a terminal (`live`) it can also show one status line (console/running.py), drawn at a
+    line start and erased before anything else is written, so output never mixes with it."""
+
+    def __init__(self, stream: TextIO, live: bool | None = None):
         self.stream = stream
         self.at_line_start = True
+        self.live = is_terminal(stream) if live is None else live
+        self._status = False
 
     def write(self, text: str) -> None:
         if not text:
             return
+        self.clear_status()
         self.stream.write(text)
         self.stream.flush()
         self.at_line_start = text.endswith("\n")
+
+    def show_status(self, text: str) -> None:
+        """Draw or redraw the status line in place; only at a line start, only live."""
+        if not self.live or not (self.at_line_start or self._status):
+            return
+        self.stream.write((ERASE_LINE if self._status else "") + text)
+        self.stream.flush()
+        self._status = True
+
+    def clear_status(self) -> None:
+        if self._status:
+            self._status = False
+            self.stream.write(ERASE_LINE)
+            self.stream.flush()
 
     def line(self, text: str = "") -> None:
         """Print `text` on a line of its own, whatever was written before."""
@@ -95,10 +129,11 @@ def status_line(result: CellResult, timeout: float) -> str:
 # The engine words its sentences for a Slack thread; in the terminal the same session is
 # a "session" and the controls are typed `:reset`, not mentioned or pressed.
 _TERMINAL_WORDS = (
-    (re.compile(r"`(reset wipe|reset|stop|status|files|export|help)`"), r"`:\1`"),
+    (re.compile(r"`(reset wipe|reset|stop|status|files|export|undo|help)`"), r"`:\1`"),
     (re.compile(r"\b(?:press )?(?:the )?Stop button\b"), "type `:stop`"),
     (re.compile(r"\b(?:press )?(?:the )?Reset(?: kernel)? button\b"), "type `:reset`"),
     (re.compile(r"`:(\w+(?: wipe)?)` the thread"), r"`:\1`"),
+    (re.compile(r"\bafter the bot restarted\b"), "after the session restarted"),
     (re.compile(r"\bthreads\b"), "sessions"),
     (re.compile(r"\bthread\b"), "session"),
     (re.compile(r"\bThread\b"), "Session"),
@@ -142,6 +177,7 @@ class TurnPrinter:
 
     def __init__(self, screen: Screen, workdir: Path, exec_timeout: float):
         self.screen = screen
+        self.running = RunningLine(screen)
         self.workdir = workdir
         self.exec_timeout = exec_timeout
         self.images: dict[str, int] = {}
@@ -166,9 +202,11 @@ class TurnPrinter:
                 out.line(f"! did not take {name}: {terminal_words(reason)}")
             case CellStarted():
                 self._cell_started(event)
+                self.running.start()
             case CellOutput(cell_id=cell_id, output=output):
                 self._output(cell_id, output)
             case CellFinished(cell_id=cell_id, result=result):
+                self.running.stop()
                 self._cell_finished(cell_id, result)
             case FileProduced(name=name, size=size):
                 # The file in the session's directory: the event's path is the upload copy,
@@ -195,6 +233,10 @@ class TurnPrinter:
                 self._answered(event)
             case _:
                 pass  # TurnStarted, TurnFinished: nothing to show
+
+    def close(self) -> None:
+        """The turn is over (or was abandoned): no running line outlives it."""
+        self.running.stop()
 
     def _cell_started(self, event: CellStarted) -> None:
         self.answer_streamed = False

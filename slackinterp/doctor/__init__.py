@@ -37,6 +37,7 @@ from slackinterp.doctor.checks import (
     SKIP_MARK,
     Check,
 )
+from slackinterp.doctor.data_check import check_data_sources
 from slackinterp.doctor.host_checks import (
     check_data_dir,
     check_database,
@@ -48,6 +49,7 @@ from slackinterp.doctor.model_check import check_model
 from slackinterp.doctor.slack_checks import (
     check_app_token,
     check_bot_token,
+    check_setting_names,
     check_settings,
     check_signing_secret,
     check_slack_connection,
@@ -71,10 +73,12 @@ __all__ = [
     "check_app_token",
     "check_bot_token",
     "check_data_dir",
+    "check_data_sources",
     "check_database",
     "check_kernel",
     "check_model",
     "check_sandbox",
+    "check_setting_names",
     "check_settings",
     "check_signing_secret",
     "check_slack_connection",
@@ -108,6 +112,7 @@ def _scrub(check: Check, secrets: Iterable[str]) -> Check:
 
 async def run_checks(settings: Settings) -> list[Check]:
     """Every check, run concurrently, in a fixed order for printing."""
+    data = asyncio.ensure_future(check_data_sources(settings))
     bot, connection, model, kernel, storage, sandbox = await asyncio.gather(
         check_bot_token(settings),
         check_slack_connection(settings),
@@ -116,7 +121,17 @@ async def run_checks(settings: Settings) -> list[Check]:
         check_storage(settings),
         check_sandbox(settings),
     )
-    checks = [*check_settings(settings), bot, connection, model, kernel, *storage, sandbox]
+    checks = [
+        *check_settings(settings),
+        *check_setting_names(),
+        bot,
+        connection,
+        model,
+        kernel,
+        *storage,
+        sandbox,
+    ]
+    checks += await data
     secrets = _secrets(settings)
     return [_scrub(check, secrets) for check in checks]
 
@@ -145,6 +160,7 @@ def main(settings: Settings | None = None, settings_error: SettingsError | None 
             settings_error = exc
     if settings_error is not None or settings is None:
         checks = settings_failures(settings_error or SettingsError(["settings could not load"]))
+        checks += check_setting_names()
     else:
         checks = asyncio.run(run_checks(settings))
     print(render(checks))

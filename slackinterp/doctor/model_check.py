@@ -32,6 +32,7 @@ from slackinterp.doctor.checks import (
     passed,
     skipped,
 )
+from slackinterp.llm.model_fit import adapted_note
 from slackinterp.logs import public_url
 from slackinterp.model_client import openai_client
 
@@ -150,6 +151,9 @@ async def check_model(settings: Settings) -> Check:
         except (APIConnectionError, APIStatusError) as exc:
             return await _model_failure(client, settings, exc)
         where = public_url(str(client.base_url))
+        note += adapted_note(
+            settings.openai_model, where, settings.model_fields_set, settings.data_dir
+        )
         return passed(MODEL, f"'{settings.openai_model}' answers at {where}{note}")
     finally:
         await client.close()

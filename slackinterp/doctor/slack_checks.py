@@ -31,9 +31,9 @@ from slackinterp.slack.preflight import (
     BAD_TOKEN_ERRORS,
     FIX_APP_TOKEN,
     FIX_BOT_TOKEN,
-    check_run_settings,
     network_reason,
 )
+from slackinterp.slack.run_settings import check_run_settings
 
 # --- settings ----------------------------------------------------------------------------
 
@@ -70,6 +70,13 @@ def check_settings(settings: Settings) -> list[Check]:
             "Mode with an app token is simpler: no public URL)"
         )
     return [passed(SETTINGS, f"valid; `slackinterp run` would use {mode}")]
+
+
+def check_setting_names() -> list[Check]:
+    """A failed check per SLACKINTERP_* name no setting reads (a typo, most likely)."""
+    from slackinterp.setting_names import unknown_settings
+
+    return [failed(SETTINGS, u.problem(), u.fix()) for u in unknown_settings()]
 
 
 def settings_failures(error: SettingsError) -> list[Check]:

@@ -15,7 +15,12 @@ import time
 
 import psutil
 
-from slackinterp.egress.policy import IPAddress, plain_address
+from slackinterp.egress.policy import (
+    NAT64_LOCAL,
+    IPAddress,
+    embedded_ipv4,
+    plain_address,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,7 +30,6 @@ METADATA = frozenset(
     for a in ("169.254.169.254", "169.254.170.2", "100.100.100.200", "fd00:ec2::254")
 )
 _CGNAT = ipaddress.ip_network("100.64.0.0/10")
-_NAT64 = ipaddress.ip_network("64:ff9b::/96")
 OWN_TTL = 60.0
 
 
@@ -55,29 +59,26 @@ class OwnAddresses:
         return self._found
 
 
-def _embedded_v4(address: IPAddress) -> ipaddress.IPv4Address | None:
-    """The IPv4 address inside a 6to4, Teredo or NAT64 IPv6 address, if any."""
-    if not isinstance(address, ipaddress.IPv6Address):
-        return None
-    if address.sixtofour is not None:
-        return address.sixtofour
-    if address.teredo is not None:
-        return address.teredo[1]
-    if address in _NAT64:
-        return ipaddress.IPv4Address(int(address) & 0xFFFFFFFF)
-    return None
-
-
 def is_public(address: IPAddress, own: frozenset[IPAddress] = frozenset()) -> bool:
+    """Globally routable, and none of the IPv4 addresses it may carry is private (mapped,
+    compatible, SIIT, NAT64, 6to4, Teredo: policy.embedded_ipv4). The local-use NAT64 prefix
+    is never public: where its IPv4 sits depends on the operator's prefix length."""
     address = plain_address(address)
-    inner = _embedded_v4(address)
-    if inner is not None and not is_public(inner, own):
+    if any(not is_public(inner, own) for inner in embedded_ipv4(address)):
         return False
-    if address in own:
+    if address in own or address in NAT64_LOCAL:
         return False
     if isinstance(address, ipaddress.IPv4Address) and address in _CGNAT:
         return False
     return address.is_global and not address.is_multicast
+
+
+def never(address: IPAddress) -> bool:
+    """Metadata, multicast or unspecified, itself or as the IPv4 it carries: never dialled."""
+    for candidate in (address, *embedded_ipv4(address)):
+        if candidate in METADATA or candidate.is_multicast or candidate.is_unspecified:
+            return True
+    return False
 
 
 def vet(
@@ -89,7 +90,7 @@ def vet(
     kept: list[IPAddress] = []
     for raw in addresses:
         address = plain_address(raw)
-        if address in METADATA or address.is_multicast or address.is_unspecified:
+        if never(address):
             continue
         if private or is_public(address, own):
             kept.append(address)

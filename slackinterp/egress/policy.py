@@ -73,7 +73,13 @@ class Rule:
         if ports and port not in ports:
             return False
         if self.network is not None:
-            return host.address is not None and host.address in self.network
+            if host.address is None:
+                return False
+            if host.address in self.network:
+                return True
+            # A deny of an IPv4 network also covers the IPv6 forms that carry it to an IPv4
+            # host (an allow never widens that way).
+            return deny and any(inner in self.network for inner in embedded_ipv4(host.address))
         if host.address is not None or self.name is None:
             return False  # a name rule never matches an IP literal
         if self.wildcard:
@@ -174,6 +180,55 @@ def _address_host(text: str, raw: str) -> Host:
 def address_host(address: IPAddress) -> Host:
     address = plain_address(address)
     return Host(str(address), address)
+
+
+_COMPATIBLE = ipaddress.ip_network("::/96")  # IPv4-compatible ::a.b.c.d (deprecated)
+_SIIT = ipaddress.ip_network("::ffff:0:0:0/96")  # SIIT ::ffff:0:a.b.c.d
+_NAT64 = ipaddress.ip_network("64:ff9b::/96")  # well-known NAT64 prefix (RFC 6052)
+NAT64_LOCAL = ipaddress.ip_network("64:ff9b:1::/48")  # local-use NAT64 (RFC 8215)
+
+
+def _bits(number: int, start: int, length: int) -> int:
+    """`length` bits of a 128-bit number from bit `start` (0 = the most significant)."""
+    return (number >> (128 - start - length)) & ((1 << length) - 1)
+
+
+def embedded_ipv4(address: IPAddress) -> tuple[ipaddress.IPv4Address, ...]:
+    """Every IPv4 address an IPv6 address may carry to an IPv4 host: mapped, compatible,
+    SIIT, NAT64 (the well-known /96, and the local-use /48 at each position RFC 6052 allows
+    for a prefix of 48, 56, 64 or 96 bits, since its length is the operator's choice), 6to4
+    and Teredo (server and client). A translator or tunnel on the host would route these, so
+    filters compare them like the IPv4 address itself."""
+    if not isinstance(address, ipaddress.IPv6Address):
+        return ()
+    number = int(address)
+    found: list[int] = []
+    if address.ipv4_mapped is not None or address in _COMPATIBLE or address in _SIIT:
+        found.append(number & 0xFFFFFFFF)
+    if address in _NAT64:
+        found.append(number & 0xFFFFFFFF)
+    if address in NAT64_LOCAL:
+        found += [
+            _bits(number, 48, 16) << 16 | _bits(number, 72, 16),  # /48 (bits 64-71 are u)
+            _bits(number, 56, 8) << 24 | _bits(number, 72, 24),  # /56
+            _bits(number, 72, 32),  # /64
+            number & 0xFFFFFFFF,  # /96
+        ]
+    if address.sixtofour is not None:
+        found.append(int(address.sixtofour))
+    if address.teredo is not None:
+        found += [int(address.teredo[0]), int(address.teredo[1])]
+    return tuple(dict.fromkeys(ipaddress.IPv4Address(n) for n in found))
+
+
+def denied_address(policy: Policy, address: IPAddress, port: int) -> Rule | None:
+    """The IP or network deny rule an address (one a name resolved to) falls under, if any:
+    a name allowed by a channel never reaches an address the settings deny."""
+    host = address_host(address)
+    for rule in policy.deny:
+        if rule.network is not None and rule.matches(host, port, deny=True):
+            return rule
+    return None
 
 
 def plain_address(address: IPAddress) -> IPAddress:

@@ -17,48 +17,32 @@ import ipaddress
 import logging
 import os
 import socket
-import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-from urllib.parse import urlsplit
 
 from slackinterp import metrics
 from slackinterp.egress import addresses
+from slackinterp.egress.head import BadRequest, Request, answer, parse_head, why
+from slackinterp.egress.inject import SecretInjector
+from slackinterp.egress.journal import Journal, Key
 from slackinterp.egress.policy import (
     BadHost,
     Decision,
     IPAddress,
     Policy,
+    Verdict,
     canonical_host,
     decide,
+    denied_address,
 )
+from slackinterp.egress.shares import ProxyLimits as ProxyLimits
+from slackinterp.egress.shares import Shares
+from slackinterp.egress.tunnel import Flow, tunnel
 
 log = logging.getLogger(__name__)
 
 CHUNK = 256 * 1024
-_HOP_BY_HOP = {
-    "connection",
-    "keep-alive",
-    "proxy-connection",
-    "proxy-authorization",
-    "proxy-authenticate",
-    "te",
-    "trailer",
-    "upgrade",
-    "host",
-}
-
-
-@dataclass(frozen=True)
-class ProxyLimits:
-    per_kernel: int = 32  # concurrent connections of one kernel
-    total: int = 512  # concurrent connections of all kernels
-    head_bytes: int = 8192  # a request's line and headers
-    head_timeout: float = 10.0
-    connect_timeout: float = 10.0  # lookup and connect together
-    idle_timeout: float = 300.0  # no byte either way for this long ends a tunnel
 
 
 @dataclass(frozen=True)
@@ -67,8 +51,10 @@ class Blocked:
 
     host: str
     port: int
-    reason: str  # blocked-by-allowlist | blocked-by-denylist | blocked-address | bad-host
-    rule: str | None = None
+    # blocked-by-allowlist | blocked-by-denylist | blocked-address | bad-host |
+    # too-many-tunnels (host "" and port 0: refused before its request was read)
+    reason: str
+    rule: str | None = None  # the rule that refused; for too-many-tunnels, the cap
 
 
 PolicyLookup = Callable[[str | None], Awaitable[Policy]]  # channel (None: no thread yet)
@@ -88,81 +74,6 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-class BadRequest(Exception):
-    def __init__(self, status: int, error: str, message: str):
-        super().__init__(message)
-        self.status = status
-        self.error = error
-
-
-@dataclass
-class Request:
-    method: str
-    host: str
-    port: int
-    connect: bool
-    upstream_head: bytes = b""  # plain HTTP: the rebuilt request head
-
-
-def parse_head(head: bytes) -> Request:
-    """The request line and headers of a proxy request (CONNECT or absolute-form)."""
-    try:
-        text = head.decode("latin-1")
-    except UnicodeDecodeError:  # pragma: no cover - latin-1 decodes every byte
-        raise BadRequest(400, "bad-request", "unreadable request") from None
-    lines = text.split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise BadRequest(400, "bad-request", "malformed request line")
-    method, target, _version = parts
-    if method == "CONNECT":
-        host, port = _authority(target, None)
-        return Request(method, host, port, True)
-    if not target.lower().startswith("http://"):
-        raise BadRequest(
-            400, "bad-request", "send https through CONNECT and http as an absolute URL"
-        )
-    url = urlsplit(target)
-    if url.username is not None or url.password is not None:
-        raise BadRequest(400, "bad-request", "credentials in the URL")
-    host, port = _authority(url.netloc, 80)
-    path = url.path or "/"
-    if url.query:
-        path += "?" + url.query
-    drop = set(_HOP_BY_HOP)
-    headers: list[str] = []
-    for line in lines[1:]:
-        if not line:
-            continue
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise BadRequest(400, "bad-request", "malformed header")
-        if name.lower() == "connection":
-            drop |= {v.strip().lower() for v in value.split(",")}
-        headers.append(line)
-    kept = [h for h in headers if h.partition(":")[0].lower() not in drop]
-    authority = url.netloc.rpartition("@")[2]
-    rebuilt = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close"]
-    return Request(method, host, port, False, ("\r\n".join(rebuilt) + "\r\n\r\n").encode("latin-1"))
-
-
-def _authority(text: str, default_port: int | None) -> tuple[str, int]:
-    if text.startswith("["):
-        end = text.find("]")
-        host, rest = text[: end + 1], text[end + 1 :]
-    else:
-        host, sep, rest = text.rpartition(":")
-        if not sep:
-            host, rest = text, ""
-        else:
-            rest = ":" + rest
-    if rest.startswith(":") and rest[1:].isdigit():
-        return host, int(rest[1:])
-    if not rest and default_port is not None:
-        return host, default_port
-    raise BadRequest(400, "bad-request", "the target needs host:port")
-
-
 class KernelListener:
     """One kernel's listener: who it speaks for, its open connections, what it refused."""
 
@@ -174,6 +85,8 @@ class KernelListener:
         self.thread: str | None = None  # the thread key; None while the kernel is pooled
         self.server: asyncio.Server | None = None
         self.tasks: set[asyncio.Task[None]] = set()
+        self.held = 0  # open connections (Shares.take)
+        self.journal = Journal(log, lambda: self.thread)
         self._blocked: dict[tuple[str, int], Blocked] = {}
 
     @property
@@ -206,19 +119,12 @@ class KernelListener:
             await asyncio.gather(*self.tasks, return_exceptions=True)
         with contextlib.suppress(OSError):
             self.path.unlink()
+        self.journal.flush()
 
     async def restart(self) -> None:
         """The kernel restarts: its connections end and a new listener takes the path."""
         await self.close()
         await self.proxy.start(self)
-
-
-@dataclass
-class _Flow:
-    up: int = 0
-    down: int = 0
-    last: float = field(default_factory=time.monotonic)
-    forwarded: bool = False  # the transports went to _Forward protocols
 
 
 class EgressProxy:
@@ -231,11 +137,14 @@ class EgressProxy:
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
         own_addresses: Callable[[], frozenset[IPAddress]] | None = None,
+        injector: SecretInjector | None = None,
     ):
         self.policy_for = policy_for
+        self.injector = injector  # hosts whose secrets the proxy adds (egress/inject.py)
         self.limits = limits or ProxyLimits()
         self.resolver = resolver or system_resolver
         self.own_addresses = own_addresses or addresses.OwnAddresses().get
+        self.shares = Shares(self.limits)
         self.active = 0
 
     async def listen(
@@ -268,26 +177,42 @@ class EgressProxy:
     async def _serve(
         self, listener: KernelListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
-        limits = self.limits
-        if self.active >= limits.total or len(listener.tasks) > limits.per_kernel:
+        grant = self.shares.take(listener.held, listener.channel)
+        if isinstance(grant, str):  # the cap that refuses
             metrics.EGRESS_REQUESTS.labels("deny", "limit").inc()
-            log.warning(
-                "egress.limit thread=%s active=%d kernel_active=%d",
+            listener.journal.write(
+                logging.WARNING,
+                Key("egress.limit", "deny", "too-many-tunnels"),
+                "egress.limit thread=%s cap=%s kernel_active=%d shared_active=%d",
                 listener.thread,
-                self.active,
-                len(listener.tasks),
+                grant.replace(" ", "_"),
+                listener.held,
+                self.shares.shared,
             )
-            await _answer(writer, 503, "too-many-tunnels", "too many open connections; try later")
+            listener.note_blocked(Blocked("", 0, "too-many-tunnels", grant))
+            message = f"too many open connections ({grant}); close some or try later"
+            await answer(writer, 503, "too-many-tunnels", message)
             writer.close()
             return
+        listener.held += 1
         self.active += 1
-        flow = _Flow()
+        flow = Flow()
         try:
             await self._request(listener, reader, writer, flow)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
+        except Exception as exc:  # never a traceback in the log for a kernel's request
+            listener.journal.write(
+                logging.WARNING,
+                Key("egress.failed", "deny", type(exc).__name__),
+                "egress.failed thread=%s error=%s",
+                listener.thread,
+                repr(exc)[:200],
+            )
         finally:
+            listener.held -= 1
             self.active -= 1
+            self.shares.release(grant)
             writer.close()
             if not flow.forwarded:  # else the stream's protocol is gone: nothing to wait for
                 with contextlib.suppress(Exception):
@@ -298,7 +223,7 @@ class EgressProxy:
         listener: KernelListener,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
-        flow: _Flow,
+        flow: Flow,
     ) -> None:
         limits = self.limits
         try:
@@ -308,20 +233,21 @@ class EgressProxy:
                 raise BadRequest(431, "head-too-large", "request head too large")
             request = parse_head(head[:-4])
         except (TimeoutError, asyncio.LimitOverrunError):
-            await _answer(writer, 431, "head-too-large", "request head too large or too slow")
+            exc = BadRequest(431, "head-too-large", "request head too large or too slow")
+            await self._bad(listener, writer, exc)
             return
         except asyncio.IncompleteReadError:
             return  # closed before a request: nothing to say
         except BadRequest as exc:
-            await _answer(writer, exc.status, exc.error, str(exc))
+            await self._bad(listener, writer, exc)
             return
         policy = await self.policy_for(listener.channel)
         decision = decide(policy, request.host, request.port)
         if not decision.allowed:
             self._refused(listener, decision, decision.reason, request)
-            await _answer(writer, 403, decision.reason, _why(decision))
+            await answer(writer, 403, decision.reason, why(decision))
             return
-        upstream = await self._dial(listener, decision, request, writer)
+        upstream = await self._dial(listener, policy, decision, request, writer)
         if upstream is None:
             return
         up_reader, up_writer = upstream
@@ -331,7 +257,15 @@ class EgressProxy:
             else:
                 up_writer.write(request.upstream_head)
                 flow.up += len(request.upstream_head)
-            await self._tunnel(reader, writer, up_reader, up_writer, flow)
+            bound = self.injector.bound(decision.host, decision.port) if self.injector else None
+            if bound is not None and request.connect and self.injector is not None:
+                # A host with a bound secret: TLS ends here, the secret is added (egress/inject.py).
+                up, down = await self.injector.serve(
+                    listener.thread, bound, reader, writer, up_reader, up_writer
+                )
+                flow.up, flow.down = flow.up + up, flow.down + down
+            else:
+                await tunnel(reader, writer, up_reader, up_writer, flow, limits)
         finally:
             up_writer.close()
             if not flow.forwarded:
@@ -339,7 +273,9 @@ class EgressProxy:
                     await up_writer.wait_closed()
             metrics.EGRESS_BYTES.labels("up").inc(flow.up)
             metrics.EGRESS_BYTES.labels("down").inc(flow.down)
-            log.info(
+            listener.journal.write(
+                logging.INFO,
+                Key("egress.decision", "allow", "-", decision.host, decision.port),
                 "egress.decision thread=%s host=%s port=%d decision=allow rule=%s method=%s "
                 "bytes_up=%d bytes_down=%d",
                 listener.thread,
@@ -354,11 +290,14 @@ class EgressProxy:
     async def _dial(
         self,
         listener: KernelListener,
+        policy: Policy,
         decision: Decision,
         request: Request,
         writer: asyncio.StreamWriter,
     ) -> tuple[asyncio.StreamReader, asyncio.StreamWriter] | None:
-        """Resolve once, vet, connect to a vetted address; None after answering the client."""
+        """Resolve once, drop the addresses an IP or network deny rule covers (also as the
+        IPv4 they carry), vet the rest, connect to a vetted address; None after answering
+        the client."""
         try:
             literal = canonical_host(decision.host).address
         except BadHost:  # pragma: no cover - decide() canonicalised it already
@@ -371,7 +310,18 @@ class EgressProxy:
                     if literal is not None
                     else await self.resolver(decision.host, decision.port)
                 )
-                vetted = addresses.vet(found, private=decision.private, own=self.own_addresses())
+                kept = [a for a in found if denied_address(policy, a, decision.port) is None]
+                if found and not kept:
+                    rule = denied_address(policy, found[0], decision.port)
+                    assert rule is not None
+                    refused = Decision(
+                        Verdict.DENY, decision.host, decision.port, rule.text, "blocked-by-denylist"
+                    )
+                    self._refused(listener, refused, refused.reason, request, found)
+                    message = f"{decision.host} resolves to an address denied by rule {rule.text}"
+                    await answer(writer, 403, refused.reason, message)
+                    return None
+                vetted = addresses.vet(kept, private=decision.private, own=self.own_addresses())
                 if not vetted:
                     refused = Decision(
                         decision.verdict,
@@ -381,7 +331,7 @@ class EgressProxy:
                         "blocked-address",
                     )
                     self._refused(listener, refused, "blocked-address", request, found)
-                    await _answer(
+                    await answer(
                         writer,
                         403,
                         "blocked-address",
@@ -401,7 +351,9 @@ class EgressProxy:
             last_error = "timed out"
         except OSError as exc:  # the lookup failed (socket.gaierror)
             last_error = str(exc) or type(exc).__name__
-        log.info(
+        listener.journal.write(
+            logging.INFO,
+            Key("egress.decision", "allow", "upstream-failed", decision.host, decision.port),
             "egress.decision thread=%s host=%s port=%d decision=allow rule=%s "
             "upstream_failed=%s bytes_up=0 bytes_down=0",
             listener.thread,
@@ -410,8 +362,24 @@ class EgressProxy:
             decision.rule,
             last_error.replace(" ", "_"),
         )
-        await _answer(writer, 502, "upstream-failed", f"cannot reach {decision.host}: {last_error}")
+        await answer(writer, 502, "upstream-failed", f"cannot reach {decision.host}: {last_error}")
         return None
+
+    async def _bad(
+        self, listener: KernelListener, writer: asyncio.StreamWriter, exc: BadRequest
+    ) -> None:
+        """A malformed request: its answer, and one warning line (bounded by the journal)."""
+        metrics.EGRESS_REQUESTS.labels("deny", exc.error).inc()
+        listener.journal.write(
+            logging.WARNING,
+            Key("egress.bad_request", "deny", exc.error),
+            "egress.bad_request thread=%s status=%d error=%s reason=%s",
+            listener.thread,
+            exc.status,
+            exc.error,
+            str(exc).replace(" ", "_"),
+        )
+        await answer(writer, exc.status, exc.error, str(exc))
 
     def _refused(
         self,
@@ -422,7 +390,9 @@ class EgressProxy:
         found: list[IPAddress] | None = None,
     ) -> None:
         metrics.EGRESS_REQUESTS.labels("deny", reason).inc()
-        log.info(
+        listener.journal.write(
+            logging.INFO,
+            Key("egress.decision", "deny", reason, decision.host, decision.port),
             "egress.decision thread=%s host=%s port=%d decision=deny rule=%s reason=%s "
             "method=%s resolved=%s bytes_up=0 bytes_down=0",
             listener.thread,
@@ -434,137 +404,3 @@ class EgressProxy:
             ",".join(str(a) for a in found or []) or "-",
         )
         listener.note_blocked(Blocked(decision.host, decision.port, reason, decision.rule))
-
-    async def _tunnel(
-        self,
-        reader: asyncio.StreamReader,
-        writer: asyncio.StreamWriter,
-        up_reader: asyncio.StreamReader,
-        up_writer: asyncio.StreamWriter,
-        flow: _Flow,
-    ) -> None:
-        """Bytes both ways until both sides are done, a side fails, or nothing moved for the
-        idle timeout. The transports are handed to forwarding protocols (each received chunk
-        is written to the other side at once, reading pauses while the other side's buffer is
-        full): no coroutine per chunk and no copy through a StreamReader's buffer."""
-        loop = asyncio.get_running_loop()
-        done: asyncio.Future[None] = loop.create_future()
-        down = writer.transport
-        up = up_writer.transport
-        to_up = _Forward(up, flow, True, done)
-        to_down = _Forward(down, flow, False, done)
-        to_up.other, to_down.other = to_down, to_up
-        early = _take_buffered(reader)  # sent after the head, before the tunnel (TLS hello)
-        flow.forwarded = True
-        down.set_protocol(to_up)
-        up.set_protocol(to_down)
-        if early:
-            to_up.data_received(early)
-        if reader.at_eof():
-            to_up.eof_received()
-        idle = self.limits.idle_timeout
-        try:
-            while not done.done():
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(done), min(idle, 30.0))
-                if not done.done() and time.monotonic() - flow.last > idle:
-                    break
-        finally:
-            for transport in (down, up):
-                transport.close()
-
-
-class _Forward(asyncio.Protocol):
-    """Reads one side of a tunnel and writes the other (`peer`)."""
-
-    def __init__(
-        self, peer: asyncio.BaseTransport, flow: _Flow, upward: bool, done: asyncio.Future[None]
-    ):
-        self.peer: Any = peer
-        self.flow = flow
-        self.upward = upward
-        self.done = done
-        self.other: _Forward | None = None
-        self.eof = False
-
-    def data_received(self, data: bytes) -> None:
-        self.peer.write(data)
-        if self.upward:
-            self.flow.up += len(data)
-        else:
-            self.flow.down += len(data)
-        self.flow.last = time.monotonic()
-
-    def eof_received(self) -> bool:
-        self.eof = True
-        with contextlib.suppress(OSError, RuntimeError, AttributeError):
-            if self.peer.can_write_eof():
-                self.peer.write_eof()
-        if self.other is not None and self.other.eof:
-            self._finish()
-        return True  # keep the transport: the other direction may still be running
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.peer.close()
-        self._finish()
-
-    def pause_writing(self) -> None:  # this side's send buffer is full: stop reading the other
-        if self.other is not None:
-            with contextlib.suppress(RuntimeError):
-                self.other._source().pause_reading()
-
-    def resume_writing(self) -> None:
-        if self.other is not None:
-            with contextlib.suppress(RuntimeError):
-                self.other._source().resume_reading()
-
-    def _source(self) -> Any:
-        """The transport this protocol reads: the peer of the other direction."""
-        assert self.other is not None
-        return self.other.peer
-
-    def _finish(self) -> None:
-        if not self.done.done():
-            self.done.set_result(None)
-
-
-def _take_buffered(reader: asyncio.StreamReader) -> bytes:
-    """Bytes a StreamReader already holds beyond what was read (asyncio keeps them in its
-    private buffer; there is no public way to take them without awaiting)."""
-    buffer = getattr(reader, "_buffer", None)
-    if not buffer:
-        return b""
-    data = bytes(buffer)
-    buffer.clear()
-    return data
-
-
-def _why(decision: Decision) -> str:
-    where = f"{decision.host}:{decision.port}"
-    if decision.reason == "blocked-by-denylist":
-        return f"{where} is denied by the network policy (rule {decision.rule})"
-    if decision.reason == "bad-host":
-        return f"malformed host {decision.host!r}"
-    return f"{where} is not on this channel's network allowlist"
-
-
-async def _answer(writer: asyncio.StreamWriter, status: int, error: str, message: str) -> None:
-    """A short plain-text answer: clients hide the body, so the header names the cause too."""
-    reasons = {
-        400: "Bad Request",
-        403: "Forbidden",
-        431: "Request Header Fields Too Large",
-        502: "Bad Gateway",
-        503: "Service Unavailable",
-    }
-    body = f"slackinterp egress: {message}\n".encode()
-    head = (
-        f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"
-        f"X-Proxy-Error: {error}\r\n"
-        "Content-Type: text/plain; charset=utf-8\r\n"
-        f"Content-Length: {len(body)}\r\n"
-        "Connection: close\r\n\r\n"
-    ).encode()
-    with contextlib.suppress(OSError, RuntimeError):
-        writer.write(head + body)
-        await writer.drain()

@@ -17,7 +17,8 @@ from collections import OrderedDict
 from pathlib import Path
 from typing import Protocol
 
-from slackinterp.egress import relay
+from slackinterp.egress import ca, relay
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
 from slackinterp.egress.proxy import (
     EgressProxy,
@@ -86,13 +87,22 @@ class Egress:
         channel_rules: ChannelRules | None = None,
         limits: ProxyLimits | None = None,
         resolver: Resolver | None = None,
+        injector: SecretInjector | None = None,
     ):
         self.mode = NetworkMode(mode)
         self.allow = parse_rules(list(allow))
         self.deny = parse_rules(list(deny))
         self.channel_rules = channel_rules
-        self.proxy = EgressProxy(self.policy_for, limits=limits, resolver=resolver)
+        self.injector = injector  # hosts with bound secrets (egress/inject.py)
+        self.proxy = EgressProxy(
+            self.policy_for, limits=limits, resolver=resolver, injector=injector
+        )
         self._cache: OrderedDict[str, tuple[float, Policy]] = OrderedDict()
+
+    def set_injector(self, injector: SecretInjector) -> None:
+        """Add bound secrets for hosts (before any kernel starts)."""
+        self.injector = injector
+        self.proxy.injector = injector
 
     @property
     def enforcing(self) -> bool:
@@ -147,6 +157,8 @@ class Egress:
         if not self.enforcing:
             return None
         uid, gid = owner if owner is not None else (None, None)
+        if self.injector is not None:  # the kernel trusts the bot's CA (and the system's roots)
+            self.injector.ca.write_bundle(runtime, uid, gid)
         return await self.proxy.listen(runtime / SOCKET_NAME, uid, gid)
 
     def kernel_env(self, socket_inside: str | None, home: str) -> dict[str, str]:
@@ -154,4 +166,7 @@ class Egress:
         env = packages_env(home)
         if socket_inside is not None:
             env.update(proxy_env(socket_inside))
+            if self.injector is not None:
+                runtime_inside = socket_inside.rsplit("/", 1)[0]
+                env.update(ca.trust_env(f"{runtime_inside}/{ca.BUNDLE_NAME}"))
         return env

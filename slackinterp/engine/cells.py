@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,13 @@ from slackinterp.engine.events import (
     Notice,
 )
 from slackinterp.engine.session import ThreadSession
-from slackinterp.errors import FailureKind, NoticeKind, RestoreReason, SlackinterpError
+from slackinterp.errors import (
+    FailureKind,
+    NoticeKind,
+    RestoreReason,
+    SlackinterpError,
+    TurnOrigin,
+)
 from slackinterp.kernels import shell
 from slackinterp.kernels.execution import (
     CellControl,
@@ -41,12 +47,15 @@ from slackinterp.kernels.execution import (
 )
 from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.kernels.registry import KernelRegistry, Lease
-from slackinterp.kernels.stdin import InputRequest
+from slackinterp.kernels.stdin import InputRequest, recorded
 from slackinterp.llm import prompts
 from slackinterp.llm.port import CellRun, CellSource
 from slackinterp.store import Store
 
 log = logging.getLogger(__name__)
+
+# How long a cell runs at the bot's priority before its kernel goes back below it.
+HURRY_SECONDS = 1.0
 
 Emit = Callable[[Event], None]
 
@@ -68,7 +77,9 @@ class CellRunner:
 
     # --- where a thread's kernel and files are -----------------------------------------------
     async def lease(self, session: ThreadSession, emit: Emit) -> Lease:
-        """The thread's kernel, leased (not evictable) until registry.mark_idle."""
+        """The thread's kernel, leased (not evictable) until registry.mark_idle. A new
+        kernel gets the thread's state back by replay, unless the thread is new (a
+        scheduled run's key always is: its first kernel is fresh)."""
         lease = await self.registry.acquire(session.key.id, session.workdir, fresh=session.fresh)
         session.fresh = False
         if lease.restore is not None:
@@ -98,6 +109,13 @@ class CellRunner:
         if self.files_with_kernel:
             self.registry.mark_idle(session.key.id)
 
+    async def listing(self, session: ThreadSession) -> workspace.Snapshot:
+        """The thread's files. With the kernel: as of the last cell (asking the kernel would
+        wait behind a running cell)."""
+        if self.files_with_kernel:
+            return session.snapshot
+        return await asyncio.to_thread(workspace.snapshot, session.workdir)
+
     def outbox(self, session: ThreadSession) -> Path:
         """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
         return self.settings.data_dir / "outbox" / session.key.dirname
@@ -108,8 +126,16 @@ class CellRunner:
 
     # --- a visible cell ----------------------------------------------------------------------
     async def run(
-        self, session: ThreadSession, code: str, source: CellSource, emit: Emit
+        self,
+        session: ThreadSession,
+        code: str,
+        source: CellSource,
+        emit: Emit,
+        *,
+        answers: Sequence[str | None] | None = None,
     ) -> CellRun:
+        """`answers`: what the cell's input() calls get (a replayed cell's recorded ones);
+        None: the thread is asked."""
         key = session.key.id
         lease = await self.lease(session, emit)
         result: CellResult | None = None
@@ -122,7 +148,7 @@ class CellRunner:
                 raise QuotaExceeded(over + notices.QUOTA_BEFORE)
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
-            result = await self._execute(session, lease, cell_id, code, emit, source)
+            result = await self._execute(session, lease, cell_id, code, emit, source, answers)
             pages: list[Event] = []  # charts' interactive pages: attached after the cell
             result = await self.charts.render(result, cell_id, self.outbox(session), pages.append)
             notes = notices.network_notes(lease.kernel, self.settings.command)
@@ -152,6 +178,7 @@ class CellRunner:
         code: str,
         emit: Emit,
         source: CellSource,
+        answers: Sequence[str | None] | None = None,
     ) -> CellResult:
         control = CellControl()
         if session.stop_requested.is_set():
@@ -162,11 +189,19 @@ class CellRunner:
         async def on_output(output: Output, shown: tuple[Shown, ...]) -> None:
             emit(CellOutput(cell_id, output, shown))
 
+        if answers is None and session.origin is TurnOrigin.SCHEDULED:
+            answers = ()  # a schedule asks nobody: a question it did not record gets ""
+
         async def on_input(request: InputRequest) -> str:
             return await session.inputs.ask(cell_id, request, emit, self.settings.input_timeout)
 
         if shell.has_shell_line(code):
             shell.make_strict(lease.kernel.client)
+        # The cell's first moments at the bot's priority: a follow-up's output is what the
+        # person waits for, and the kernels' lower priority (KERNEL_NICE) made it wait for
+        # any other load on the machine. A long cell goes back below the bot.
+        lease.kernel.hurry(True)
+        calm = asyncio.get_running_loop().call_later(HURRY_SECONDS, lease.kernel.hurry, False)
         try:
             return await run_cell(
                 lease.kernel,
@@ -182,9 +217,11 @@ class CellRunner:
                 user_expressions=(
                     {"vars": prompts.VARIABLES_EXPRESSION} if source == "model" else None
                 ),
-                on_input=on_input,
+                on_input=on_input if answers is None else recorded(answers),
             )
         finally:
+            calm.cancel()
+            lease.kernel.hurry(False)
             lease.kernel.control = None
 
     async def _after_cell(
@@ -214,7 +251,7 @@ class CellRunner:
             # The front-end first: without this yield the record's SQL set-up (~1 ms of the
             # event loop) would run before the cell's message is even sent.
             await asyncio.sleep(0)
-            await self.store.record_cell(
+            stored = await self.store.record_cell(
                 key,
                 code,
                 ok=result.ok,
@@ -223,6 +260,8 @@ class CellRunner:
                 answers=[answer.kept for answer in result.answers],
                 outputs=lambda number, used: self._export_outputs(result, number, used),
             )
+            if result.ok:
+                session.unsaved_cell = stored  # saved at the end of the turn
         log.info(
             "cell.finished thread=%s cell=%s status=%s seconds=%.3f",
             key,
@@ -282,7 +321,9 @@ class CellRunner:
         return produced
 
     # --- a hidden cell -----------------------------------------------------------------------
-    async def run_hidden(self, session: ThreadSession, code: str, emit: Emit) -> str:
+    async def run_hidden(
+        self, session: ThreadSession, code: str, emit: Emit, *, timeout: float = 30.0
+    ) -> str:
         """Run a helper silently in the thread's kernel and return what it printed."""
         key = session.key.id
         lease = await self.lease(session, emit)
@@ -291,7 +332,7 @@ class CellRunner:
             result = await run_cell(
                 lease.kernel,
                 code,
-                timeout=min(30.0, self.settings.exec_timeout),
+                timeout=min(timeout, self.settings.exec_timeout),
                 grace=self.settings.interrupt_grace,
                 max_output_chars=200_000,
                 silent=True,

@@ -161,15 +161,23 @@ _WHY = {
     RestoreReason.REAPED: "after the idle stop",
     RestoreReason.RESTARTED: "after the restart",
     RestoreReason.NEW_PROCESS: "after the bot restarted",
+    RestoreReason.FORKED: "of the original thread",
 }
 
 
 def restore_notice(report: RestoreReport) -> Notice:
     why = _WHY.get(report.reason, "") if report.reason is not None else ""
+    if report.snapshot is not None:
+        return Notice(NoticeKind.RESTORED, _snapshot_restore(report, why))
     text = (
         f"Restored state by replaying {report.replayed} of {report.total} "
         f"cell{'s' if report.total != 1 else ''} ({report.seconds:.1f} s) {why}."
     ).replace(" .", ".")
+    return Notice(NoticeKind.RESTORED, text + _replay_trouble(report))
+
+
+def _replay_trouble(report: RestoreReport) -> str:
+    text = ""
     if report.failed:
         failed = ", ".join(f"#{i} ({name})" for i, name in report.failed[:5])
         text += f" These failed on replay: {failed}."
@@ -177,7 +185,35 @@ def restore_notice(report: RestoreReport) -> Notice:
         text += (
             " The replay ran out of time (SLACKINTERP_RESTORE_TIMEOUT); later cells were skipped."
         )
-    return Notice(NoticeKind.RESTORED, text)
+    return text
+
+
+def _snapshot_restore(report: RestoreReport, why: str) -> str:
+    """`Restored 12 variables from the snapshot (0.4 s); re-ran cell #3 for lk (a lock).`"""
+    loaded = report.snapshot
+    assert loaded is not None
+    count = loaded.restored
+    text = (
+        f"Restored {count} variable{'s' if count != 1 else ''} from the snapshot "
+        f"({report.seconds:.1f} s) {why}"
+    ).rstrip()
+    reruns = [
+        f"cell #{r.number} for "
+        + ", ".join(f"{name} ({what})" for name, what in zip(r.names[:5], r.why[:5], strict=False))
+        for r in loaded.reran[:5]
+    ]
+    if reruns:
+        text += "; re-ran " + "; ".join(reruns)
+    text += "."
+    if report.total:
+        text += (
+            f" Replayed {report.replayed} of the {report.total} "
+            f"cell{'s' if report.total != 1 else ''} after it."
+        )
+    if loaded.lost:
+        lost = ", ".join(f"{name} ({what})" for name, what in loaded.lost[:5])
+        text += f" Could not bring back: {lost}."
+    return text + _replay_trouble(report)
 
 
 # --- the network -------------------------------------------------------------------------
@@ -197,6 +233,11 @@ def network_notes(kernel: object, command: str = "/interp") -> tuple[str, ...]:
 def network_blocked(blocked: Blocked, command: str = "/interp") -> str:
     """One line under the cell (and in the model's view of it) per refused host: clients
     hide the proxy's answer ("No matching distribution", "Tunnel connection failed: 403")."""
+    if blocked.reason == "too-many-tunnels":  # refused before its request was read
+        return (
+            f"🔒 A network connection was refused: too many open at once ({blocked.rule}). "
+            "Close connections the code no longer needs, or retry later."
+        )
     host = f"[{blocked.host}]" if ":" in blocked.host else blocked.host
     where = f"{host}:{blocked.port}"
     rule = host if blocked.port == 443 else where

@@ -79,6 +79,8 @@ class StatusFacts(Protocol):
     @property
     def queued(self) -> int: ...
     @property
+    def snapshots(self) -> bool: ...
+    @property
     def replayable(self) -> int: ...
 
 
@@ -98,6 +100,8 @@ def thread_status(status: StatusFacts) -> list[StatusLine]:
         kernel = f"running, {state}"
         if status.memory_bytes:
             kernel += f", {status.memory_bytes / 1024 / 1024:.0f} MiB"
+    elif status.replayable and status.snapshots:
+        kernel = "stopped; its variables come back from the snapshot on the next message"
     elif status.replayable:
         cells = plural(status.replayable, "cell")
         kernel = f"stopped; {cells} will be replayed on the next message"
@@ -143,6 +147,7 @@ CONTROLS: tuple[Control, ...] = (
     Control("status", "kernel state, cells run and files"),
     Control("files", "list the files in the working directory"),
     Control("export", "this session as a Jupyter notebook (.ipynb)"),
+    Control("undo", "variables back to before the last step (files are not undone)"),
     Control("help", "this text"),
 )
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 from slackinterp.engine.inputs import InputDesk
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.execution import CellControl
 
 
@@ -46,6 +47,20 @@ class ThreadSession:
     instructions: list[Instruction] = field(default_factory=list)
     # A question the running cell asks (input(), getpass()) and who may answer it.
     inputs: InputDesk = field(default_factory=InputDesk)
+    # Snapshots (engine/snapshots.py): the newest successful cell (store id) not saved yet,
+    # and whether the thread was told its variables no longer all fit SLACKINTERP_SNAPSHOT_MAX_MB.
+    unsaved_cell: int | None = None
+    told_over_cap: bool = False
+    # Whose turn runs (or ran last): a scheduled run's session lives for that one turn.
+    origin: TurnOrigin = TurnOrigin.PERSON
+
+    @property
+    def restores(self) -> bool:
+        """Whether the thread's state is kept to come back later (snapshots). Not a
+        scheduled run's: its key is new each time, so it starts from a fresh kernel (fresh
+        results are its point), and it is put away when it ends. Should its kernel be lost
+        mid-run, the run's own cells so far are replayed, as for any thread."""
+        return self.origin is TurnOrigin.PERSON
 
     @property
     def busy(self) -> bool:

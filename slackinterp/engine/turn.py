@@ -13,21 +13,20 @@ import logging
 import re
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
-
-import psutil
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import Settings
-from slackinterp.engine import inputs, intake, notebook, notices, workspace
+from slackinterp.engine import fork, inputs, intake, notebook, notices, steering, workspace
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
-    AssistantDelta,
     AssistantText,
     Event,
+    FileReceived,
     InstructionTaken,
     Notice,
     TurnFailed,
@@ -35,18 +34,25 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
+from slackinterp.engine.fork import Forked
 from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
+from slackinterp.engine.port import EnginePort
 from slackinterp.engine.session import Instruction, ThreadSession
+from slackinterp.engine.snapshots import SnapshotSteps
+from slackinterp.engine.status import ThreadStatus, kernel_memory
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.errors import FailureKind, NoticeKind
+from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
+from slackinterp.kernels.execution import CellResult
 from slackinterp.kernels.files import TransferError, clear_staging
-from slackinterp.kernels.registry import AtCapacity, KernelRegistry
+from slackinterp.kernels.registry import AtCapacity, KernelRegistry, ReplayCell
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
-from slackinterp.llm.port import CellRun, CellSource, TurnAgent
-from slackinterp.llm.steering import Steering
+from slackinterp.llm.port import TurnAgent
 from slackinterp.store import Store
+
+if TYPE_CHECKING:
+    from slackinterp.datasources.service import DataSources
 
 # Front-ends import these from here: a turn's request is made of them.
 __all__ = [
@@ -86,18 +92,17 @@ class TurnRequest:
     # Where the request sits in the conversation (a Slack message ts): the thread's context
     # cursor moves there as the turn starts. None: the front-end keeps no cursor.
     position: str | None = None
-
-
-@dataclass(frozen=True)
-class ThreadStatus:
-    alive: bool
-    busy: bool
-    idle_seconds: float | None
-    memory_bytes: int | None
-    cells: int
-    files: int
-    queued: int
-    replayable: int
+    # A person's turn, or a scheduled run's (its key is a run of its own: ThreadKey.run).
+    origin: TurnOrigin = TurnOrigin.PERSON
+    # Cells run first, in order, as the user's own, up to the first that fails; the text (if
+    # any) goes to the model after them. A scheduled run re-runs its thread's cells so, each
+    # with the answers its input() calls had (ReplayCell): a schedule never asks anyone.
+    cells: tuple[str | ReplayCell, ...] = ()
+    # Hidden code run before anything else (a scheduled run's copy of its thread's files,
+    # where the files live with the kernel).
+    prepare: str | None = None
+    # time.monotonic() by which the turn ends: then it is stopped, as by Stop.
+    deadline: float | None = None
 
 
 NoticeListener = Callable[[ThreadKey, Notice], Awaitable[None]]
@@ -120,6 +125,10 @@ class Engine:
         self.notice_listeners: list[NoticeListener] = []
         # Each cell: lease → quota → run → record → report (cells.py).
         self.cells = CellRunner(settings, store, registry)
+        # After each turn the kernel saves what changed (engine/snapshots.py).
+        self.snapshots = SnapshotSteps(settings, store, registry, self._tell)
+        # SQL data sources (set by runtime.py when configured): who queries, what the model sees.
+        self.data: DataSources | None = None
         registry.listeners.append(self._on_lifecycle)
 
     # --- sessions ------------------------------------------------------------------------
@@ -170,7 +179,7 @@ class Engine:
         try:
             if instruction is None:
                 await session.lock.acquire()
-            elif not await self._acquire_unless_taken(session, instruction):
+            elif not await steering.wait_unless_taken(session, instruction):
                 log.info("turn.steered thread=%s user=%s", session.key.id, request.user)
                 emit(InstructionTaken(request.user))
                 return
@@ -187,43 +196,16 @@ class Engine:
                 session.waiting -= 1
             emit(_DONE)  # type: ignore[arg-type]
 
-    # --- steering (issue 27) ---------------------------------------------------------------
+    # --- steering (steering.py) -------------------------------------------------------------
     def _offer(self, session: ThreadSession, request: TurnRequest) -> Instruction | None:
         """A plain message (no code block, files or notebook run) arriving while a model turn
         runs is offered to that turn; anything else queues behind it as before."""
+        if not (session.busy and session.steerable):
+            return None  # no model turn runs to take it
         text = request.text.strip()
-        if not (session.busy and session.steerable and text and request.user):
-            return None
-        if request.files or direct_code(text) is not None:
-            return None
-        if notebook.run_request(text, []) is not None:
-            return None
-        instruction = Instruction(request.user, text)
-        session.instructions.append(instruction)
-        return instruction
-
-    async def _acquire_unless_taken(self, session: ThreadSession, instruction: Instruction) -> bool:
-        """Wait until the running turn takes the instruction (False) or, when it ended
-        without taking it, for the thread's lock like any queued message (True, lock held):
-        a message sent during a turn's last round starts a turn of its own."""
-        locking = asyncio.ensure_future(session.lock.acquire())
-        taking = asyncio.ensure_future(instruction.taken.wait())
-        try:
-            await asyncio.wait({locking, taking}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            taking.cancel()
-            if not locking.done():
-                locking.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await locking
-        got_lock = locking.done() and not locking.cancelled() and locking.exception() is None
-        if instruction.taken.is_set():
-            if got_lock:
-                session.lock.release()
-            return False
-        if instruction in session.instructions:
-            session.instructions.remove(instruction)
-        return True
+        plain = not request.files and direct_code(text) is None
+        plain = plain and notebook.run_request(text, []) is None
+        return steering.offer(session, request.user, text, plain=plain)
 
     def steer(self, key: ThreadKey, user: str, text: str) -> Instruction | None:
         """For a front-end that keeps its own queue (the terminal): offer a message to the
@@ -235,68 +217,40 @@ class Engine:
     def withdraw(self, key: ThreadKey, instruction: Instruction) -> bool:
         """Take back an offered message the turn did not take (True); False once taken."""
         session = self.sessions.get(key.id)
-        if session is None or instruction.taken.is_set():
-            return False
-        if instruction in session.instructions:
-            session.instructions.remove(instruction)
-        return True
-
-    def _take_instructions(self, session: ThreadSession) -> list[Instruction]:
-        taken, session.instructions = session.instructions, []
-        for instruction in taken:
-            instruction.taken.set()
-        return taken
+        return steering.withdraw(session, instruction) if session else False
 
     async def _run_turn(self, session: ThreadSession, request: TurnRequest, emit: Emit) -> None:
         started = time.monotonic()
         session.stop_requested = asyncio.Event()
         session.inputs.asker = request.user  # who answers the cells' input() calls
+        session.origin = request.origin
         emit(TurnStarted())
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
         await asyncio.to_thread(clear_staging, self.cells.outbox(session))
         # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
         self.registry.turn_began(session.key.id)
+        deadline = None
+        if request.deadline is not None:
+            wait = max(0.0, request.deadline - started)
+            deadline = asyncio.get_running_loop().call_later(
+                wait, session.request_stop, "time limit"
+            )
         try:
             start = await self.store.start_turn(session.key.id, context_at=request.position)
+            if self.data is not None and request.user:  # the audit line's user for sql()
+                self.data.note_user(session.key.id, request.user)
             session.fresh = start.fresh
             context = await intake.thread_context(session.key.id, request.context, start, emit)
             incoming = context.files + request.files
             received = await intake.receive_files(self.cells, session, incoming, emit)
-            code = direct_code(request.text) or context.code
-            run = notebook.run_request(request.text, [f.name for f in received])
-            if code is not None:
-                await self.cells.run(session, code, "user", emit)
-            elif run is not None:
-                await self._run_notebook(session, run, emit)
-            elif self.agent is None:
-                if request.text.strip() or not received:
-                    emit(TurnFailed(notices.NO_MODEL_HINT, kind=FailureKind.NO_MODEL))
-            elif request.text.strip() or received or context.earlier:
-                if request.text.strip():
-                    await self.store.add_entry(session.key.id, "question", request.text.strip())
-                port = _Port(self, session, emit)
-                text = prompts.with_earlier_conversation(
-                    context.earlier, request.text, self.settings.thread_context_chars
-                )
-                emit(AgentStarted(request.text.strip()))
-                session.steerable = True  # later messages steer this turn (issue 27)
-                try:
-                    answer = await self.agent.run_turn(
-                        session.key.id,
-                        text,
-                        received,
-                        session.workdir,
-                        port,
-                        session.stop_requested,
-                    )
-                finally:
-                    session.steerable = False
-                if answer:
-                    emit(AssistantText(answer))
-                    await self.store.add_entry(session.key.id, "answer", answer)
-            else:  # an empty mention in a thread with nothing above it to act on
-                emit(Notice(NoticeKind.EMPTY, notices.NOTHING_ABOVE))
+            if request.prepare is not None:
+                await self.cells.run_hidden(session, request.prepare, emit, timeout=60.0)
+            if request.cells:
+                failed = await self._run_cells(session, request.cells, emit)
+                if failed or session.stop_requested.is_set() or not request.text.strip():
+                    return  # nothing runs after a failed cell; the text asks for nothing more
+            await self._dispatch(session, request, context, received, emit)
         except ModelError as exc:
             metrics.TURNS_FAILED.labels(exc.kind).inc()
             emit(TurnFailed(exc.message, kind=exc.kind))
@@ -310,11 +264,83 @@ class Engine:
             log.exception("turn.failed thread=%s", session.key.id)
             emit(TurnFailed(notices.internal_error(exc), kind=FailureKind.INTERNAL))
         finally:
+            if deadline is not None:
+                deadline.cancel()
             self.registry.turn_ended(session.key.id)
             session.control = None
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
             await self.store.turn_finished(session.key.id)
             emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started))
+            try:  # the turn's output is out; the next turn of this thread waits for it
+                await self.snapshots.save(session)
+            except Exception:
+                log.exception("snapshot.save_crashed thread=%s", session.key.id)
+
+    async def _dispatch(
+        self,
+        session: ThreadSession,
+        request: TurnRequest,
+        context: ThreadContext,
+        received: list[FileReceived],
+        emit: Emit,
+    ) -> None:
+        """Direct code, a notebook run, or the model."""
+        code = direct_code(request.text) or context.code
+        run = notebook.run_request(request.text, [f.name for f in received])
+        if code is not None:
+            await self.cells.run(session, code, "user", emit)
+        elif run is not None:
+            await self._run_notebook(session, run, emit)
+        elif self.agent is None:
+            if request.text.strip() or not received:
+                emit(TurnFailed(notices.NO_MODEL_HINT, kind=FailureKind.NO_MODEL))
+        elif request.text.strip() or received or context.earlier:
+            if request.text.strip():
+                await self.store.add_entry(session.key.id, "question", request.text.strip())
+            port = EnginePort(self.cells, self.store, session, emit, self.data)
+            text = prompts.with_earlier_conversation(
+                context.earlier, request.text, self.settings.thread_context_chars
+            )
+            emit(AgentStarted(request.text.strip()))
+            session.steerable = True  # later messages steer this turn (steering.py)
+            try:
+                answer = await self.agent.run_turn(
+                    session.key.id,
+                    text,
+                    received,
+                    session.workdir,
+                    port,
+                    session.stop_requested,
+                )
+            finally:
+                session.steerable = False
+            if answer:
+                emit(AssistantText(answer))
+                await self.store.add_entry(session.key.id, "answer", answer)
+        else:  # an empty mention in a thread with nothing above it to act on
+            emit(Notice(NoticeKind.EMPTY, notices.NOTHING_ABOVE))
+
+    async def _run_cells(
+        self,
+        session: ThreadSession,
+        codes: Sequence[str | ReplayCell],
+        emit: Emit,
+        *,
+        keep_going: bool = False,
+    ) -> tuple[int, CellResult] | None:
+        """Cells in order, each as the user's own, until a stop; unless `keep_going`, up to
+        the first that fails: its number and result (None: none failed). A replayed cell's
+        input() calls get the answers it had."""
+        for number, cell in enumerate(codes, 1):
+            if session.stop_requested.is_set():
+                return None
+            code, answers = (
+                (cell.code, cell.answers) if isinstance(cell, ReplayCell) else (cell, None)
+            )
+            result = (await self.cells.run(session, code, "user", emit, answers=answers)).result
+            if not result.ok and not keep_going:
+                return number, result
+        return None
 
     # --- controls ------------------------------------------------------------------------
     def answer_input(self, key: ThreadKey, user: str, text: str) -> inputs.AnswerOutcome:
@@ -340,6 +366,8 @@ class Engine:
             await self.store.clear_transcript(key.id)
             session.variables = None
             session.snapshot = {}
+            session.unsaved_cell = None
+            await self.snapshots.discard(session)
             await asyncio.to_thread(clear_staging, self.cells.spill_dir(session))
             if wipe:
                 await asyncio.to_thread(workspace.wipe, session.workdir)
@@ -347,33 +375,57 @@ class Engine:
         files = "files deleted" if wipe else "files kept"
         return f"{what}: variables and history are gone, {files}."
 
+    async def fork(self, source: ThreadKey, target: ThreadKey) -> Forked:
+        """A new thread (`target`, empty) that starts where `source` stands (engine/fork.py)."""
+        return await fork.fork(self.snapshots, self.session(source), self.session(target))
+
+    async def undo(self, key: ThreadKey) -> str:
+        """The thread's variables back to before its last step; the answer to post."""
+        return await self.snapshots.undo(self.session(key))
+
+    async def discard(self, key: ThreadKey, *, hidden: str | None = None) -> list[Path]:
+        """Put a thread away for good (a scheduled run's key, once its turn is over): a
+        running turn is stopped, `hidden` runs in its kernel (to remove files that live with
+        the kernel), the kernel stops and the store forgets the thread. Returns the bot-side
+        directories still holding its files (its working directory, produced files, spilled
+        output): the caller removes them once they are posted."""
+        session = self.session(key)
+        session.request_stop("discarded")
+        async with session.lock:
+            try:
+                if hidden is not None and self.registry.slot(key.id) is not None:
+                    await self.cells.run_hidden(session, hidden, _ignore, timeout=60.0)
+            except Exception as exc:
+                log.warning("engine.discard_hidden_failed thread=%s error=%s", key.id, exc)
+            finally:
+                with contextlib.suppress(Exception):
+                    await self.registry.release(key.id, why="discarded")
+                self.registry.forget(key.id)
+                await self.store.forget_thread(key.id)
+                self.sessions.pop(key.id, None)
+        return [session.workdir, self.cells.outbox(session), self.cells.spill_dir(session)]
+
     async def status(self, key: ThreadKey) -> ThreadStatus:
         session = self.session(key)
         slot = self.registry.slot(key.id)
         memory = None
         if slot is not None and slot.kernel.pid:
-            memory = _memory(slot.kernel.pid)
+            memory = kernel_memory(slot.kernel.pid)
         return ThreadStatus(
             alive=slot is not None,
             busy=session.busy,
             idle_seconds=(time.monotonic() - slot.last_used) if slot and not slot.busy else None,
             memory_bytes=memory,
             cells=await self.store.count_cells(key.id),
-            files=len(await self._listing(session)),
+            files=len(await self.cells.listing(session)),
             queued=session.waiting,
             replayable=len(await self.store.replayable_cells(key.id)),
+            snapshots=self.snapshots.enabled,
         )
 
     async def files(self, key: ThreadKey) -> list[tuple[str, int]]:
-        snap = await self._listing(self.session(key))
+        snap = await self.cells.listing(self.session(key))
         return [(workspace.display_name(n), size) for n, (size, _m) in sorted(snap.items())]
-
-    async def _listing(self, session: ThreadSession) -> workspace.Snapshot:
-        """Files with the kernel: as of the last cell (asking the kernel would wait behind a
-        running cell)."""
-        if self.cells.files_with_kernel:
-            return session.snapshot
-        return await asyncio.to_thread(workspace.snapshot, session.workdir)
 
     async def export(self, key: ThreadKey, label: str) -> tuple[str, bytes, int]:
         """The thread since its last reset as an .ipynb: (file name, bytes, code cells).
@@ -411,23 +463,24 @@ class Engine:
             self.cells.end_files_lease(session)
             await asyncio.to_thread(clear_staging, staging)
         emit(Notice(NoticeKind.NOTEBOOK, notebook.running_text(run, len(cells))))
-        for number, code in enumerate(cells, 1):
-            if session.stop_requested.is_set():
-                return
-            result = (await self.cells.run(session, code, "user", emit)).result
-            if not result.ok and not run.keep_going:
-                emit(
-                    Notice(
-                        NoticeKind.NOTEBOOK, notebook.stopped_text(run, number, len(cells), result)
-                    )
-                )
-                return
+        failed = await self._run_cells(session, cells, emit, keep_going=run.keep_going)
+        if failed is not None:
+            number, result = failed
+            text = notebook.stopped_text(run, number, len(cells), result)
+            emit(Notice(NoticeKind.NOTEBOOK, text))
 
     # --- lifecycle notices from the registry ----------------------------------------------
+    async def _tell(self, session: ThreadSession, notice: Notice) -> None:
+        for listener in list(self.notice_listeners):
+            try:
+                await listener(session.key, notice)
+            except Exception as exc:
+                log.error("engine.notice_failed thread=%s error=%s", session.key.id, exc)
+
     async def _on_lifecycle(self, key_id: str, what: str) -> None:
         key = ThreadKey.parse(key_id)
         notice = notices.stopped_kernel(what, self.settings.idle_timeout)
-        if notice is None:
+        if notice is None or key.run:  # a scheduled run's reply says what happened to it
             return
         for listener in list(self.notice_listeners):
             try:
@@ -436,77 +489,5 @@ class Engine:
                 log.error("engine.notice_failed thread=%s error=%s", key_id, exc)
 
 
-class _Port:
-    """The agent's handle on a turn (llm/port.py TurnPort): run code as cells, look at the
-    kernel, stream text."""
-
-    def __init__(self, engine: Engine, session: ThreadSession, emit: Emit):
-        self.engine = engine
-        self.session = session
-        self.emit = emit
-
-    async def run_python(self, code: str, source: CellSource = "model") -> CellRun:
-        return await self.engine.cells.run(self.session, code, source, self.emit)
-
-    async def run_hidden(self, code: str) -> str:
-        """Inspect the kernel (file previews, variables): not shown, not replayed."""
-        return await self.engine.cells.run_hidden(self.session, code, self.emit)
-
-    async def answer_delta(self, text: str) -> None:
-        self.emit(AssistantDelta(text))
-
-    async def answer_done(self, text: str) -> None:
-        self.emit(AssistantText(text))
-
-    async def notice(self, kind: NoticeKind, text: str) -> None:
-        self.emit(Notice(kind, text))
-
-    async def files(self) -> list[tuple[str, int]]:
-        return await self.engine.files(self.session.key)
-
-    async def variables(self) -> list[str]:
-        """Known from the last cell's user expression; otherwise asked of the kernel."""
-        if self.session.variables is None:
-            raw = await self.run_hidden(prompts.VARIABLES_CODE)
-            self.session.variables = prompts.parse_variables(raw)
-        return self.session.variables
-
-    async def steering(self) -> list[Steering]:
-        """Messages that arrived while the turn ran (engine._offer): taken now, kept in the
-        thread's transcript as questions."""
-        taken = self.engine._take_instructions(self.session)
-        for instruction in taken:
-            await self.engine.store.add_entry(self.session.key.id, "question", instruction.text)
-        return [Steering(i.user, i.text) for i in taken]
-
-    async def read_file(self, name: str, max_bytes: int) -> bytes | None:
-        """A file of the working directory (an image to show the model); None if unreadable
-        or bigger than max_bytes."""
-        cells = self.engine.cells
-        files_api = await cells.thread_files(self.session, self.emit)
-        staging = cells.outbox(self.session) / "model"
-        try:
-            path = await files_api.fetch(name, staging, max_bytes)
-            return await asyncio.to_thread(path.read_bytes)
-        except (TransferError, OSError) as exc:
-            log.info("files.not_for_model thread=%s error=%s", self.session.key.id, exc)
-            return None
-        finally:
-            cells.end_files_lease(self.session)
-
-
-def _memory(pid: int) -> int | None:
-    """PSS of the kernel and its children (under bwrap the pid is the sandbox's)."""
-    try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
-    except (psutil.Error, OSError):
-        return None
-    total = 0
-    for proc in procs:
-        with contextlib.suppress(psutil.Error, OSError, AttributeError):
-            total += int(proc.memory_full_info().pss)
-            continue
-        with contextlib.suppress(psutil.Error, OSError):
-            total += int(proc.memory_info().rss)
-    return total or None
+def _ignore(_event: Event) -> None:
+    """Events nobody shows (a discarded thread's last hidden cell)."""

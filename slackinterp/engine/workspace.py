@@ -9,7 +9,7 @@ from __future__ import annotations
 import mimetypes
 import re
 import unicodedata
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # The disk side lives with the local kernel (kernels/workdir.py); the engine reads it here.
 from slackinterp.kernels.workdir import MAX_NAME_CHARS, visible
@@ -28,24 +28,42 @@ from slackinterp.kernels.workdir import wipe as wipe
 
 @dataclass(frozen=True)
 class ThreadKey:
-    """A conversation: Slack's (team, channel, thread_ts) or a terminal session."""
+    """A conversation: Slack's (team, channel, thread_ts) or a terminal session. `run`: a
+    scheduled run of that thread, an ordinary turn on a key of its own (its own kernel,
+    directory and records), written `<thread id>~run-<run>`."""
 
     team: str
     channel: str
     thread_ts: str
+    run: str = ""
 
     @property
     def id(self) -> str:
-        return f"{self.team}:{self.channel}:{self.thread_ts}"
+        thread = f"{self.team}:{self.channel}:{self.thread_ts}"
+        return f"{thread}{RUN_MARK}{self.run}" if self.run else thread
 
     @classmethod
     def parse(cls, key_id: str) -> ThreadKey:
         team, channel, thread_ts = key_id.split(":", 2)
-        return cls(team, channel, thread_ts)
+        thread_ts, _mark, run = thread_ts.partition(RUN_MARK)
+        return cls(team, channel, thread_ts, run)
 
     @property
     def dirname(self) -> str:
-        return safe_component(f"{self.team}-{self.channel}-{self.thread_ts}")
+        thread = safe_component(f"{self.team}-{self.channel}-{self.thread_ts}")
+        return f"{thread}{RUN_MARK}{safe_component(self.run)}" if self.run else thread
+
+    @property
+    def thread(self) -> ThreadKey:
+        """The thread itself (for a scheduled run's key: the thread it runs)."""
+        return replace(self, run="")
+
+    def scheduled_run(self, run: str) -> ThreadKey:
+        """A scheduled run of this thread: a key of its own."""
+        return replace(self, run=run)
+
+
+RUN_MARK = "~run-"
 
 
 def safe_component(text: str) -> str:

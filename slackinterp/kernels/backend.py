@@ -51,6 +51,12 @@ class Kernel(Protocol):
         """Stop using the kernel without deleting it (another replica serves its thread)."""
         ...
 
+    def hurry(self, on: bool) -> None:
+        """Run at the bot's own priority (on) or back at the kernels' lower one (off). A
+        cell's first moments are what a person waits for; kernels otherwise stay below the
+        bot. Nothing where the bot cannot change it (a gateway's kernels, a bot not root)."""
+        ...
+
     def files(self, max_files: int = 0) -> ThreadFiles:
         """The thread's working directory as this kernel sees it; `max_files` bounds the
         usage walk (SLACKINTERP_WORKSPACE_MAX_FILES)."""

@@ -11,8 +11,8 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from slackinterp import metrics
@@ -21,8 +21,9 @@ from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
+from slackinterp.kernels.restore import ReplayCell, Replayer, RestoreReport, restore
 from slackinterp.kernels.slots import Slot
-from slackinterp.kernels.stdin import recorded
+from slackinterp.kernels.snapshots import Snapshots
 
 log = logging.getLogger(__name__)
 
@@ -54,22 +55,6 @@ class AtCapacity(SlackinterpError):
 
 
 @dataclass
-class RestoreReport:
-    """What replaying a thread's successful cells into a fresh kernel achieved."""
-
-    replayed: int
-    total: int
-    seconds: float
-    failed: list[tuple[int, str]] = field(default_factory=list)  # (cell index, error name)
-    out_of_time: bool = False
-    reason: RestoreReason | None = None  # why a restore was needed
-
-    @property
-    def complete(self) -> bool:
-        return not self.failed and not self.out_of_time and self.replayed == self.total
-
-
-@dataclass
 class Lease:
     """A thread's kernel, its files, and the restore it took to get it."""
 
@@ -80,15 +65,9 @@ class Lease:
         return self.kernel.files(max_files)
 
 
-@dataclass(frozen=True)
-class ReplayCell:
-    """A cell to replay and the answers its input() calls had (None: a password, not kept)."""
-
-    code: str
-    answers: tuple[str | None, ...] = ()
-
-
-ReplaySource = Callable[[str], Awaitable[Sequence[str | ReplayCell]]]
+# The thread's successful cells since its last reset, in order (store id, code, answers).
+ReplaySource = Callable[[str], Awaitable[list[ReplayCell]]]
+__all__ = ["AtCapacity", "KernelRegistry", "Lease", "ReplayCell", "RestoreReport"]
 LifecycleListener = Callable[[str, str], Awaitable[None]]  # (thread key, what happened)
 
 
@@ -106,6 +85,7 @@ class KernelRegistry:
         max_output_chars: int = 20000,
         capacity_wait: float = 30.0,
         evict_grace: float = EVICT_GRACE,
+        snapshots: Snapshots | None = None,
     ):
         self.backend = backend
         self.pool_dir = pool_dir
@@ -115,6 +95,7 @@ class KernelRegistry:
         self.restore_timeout = restore_timeout
         self.exec_grace = exec_grace
         self.max_output_chars = max_output_chars
+        self.snapshots = snapshots  # None: restore by replay only
         self.slots: dict[str, Slot] = {}
         self.pool: list[Kernel] = []
         self._starting = 0
@@ -371,6 +352,9 @@ class KernelRegistry:
         egress = getattr(slot.kernel, "egress", None)
         if egress is not None:  # its requests (replay included) speak for this thread now
             egress.thread = key
+        data = getattr(slot.kernel, "data", None)
+        if data is not None:  # and its sql() queries (slackinterp/datasources)
+            data.thread = key
         restore = None
         if slot.needs_restore:
             if not fresh:
@@ -498,46 +482,13 @@ class KernelRegistry:
         self._freed = asyncio.Event()
 
     async def _restore(self, slot: Slot, reason: RestoreReason) -> RestoreReport | None:
-        found = await self.replay_source(slot.key)
-        codes = [c if isinstance(c, ReplayCell) else ReplayCell(c) for c in found]
-        if not codes:
+        cells = await self.replay_source(slot.key)
+        if not cells:
             return None
-        started = time.monotonic()
-        report = RestoreReport(0, len(codes), 0.0, reason=reason)
-        for index, cell in enumerate(codes):
-            remaining = self.restore_timeout - (time.monotonic() - started)
-            if remaining <= 0:
-                report.out_of_time = True
-                break
-            result = await run_cell(
-                slot.kernel,
-                cell.code,
-                timeout=remaining,
-                grace=self.exec_grace,
-                max_output_chars=self.max_output_chars,
-                on_input=recorded(cell.answers),  # nobody is asked again
-            )
-            if result.status.value == "timeout":
-                report.out_of_time = True
-                break
-            if not result.ok:
-                report.failed.append(
-                    (index + 1, result.error.ename if result.error else result.status)
-                )
-                if result.restarted or result.status.value == "died":
-                    break
-                continue
-            report.replayed += 1
-        report.seconds = time.monotonic() - started
-        metrics.RESTORES.inc()
-        log.info(
-            "kernels.restored thread=%s replayed=%d total=%d seconds=%.2f",
-            slot.key,
-            report.replayed,
-            report.total,
-            report.seconds,
+        replayer = Replayer(
+            self.snapshots, self.restore_timeout, self.exec_grace, self.max_output_chars
         )
-        return report
+        return await restore(replayer, slot.key, slot.kernel, cells, reason)
 
     # --- bookkeeping the engine reports --------------------------------------------------
     def mark_idle(self, key: str, *, state_lost: RestoreReason | None = None) -> None:

@@ -34,6 +34,7 @@ from slackinterp.llm import (
     failures,
     hints,
     images,
+    model_fit,
     prompts,
     responses,
     textcalls,
@@ -76,6 +77,8 @@ class Agent:
         self.completions = Completions(client, config)
         # SLACKINTERP_MODEL_VISION=auto: set once the server refused image inputs.
         self.vision_refused = False
+        # How this model calls tools, learned from its first replies (small models).
+        self.fit: model_fit.ModelFit | None = None
 
     @classmethod
     def from_settings(
@@ -107,7 +110,34 @@ class Agent:
             tool_mode=settings.tool_mode.value,
             turn_seconds=settings.turn_seconds,
         )
-        return cls(client, config, history)
+        agent = cls(client, config, history)
+        agent.fit = model_fit.fit_for(
+            settings.openai_model, config.base_url, settings.model_fields_set, settings.data_dir
+        )
+        if agent.fit.recall():
+            agent.adapt()
+            log.info(
+                "model.adapted_earlier model=%s mode=blocks reason=%r",
+                settings.openai_model,
+                "an earlier run found the model misusing the tool",
+            )
+        return agent
+
+    def adapt(self) -> None:
+        """Blocks mode and the small-model bounds from the next turn on (model_fit.py)."""
+        if self.fit is not None:
+            self.config = self.fit.apply(self.config)
+            self.completions.config = self.config
+
+    def _learn(self, real_calls: list[str], text_calls: int, unknown_text: int) -> None:
+        """One reply's way of calling tools, for model_fit (function mode only)."""
+        if self.fit is None or not self.fit.learning or self.blocks:
+            return
+        unknown = unknown_text + sum(name != prompts.TOOL_NAME for name in real_calls)
+        if self.fit.observe(
+            text_calls=text_calls - unknown_text, unknown_tools=unknown, real_calls=len(real_calls)
+        ):
+            self.adapt()
 
     async def close(self) -> None:
         await self.client.close()
@@ -153,6 +183,7 @@ class Agent:
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
+        data = await hooks.data_sources()  # the channel's SQL sources, once per turn
         for _round in range(self.config.max_rounds):
             if state.clock.spent():
                 log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
@@ -162,8 +193,12 @@ class Agent:
             system = (
                 self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
             )
+            if data:
+                system += "\n\n" + data
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
+            real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
+            text_calls = unknown_text = 0
             if not reply.tool_calls and self.config.text_tool_calls:
                 found = textcalls.find_calls(
                     reply.text,
@@ -177,6 +212,8 @@ class Agent:
                 if reply.cut:  # the first complete call only; an unreadable one is none
                     calls = [c for c in calls if not c.malformed][:1]
                 if calls:
+                    text_calls = len(calls)
+                    unknown_text = sum(not c.known for c in calls)
                     source = TEXT_SOURCE
                     reply.text = found.prose
                     reply.tool_calls = [tooling.synthetic_call(c) for c in calls]
@@ -190,6 +227,7 @@ class Agent:
                         sum(c.fixed for c in calls),
                         sum(not c.known for c in calls),
                     )
+            self._learn(real_calls, text_calls, unknown_text)
             if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
                 await self._say_cut(reply, hooks)
             if not reply.tool_calls:

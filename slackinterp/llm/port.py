@@ -77,6 +77,11 @@ class TurnPort(Protocol):
         each is taken once: asking again returns only newer ones."""
         ...
 
+    async def data_sources(self) -> str:
+        """The channel's SQL data sources for the prompt (tables, columns, types; bounded and
+        cached by slackinterp/datasources), or "" when it has none."""
+        return ""
+
 
 class TurnAgent(Protocol):
     """The model loop, as the engine sees it."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from slackinterp.schedules.runner import RunReport
+from slackinterp.schedules.report import RunReport
 from slackinterp.store import StoredSchedule
 
 

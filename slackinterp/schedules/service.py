@@ -34,7 +34,8 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.schedules import timing
 from slackinterp.schedules.phrases import Parsed, Rule, duration
 from slackinterp.schedules.ports import ScheduleFront
-from slackinterp.schedules.runner import RunReport, ScheduledRunner
+from slackinterp.schedules.report import RunReport
+from slackinterp.schedules.runner import ScheduledRunner
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)
@@ -270,7 +271,8 @@ class ScheduleService:
         if rule.gap < settings.schedule_min_interval:
             raise ScheduleRefused(
                 f"Runs must be at least {duration(settings.schedule_min_interval)} apart "
-                f"(SLACKINTERP_SCHEDULE_MIN_INTERVAL); this would run every "
+                f"(SLACKINTERP_SCHEDULE_MIN_INTERVAL={settings.schedule_min_interval:g} "
+                "seconds); this would run every "
                 f"{duration(rule.gap)}."
             )
         if await self.store.count_schedules(channel=key.channel) >= (

@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
@@ -25,26 +24,12 @@ from slackinterp import metrics
 from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.slack.agent_session import ACTIVE, SessionMemo
+from slackinterp.slack.manifest import SUGGESTED_PROMPTS
 from slackinterp.slack.stream import FEEDBACK_ACTION, StreamMemo
 
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Prompt:
-    """A suggested prompt: the button's title and the message it sends."""
-
-    title: str
-    message: str
-
-
-# Slack shows at most four. The manifest lists the same ones (slack/manifest.py).
-SUGGESTED_PROMPTS = (
-    Prompt("Analyze a CSV", "Summarise the CSV I attached: its columns, types and gaps."),
-    Prompt("Plot a column", "Plot the distribution of a column of the file I attached."),
-    Prompt("Run some Python", "```python\nimport sys; print(sys.version)\n```"),
-    Prompt("What can you do?", "What can you do with files and Python in this thread?"),
-)
 PROMPTS_TITLE = "Try one of these, or attach a file and ask:"
 FEEDBACK_VALUES = frozenset({"good", "bad"})
 

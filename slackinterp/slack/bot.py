@@ -108,7 +108,9 @@ class SlackBot:
         schedules = ScheduleService(  # issue 28: always built; it idles when schedules are off
             settings,
             runtime.store,
-            ScheduledRunner(settings, runtime.store, runtime.registry, runtime.agent),
+            ScheduledRunner(
+                settings, runtime.store, runtime.registry, runtime.agent, engine=runtime.engine
+            ),
             replica=runtime.registry.replica_id,
         )
         listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher, schedules)
@@ -295,10 +297,15 @@ class Signals:
         os._exit(FORCED_EXIT_STATUS)
 
 
-async def serve(settings: Settings) -> int:
-    """Run the bot until SIGTERM or SIGINT, then shut down cleanly; the exit status."""
+async def serve(settings: Settings, stopping: Callable[[], bool] = lambda: False) -> int:
+    """Run the bot until SIGTERM or SIGINT, then shut down cleanly; the exit status.
+
+    `stopping`: whether a stop arrived before the loop's handlers were installed (the
+    command line's start-up handlers); then the bot stops at once."""
     signals = Signals()
     signals.install(asyncio.get_running_loop())
+    if stopping():
+        signals.stop.set()
     # The store first: a database it cannot open is a configuration error (exit 2), whatever
     # the state of Slack. No kernel starts before Slack has accepted the tokens.
     bot = await SlackBot.create(settings)

@@ -1,5 +1,5 @@
 """The slash command (`/interp reset|stop|status|files|export|help [thread link]`, and
-`/interp network …` for the channel's network rules).
+`/interp network …` for the channel's network rules, `/interp data …` for its data sources).
 
 Slack sends a command no thread, so without a link it answers with the channel's kernels and a
 button for each; with a link it acts on that thread, if the thread is in this channel."""
@@ -12,9 +12,10 @@ from typing import TYPE_CHECKING, Any
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp.slack import controls
+from slackinterp.slack import controls, fork_front
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import Admins
+from slackinterp.slack.data import DataCommand
 from slackinterp.slack.listener_base import ListenerBase
 from slackinterp.slack.network import NetworkCommand
 from slackinterp.slack.render import buttons
@@ -36,6 +37,12 @@ class CommandListeners(ListenerBase):
     def network(self) -> NetworkCommand:
         return NetworkCommand(self.settings, self.store, self.egress, Admins(self.settings.admins))
 
+    @functools.cached_property
+    def data_command(self) -> DataCommand:
+        """`data …`: the channel's SQL data sources (slack/data.py)."""
+        admins = Admins(self.settings.admins)
+        return DataCommand(self.settings, self.store, self.engine.data, admins)
+
     async def on_command(
         self, ack: Any, body: dict[str, Any], respond: Any, client: AsyncWebClient
     ) -> None:
@@ -54,7 +61,13 @@ class CommandListeners(ListenerBase):
             answer = await self.network.handle(client, user, channel, words[1:])
             await respond(response_type="ephemeral", text=answer)
             return
-        if word not in controls.WORDS:
+        if word == "data":  # the channel's SQL data sources (slack/data.py)
+            await ack()
+            user = body.get("user_id", "")
+            answer = await self.data_command.handle(client, user, channel, words[1:])
+            await respond(response_type="ephemeral", text=answer)
+            return
+        if word not in controls.SLACK_WORDS:
             await ack(
                 response_type="ephemeral",
                 text=f"Unknown command `{t.escape(word)}`.\n"
@@ -92,6 +105,8 @@ class CommandListeners(ListenerBase):
             return
         if word == "export":
             answer = await self._export(client, key)
+        elif word == "fork":
+            answer = await fork_front.fork_thread(client, self.engine, key)
         else:
             answer = await controls.run_control(
                 self.engine, key, word, arg, command=command, mention=self._mention()

@@ -15,6 +15,7 @@ from slackinterp.slack import text as t
 
 # Re-exported: listeners and tests knew the words here first.
 __all__ = [
+    "SLACK_WORDS",
     "WORDS",
     "ThreadLink",
     "files_text",
@@ -24,6 +25,10 @@ __all__ = [
     "run_control",
     "status_text",
 ]
+
+
+# Slack only: a fork is a new Slack thread (slack/fork_front.py).
+SLACK_WORDS = (*WORDS, "fork")
 
 
 def help_text(command: str = "/interp", mention: str = "@interp") -> str:
@@ -36,13 +41,18 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
             "• Attach files in the thread: they land in the working directory.",
             "• Follow-ups in the thread need no mention; variables stay between messages.",
             *controls,
+            f"• `{mention} fork` a new thread in this channel that starts with this one's "
+            "variables, files and conversation.",
             "• Attach a notebook with `run it` to run its cells here.",
             f"• `{mention} every Monday at 9:00` re-runs this thread on a schedule and posts "
             f"the results (`{mention} schedules` lists them, `{mention} unschedule` stops it).",
-            f"• `{command} reset|stop|status|files|export [thread link]` does the same from "
-            "anywhere in the channel; without a link it lists the channel's kernels.",
+            f"• `{command} reset|stop|status|files|export|undo|fork [thread link]` does the "
+            "same from anywhere in the channel; without a link it lists the channel's kernels.",
             f"• `{command} network show|allow RULE|deny RULE|reset`: the hosts this channel's "
             "kernels may reach (admins change them).",
+            f"• `{mention} data` lists this channel's SQL data sources and their tables "
+            f"(`{mention} data refresh` reads them again); `{command} data allow|deny NAME` "
+            "enables or disables one (admins).",
         ]
     )
 
@@ -50,7 +60,7 @@ def help_text(command: str = "/interp", mention: str = "@interp") -> str:
 def parse_control(text: str) -> tuple[str, str] | None:
     """('reset', 'wipe') for 'reset wipe'; None when the text is not a control word."""
     words = text.strip().split()
-    if not words or words[0].lower() not in WORDS:
+    if not words or words[0].lower() not in SLACK_WORDS:
         return None
     if len(words) > 2 or (
         len(words) == 2 and (words[0].lower(), words[1].lower()) != ("reset", "wipe")
@@ -101,6 +111,8 @@ async def run_control(
         return status_text(await engine.status(key))
     if word == "files":
         return files_text(await engine.files(key))
+    if word == "undo":
+        return await engine.undo(key)
     return help_text(command, mention)
 
 

@@ -23,6 +23,7 @@ from slackinterp.schedules.service import ScheduleService
 from slackinterp.slack import (
     agent_session,  # issue 27
     controls,
+    fork_front,
     stream,  # issue 14
 )
 from slackinterp.slack import schedule_front as schedule_controls
@@ -32,9 +33,11 @@ from slackinterp.slack.admins import Admins
 from slackinterp.slack.assistant import AssistantView  # issue 14
 from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
+from slackinterp.slack.data import is_data_command
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.inputs import ANSWER_ACTION, ANSWER_VIEW, InputListeners
 from slackinterp.slack.listener_base import installation_team
+from slackinterp.slack.manifest import SHORTCUT_ID
 from slackinterp.slack.network import is_network_command
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer
 from slackinterp.slack.thread import Own, clean_text, trimmed
@@ -43,7 +46,6 @@ from slackinterp.store import Store
 log = logging.getLogger(__name__)
 
 HANDLED_SUBTYPES = {None, "file_share", "thread_broadcast"}
-SHORTCUT_ID = "reset_kernel"
 MAX_TEXT = 40000
 # An edited mention older than this may have been handled before the record of it expired:
 # it is left alone rather than risk running its code again.
@@ -244,6 +246,10 @@ class SlackListeners(CommandListeners, ButtonListeners):
                 answer = self.network.handle(client, user, channel, words[1:])
                 self.spawn(self._answer(client, key, answer), f"network-{key.id}")
                 return
+            if is_data_command(words):  # `@interp data`, `@interp data refresh` (slack/data.py)
+                answer = self.data_command.handle(client, user, channel, words[1:])
+                self.spawn(self._answer(client, key, answer), f"data-{key.id}")
+                return
         if len(text) > MAX_TEXT:
             await self._reply(
                 client,
@@ -319,6 +325,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
         if word == "export":
             await self._reply(client, key, await self._export(client, key))
             return
+        if word == "fork":
+            await self._reply(client, key, await fork_front.fork_thread(client, self.engine, key))
+            return
         answer = await controls.run_control(
             self.engine, key, word, arg, command=self.settings.command, mention=self._mention()
         )
@@ -331,8 +340,8 @@ class SlackListeners(CommandListeners, ButtonListeners):
                 key = ThreadKey.parse(key_id)
             except ValueError:
                 continue
-            if key.team == "local":
-                continue  # terminal sessions
+            if key.team == "local" or key.run:
+                continue  # terminal sessions; a scheduled run (its schedule counts it failed)
             await self._reply(
                 self.app.client,
                 key,

@@ -12,12 +12,30 @@ apps created before then carry; the bot handles both (docs/user-guide.md, README
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+# Light on purpose: `slackinterp manifest` prints within a second because this module
+# imports neither Bolt nor the engine. The listeners import these names from here.
 import yaml
 
-from slackinterp.slack.assistant import SUGGESTED_PROMPTS
-from slackinterp.slack.listeners import SHORTCUT_ID
+
+@dataclass(frozen=True)
+class Prompt:
+    """A suggested prompt: the button's title and the message it sends."""
+
+    title: str
+    message: str
+
+
+# Slack shows at most four; the assistant view pins the same ones (slack/assistant.py).
+SUGGESTED_PROMPTS = (
+    Prompt("Analyze a CSV", "Summarise the CSV I attached: its columns, types and gaps."),
+    Prompt("Plot a column", "Plot the distribution of a column of the file I attached."),
+    Prompt("Run some Python", "```python\nimport sys; print(sys.version)\n```"),
+    Prompt("What can you do?", "What can you do with files and Python in this thread?"),
+)
+SHORTCUT_ID = "reset_kernel"  # the message shortcut "Reset kernel"
 
 BOT_SCOPES = [
     "app_mentions:read",  # app_mention events
@@ -84,8 +102,8 @@ def manifest(
                 {
                     "command": command,
                     "description": "Reset, stop, inspect or export a thread's kernel",
-                    "usage_hint": "reset|stop|status|files|export|schedules|network|help"
-                    " [thread link]",
+                    "usage_hint": "reset|stop|status|files|export|undo|fork|schedules|network|data"
+                    "|help [thread link]",
                     "should_escape": False,
                 }
             ],

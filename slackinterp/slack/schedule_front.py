@@ -20,7 +20,7 @@ from slackinterp.engine import mime
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.execution import Display, Result, Shown
 from slackinterp.schedules import phrases, timing
-from slackinterp.schedules.runner import RunCell, RunReport
+from slackinterp.schedules.report import RunCell, RunReport
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
 from slackinterp.slack import access
 from slackinterp.slack import text as t

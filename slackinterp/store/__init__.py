@@ -24,6 +24,7 @@ from sqlalchemy.exc import DBAPIError
 from slackinterp.config import normalize_database_url
 from slackinterp.store.base import StoreError, advisory_key, redacted, sqlite_url
 from slackinterp.store.connection import create_engines
+from slackinterp.store.datarules import DataRules
 from slackinterp.store.kernels import Kernels
 from slackinterp.store.migrations import (
     BASE_VERSION,
@@ -94,7 +95,7 @@ __all__ = [
 ]
 
 
-class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules):
+class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules, DataRules):
     """Async access to the bot's tables. Create with `await Store.open(url)`."""
 
     async def record_cell(

@@ -16,6 +16,7 @@ from sqlalchemy.ext.asyncio import AsyncEngine
 
 from slackinterp.store.base import StoreError, advisory_key
 from slackinterp.store.schema import (
+    channel_data_rules,
     channel_network_rules,
     context_files,
     context_pending,
@@ -74,7 +75,12 @@ def _v7(conn: Connection) -> None:
         conn.execute(text("ALTER TABLE cells ADD COLUMN answers TEXT"))
 
 
-MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7}
+def _v8(conn: Connection) -> None:
+    """Version 8: SQL data sources enabled or disabled per channel by admins."""
+    channel_data_rules.create(conn, checkfirst=True)
+
+
+MIGRATIONS: dict[int, Migration] = {2: _v2, 3: _v3, 4: _v4, 5: _v5, 6: _v6, 7: _v7, 8: _v8}
 SCHEMA_VERSION = max(MIGRATIONS, default=BASE_VERSION)
 
 _XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")

@@ -84,6 +84,56 @@ class Replay(StoreBase):
             rows = (await conn.execute(query)).all()
         return [StoredCell(r.id, r.code, r.ok, r.duration, _answers(r.answers)) for r in rows]
 
+    async def replay_floor(self, key: str) -> int | None:
+        """The first cell replay would run (the oldest successful one since the last reset):
+        a snapshot that includes only older cells belongs to before the reset."""
+        query = select(func.min(cells.c.id)).where(
+            cells.c.thread_key == key, cells.c.replay.is_(True), cells.c.ok.is_(True)
+        )
+        async with self._engine.connect() as conn:
+            found = (await conn.execute(query)).scalar_one_or_none()
+        return None if found is None else int(found)
+
+    async def drop_replay_after(self, key: str, cell_id: int) -> list[StoredCell]:
+        """After an undo: cells newer than `cell_id` are no longer part of the state (a
+        restore must not replay them); the successful ones dropped, in order."""
+        query = (
+            select(cells.c.id, cells.c.code, cells.c.ok, cells.c.duration)
+            .where(cells.c.thread_key == key, cells.c.replay.is_(True), cells.c.id > cell_id)
+            .order_by(cells.c.id)
+        )
+        async with self._engine.begin() as conn:
+            rows = (await conn.execute(query)).all()
+            await conn.execute(
+                update(cells)
+                .where(cells.c.thread_key == key, cells.c.id > cell_id)
+                .values(replay=False)
+            )
+        return [StoredCell(r.id, r.code, r.ok, r.duration) for r in rows if r.ok]
+
+    async def fork_cells(self, source: str, target: str) -> list[tuple[int, str]]:
+        """A fork: the source thread's successful cells since its reset, copied to the target
+        thread in order (new ids); [(target id, code)]."""
+        copied = []
+        async with self._engine.begin() as conn:
+            rows = (
+                await conn.execute(
+                    select(cells.c.code, cells.c.duration)
+                    .where(
+                        cells.c.thread_key == source,
+                        cells.c.replay.is_(True),
+                        cells.c.ok.is_(True),
+                    )
+                    .order_by(cells.c.id)
+                )
+            ).all()
+            for row in rows:
+                new = await self._add_cell(
+                    conn, target, row.code, ok=True, error_name=None, duration=row.duration
+                )
+                copied.append((new, str(row.code)))
+        return copied
+
     async def count_cells(self, key: str) -> int:
         query = select(func.count()).select_from(cells).where(cells.c.thread_key == key)
         async with self._engine.connect() as conn:

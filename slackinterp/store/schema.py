@@ -187,3 +187,15 @@ channel_network_rules = Table(
     Column("added_by", String(100), nullable=False),
     Column("created_at", Float, nullable=False),
 )
+
+# SQL data sources enabled (allow) or disabled (deny) per channel by admins from Slack, on top
+# of the sources file's `channels` (slackinterp/datasources).
+channel_data_rules = Table(
+    "channel_data_rules",
+    metadata,
+    Column("channel", String(100), primary_key=True),
+    Column("source", String(40), primary_key=True),
+    Column("kind", String(8), nullable=False),  # allow | deny
+    Column("added_by", String(100), nullable=False),
+    Column("created_at", Float, nullable=False),
+)

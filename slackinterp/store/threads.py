@@ -11,7 +11,16 @@ from sqlalchemy import delete, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.locks import ThreadLocks
-from slackinterp.store.schema import inflight, threads
+from slackinterp.store.schema import (
+    cells,
+    context_files,
+    context_pending,
+    history,
+    inflight,
+    thread_context,
+    threads,
+    transcript,
+)
 from slackinterp.store.seen import Seen
 
 
@@ -70,6 +79,21 @@ class Threads(ThreadLocks, Seen):
     async def turn_finished(self, key: str) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(delete(inflight).where(inflight.c.thread_key == key))
+
+    async def forget_thread(self, key: str) -> None:
+        """Everything kept for a thread, gone: a scheduled run's own key, once it is over."""
+        async with self._engine.begin() as conn:
+            for table, column in (
+                (cells, cells.c.thread_key),
+                (history, history.c.thread_key),
+                (transcript, transcript.c.thread_key),
+                (inflight, inflight.c.thread_key),
+                (thread_context, thread_context.c.thread_key),
+                (context_pending, context_pending.c.thread_key),
+                (context_files, context_files.c.thread_key),
+                (threads, threads.c.key),
+            ):
+                await conn.execute(delete(table).where(column == key))
 
     async def take_interrupted_turns(self) -> list[str]:
         """Threads whose turn a previous run never finished; forgotten once read.

@@ -257,6 +257,9 @@ class GatewayKernel:
         )
         self.client.execute(code, silent=True, store_history=False)
 
+    def hurry(self, on: bool) -> None:
+        return None  # the gateway's host schedules its kernels
+
     async def detach(self) -> None:
         """Close our channels; the kernel stays on the gateway for another replica."""
         if self._client is not None:

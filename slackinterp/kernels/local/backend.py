@@ -25,7 +25,7 @@ from slackinterp.kernels.local import cgroups, privileges, sandbox, spawn
 from slackinterp.kernels.local.files import LocalFiles
 from slackinterp.kernels.local.fork import StartMode, starter
 from slackinterp.kernels.local.kernel import LocalKernel
-from slackinterp.kernels.local.launch import Launch, LaunchConfig, Launcher
+from slackinterp.kernels.local.launch import KernelSockets, Launch, LaunchConfig, Launcher
 from slackinterp.kernels.local.processes import is_kernel_process, kill_group
 
 log = logging.getLogger(__name__)
@@ -64,6 +64,7 @@ class LocalBackend:
         kernel_user: privileges.KernelUser | None = None,
         egress: Egress | None = None,
         start_mode: StartMode | str = StartMode.SPAWN,
+        data: KernelSockets | None = None,
     ):
         self.kernel_name = kernel_name
         self.recorder = recorder
@@ -93,6 +94,7 @@ class LocalBackend:
                 user=kernel_user,
                 egress=egress,
                 pids_root=self.pids_root,
+                data=data,
             )
         )
         self.forks = starter.ForkStarter(start_mode, bwrap is not None, cache_dir)

@@ -25,7 +25,7 @@ import os
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar
+from typing import Protocol, TypeVar
 
 from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.proxy import KernelListener
@@ -39,6 +39,28 @@ log = logging.getLogger(__name__)
 
 Manager = TypeVar("Manager", bound=SandboxedKernelManager)
 _serial = itertools.count(1)
+
+
+class KernelSocket(Protocol):
+    """A per-kernel socket of a bot service (the data sources' one): it speaks for `thread`."""
+
+    thread: str | None
+    path: Path
+
+    async def close(self) -> None: ...
+
+    async def restart(self) -> None: ...
+
+
+class KernelSockets(Protocol):
+    """A service giving each sandboxed kernel a socket in its runtime directory before the
+    kernel starts, and the variables naming it inside (slackinterp/datasources/service.py)."""
+
+    async def open(
+        self, runtime: Path, uid: int | None, gid: int | None
+    ) -> KernelSocket | None: ...
+
+    def kernel_env(self, socket_inside: str) -> dict[str, str]: ...
 
 
 @dataclass(frozen=True)
@@ -56,6 +78,7 @@ class LaunchConfig:
     user: privileges.KernelUser | None = None  # None: the bot's own user (it is not root)
     egress: Egress | None = None  # sandboxed kernels' proxy and environment
     pids_root: Path | None = None  # None: RLIMIT_NPROC instead of a pids cgroup
+    data: KernelSockets | None = None  # sandboxed kernels' sql() socket (datasources/)
 
 
 class Launcher:
@@ -87,7 +110,7 @@ class Launcher:
             if config.bwrap is None:
                 launch.env = sandbox.kernel_env(cwd, config.cache_dir)
             else:
-                launch.env, launch.listener = await sandboxed_env(config, runtime)
+                launch.env, launch.listener, launch.data = await sandboxed_env(config, runtime)
         except BaseException as exc:
             await launch.discard()
             if isinstance(exc, Exception):
@@ -118,19 +141,30 @@ class Launcher:
 
 async def sandboxed_env(
     config: LaunchConfig, runtime: Path
-) -> tuple[dict[str, str], KernelListener | None]:
+) -> tuple[dict[str, str], KernelListener | None, KernelSocket | None]:
     """A sandboxed kernel's complete environment, computed once per start and the same
     for both start modes (a forked kernel gets exactly this dict, nothing of the template),
     and, with SLACKINTERP_NETWORK=allowlist, its egress listener: the one hook through
-    which egress adds its socket (in `runtime`, made before the kernel) and variables."""
+    which egress adds its socket (in `runtime`, made before the kernel) and variables.
+    With data sources, the kernel's data socket likewise (the third item)."""
     env = sandbox.sandbox_env()
-    if config.egress is None:
-        return env, None
     user = config.user
-    listener = await config.egress.open(runtime, (user.uid, user.gid) if user else None)
+    data = None
+    if config.data is not None:
+        data = await config.data.open(runtime, *((user.uid, user.gid) if user else (None, None)))
+        if data is not None:
+            env.update(config.data.kernel_env(f"{sandbox.SANDBOX_RUNTIME}/{data.path.name}"))
+    if config.egress is None:
+        return env, None, data
+    try:
+        listener = await config.egress.open(runtime, (user.uid, user.gid) if user else None)
+    except BaseException:
+        if data is not None:
+            await data.close()
+        raise
     inside = f"{sandbox.SANDBOX_RUNTIME}/{listener.path.name}" if listener else None
     env.update(config.egress.kernel_env(inside, sandbox.SANDBOX_HOME))
-    return env, listener
+    return env, listener, data
 
 
 @dataclass
@@ -143,6 +177,7 @@ class Launch:
     env: dict[str, str] = field(default_factory=dict)
     group: cgroups.KernelCgroup | None = None
     listener: KernelListener | None = None
+    data: KernelSocket | None = None
     _handed: bool = False
 
     def manager(self, kind: type[Manager]) -> Manager:
@@ -190,6 +225,7 @@ class Launch:
         kernel.runtime_subdir = self.runtime
         kernel.cgroup = self.group
         kernel.egress = self.listener
+        kernel.data = self.data
         self._handed = True
         return kernel
 
@@ -208,6 +244,9 @@ class Launch:
         if self.listener is not None:
             with contextlib.suppress(Exception):
                 await self.listener.close()
+        if self.data is not None:
+            with contextlib.suppress(Exception):
+                await self.data.close()
         if self.group is not None:
             await asyncio.to_thread(self.group.remove)
         await asyncio.to_thread(shutil.rmtree, self.runtime, True)

@@ -102,35 +102,61 @@ def user_can_run_python(
     return True, ""
 
 
-# --- seccomp: no ptrace ----------------------------------------------------------------------
+# --- seccomp: no ptrace, no user namespace -----------------------------------------------------
 
-# Per architecture: the audit arch, and ptrace, process_vm_readv, process_vm_writev.
+# Per architecture: the audit arch; ptrace, process_vm_readv, process_vm_writev (EPERM);
+# clone and unshare (EPERM with CLONE_NEWUSER in their flags); clone3 (ENOSYS: its flags sit
+# in memory a filter cannot read, and glibc falls back to clone when it is missing).
 _SYSCALLS = {
-    "x86_64": (0xC000003E, (101, 310, 311)),
-    "aarch64": (0xC00000B7, (117, 270, 271)),
+    "x86_64": (0xC000003E, (101, 310, 311), (56, 272), 435),
+    "aarch64": (0xC00000B7, (117, 270, 271), (220, 97), 435),
 }
 _X32_BIT = 0x40000000
+CLONE_NEWUSER = 0x10000000
+_ENOSYS = 38
 
 
 def seccomp_program(machine: str | None = None) -> bytes | None:
-    """A classic BPF seccomp filter that makes ptrace and cross-process memory access fail
-    with EPERM (and any other ABI than the native one), or None on an unknown architecture.
-
-    Without a user switch (the bot is not root) the kernel runs as the same uid as
-    bubblewrap's init process inside the sandbox, so ptrace would be allowed by uid rules."""
+    """A classic BPF seccomp filter, or None on an unknown architecture. It makes fail:
+    ptrace and cross-process memory access (EPERM; without a user switch the kernel runs as
+    the same uid as bubblewrap's init process inside the sandbox, so uid rules alone would
+    let code trace it); `clone` and `unshare` asking for a new user namespace (EPERM), and
+    `clone3` (ENOSYS), so no kernel builds a user namespace, in which a root-less process
+    gets the mount and nf_tables code most local privilege escalations go through; and any
+    other system call ABI than the native one (EPERM)."""
     known = _SYSCALLS.get(machine or os.uname().machine)
     if known is None:
         return None
-    arch, denied = known
-    ld_abs, jeq, jge, ret = 0x20, 0x15, 0x35, 0x06
-    allow, eperm = 0x7FFF0000, 0x00050000 | 1
-    program = [(ld_abs, 0, 0, 4), (jeq, 1, 0, arch), (ret, 0, 0, eperm), (ld_abs, 0, 0, 0)]
-    deny_at = len(program) + 1 + len(denied) + 1  # index of the final "deny" instruction
-    program.append((jge, deny_at - len(program) - 1, 0, _X32_BIT))
-    for number in denied:
-        program.append((jeq, deny_at - len(program) - 1, 0, number))
-    program += [(ret, 0, 0, allow), (ret, 0, 0, eperm)]
-    return b"".join(struct.pack("=HBBI", *insn) for insn in program)
+    arch, denied, flagged, clone3 = known
+    ld_abs, jeq, jge, jset, ret = 0x20, 0x15, 0x35, 0x45, 0x06
+    allow, eperm, enosys = 0x7FFF0000, 0x00050000 | 1, 0x00050000 | _ENOSYS
+    # (code, jump-if-true label, jump-if-false label, k); labels resolve to relative jumps.
+    program: list[tuple[int, str | int, str | int, int]] = [
+        (ld_abs, 0, 0, 4),
+        (jeq, 1, 0, arch),
+        (ret, 0, 0, eperm),
+        (ld_abs, 0, 0, 0),
+        (jge, "deny", 0, _X32_BIT),
+        *((jeq, "deny", 0, number) for number in denied),
+        (jeq, "enosys", 0, clone3),
+        *((jeq, "flags", 0, number) for number in flagged),
+        (ret, 0, 0, allow),
+        (ld_abs, 0, 0, 16),  # "flags": the low 32 bits of the first argument
+        (jset, "deny", 0, CLONE_NEWUSER),
+        (ret, 0, 0, allow),
+        (ret, 0, 0, eperm),  # "deny"
+        (ret, 0, 0, enosys),  # "enosys"
+    ]
+    n = len(program)
+    labels = {"flags": n - 5, "deny": n - 2, "enosys": n - 1}
+
+    def jump(at: int, target: str | int) -> int:
+        return target if isinstance(target, int) else labels[target] - at - 1
+
+    return b"".join(
+        struct.pack("=HBBI", code, jump(at, jt), jump(at, jf), k)
+        for at, (code, jt, jf, k) in enumerate(program)
+    )
 
 
 def seccomp_fd() -> int | None:

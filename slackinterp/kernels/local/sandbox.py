@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from slackinterp.egress import relay as egress_relay
+from slackinterp.kernels import inside as kernel_inside
 from slackinterp.kernels.inside import figure_alt
 from slackinterp.kernels.local.privileges import KernelUser, drop_privileges
 
@@ -118,6 +119,8 @@ KERNEL_ARGUMENTS = [
     "--HistoryManager.hist_file=:memory:",
     f"--IPKernelApp.exec_lines={figure_alt.exec_line()}",
     f"--IPKernelApp.exec_lines={egress_relay.exec_line()}",
+    # sql() and %%sql, when the environment names a data socket (slackinterp/datasources)
+    f"--IPKernelApp.exec_lines={kernel_inside.exec_line('sql', '__si_sql__')}",
 ]
 
 

@@ -61,9 +61,10 @@ class ForkedProcess:
 
     stdin = stdout = stderr = None
 
-    def __init__(self, pid: int, template: Template):
+    def __init__(self, pid: int, template: Template, status: int = -1):
         self.pid = pid
         self.template = template
+        self.status = status  # read end of the kernel's status pipe (its error text)
         self.returncode: int | None = None
         self.error = ""
         self.exited = asyncio.Event()
@@ -84,7 +85,12 @@ class ForkedProcess:
     def terminate(self) -> None:
         self.send_signal(signal.SIGTERM)
 
-    def _exited(self, code: int, error: str) -> None:
+    def _exited(self, code: int, error: str = "") -> None:
+        if self.status >= 0:
+            with contextlib.suppress(OSError):
+                error = error or os.read(self.status, 4096).decode(errors="replace")
+            os.close(self.status)
+            self.status = -1
         self.returncode = code
         self.error = error
         self.exited.set()
@@ -105,6 +111,7 @@ class Template:
         self.pid: int | None = None
         self._process: asyncio.subprocess.Process | None = None
         self._writer: asyncio.StreamWriter | None = None
+        self._socket: socket.socket | None = None
         self._reader_task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[dict[str, Any]] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -138,6 +145,7 @@ class Template:
         finally:
             theirs.close()
         self.pid = self._process.pid
+        self._socket = ours
         reader, self._writer = await asyncio.open_unix_connection(sock=ours)
         self._reader_task = asyncio.create_task(self._read(reader), name="kernel-template")
         try:
@@ -168,7 +176,7 @@ class Template:
         elif op == "exit":
             child = self._children.pop(message["pid"], None)
             if child is not None:
-                child._exited(message["code"], message.get("error", ""))
+                child._exited(message["code"])
         elif "id" in message:
             future = self._pending.pop(message["id"], None)
             if future is not None and not future.done():
@@ -193,22 +201,60 @@ class Template:
         self._writer.write(json.dumps(message).encode() + b"\n")
 
     async def fork(self, request: dict[str, Any]) -> ForkedProcess:
-        """A new kernel from `request` (see template.py); TemplateError when refused."""
+        """A new kernel from `request` (see template.py); TemplateError when refused.
+
+        The request itself (paths, environment: who the kernel is for) goes in a memfd whose
+        descriptor travels with a line naming only the request's id: the template never
+        reads it, the forked child does, so no thread's identity stays in the template's
+        heap for later kernels to find. The kernel's status pipe is the bot's: its error
+        text comes here, not through the template."""
         request_id = str(next(self._ids))
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._pending[request_id] = future
-        self._send({**request, "op": "fork", "id": request_id})
+        body = os.memfd_create("kernel-request", os.MFD_CLOEXEC)
+        status_r, status_w = os.pipe2(os.O_CLOEXEC)
         try:
+            os.write(body, json.dumps(request).encode())
+            self._pending[request_id] = future
+            line = {"op": "fork", "id": request_id, "share_net": bool(request["share_net"])}
+            await self._send_with(line, [body, status_w])
             reply = await asyncio.wait_for(future, REQUEST_TIMEOUT)
         except TimeoutError:
+            os.close(status_r)
             raise TemplateError("fork", "the template did not answer a fork request") from None
+        except BaseException:
+            os.close(status_r)
+            raise
         finally:
             self._pending.pop(request_id, None)
+            os.close(body)
+            os.close(status_w)
         if "error" in reply:
+            os.close(status_r)
             raise TemplateError(reply.get("why", "fork"), reply["error"])
-        child = ForkedProcess(reply["pid"], self)
+        os.set_blocking(status_r, False)
+        child = ForkedProcess(reply["pid"], self, status_r)
         self._children[child.pid] = child
         return child
+
+    async def _send_with(self, message: dict[str, Any], fds: list[int]) -> None:
+        """One line with descriptors attached (SCM_RIGHTS), after whatever the stream still
+        buffers, so lines keep their order."""
+        writer, sock = self._writer, self._socket
+        if self.gone or writer is None or sock is None:
+            raise TemplateError("gone", "the template is not running")
+        for _ in range(1000):
+            if writer.transport.get_write_buffer_size() == 0:
+                break
+            await asyncio.sleep(0.01)
+        line = json.dumps(message).encode() + b"\n"
+        try:
+            sent = socket.send_fds(sock, [line], fds)
+        except BlockingIOError:
+            raise TemplateError("fork", "the template does not read its requests") from None
+        except OSError as exc:
+            raise TemplateError("gone", f"the template is gone: {exc.strerror}") from None
+        if sent < len(line):
+            writer.write(line[sent:])
 
     def signal(self, pid: int, signum: int) -> None:
         with contextlib.suppress(TemplateError):

@@ -12,10 +12,13 @@ GC, and then only waits on its control socket. Each `fork` request makes one ker
                    is built from scratch (zmq, threads, event loop all after the fork)
 
 The bot computes everything (environment, mounts, limits, seccomp program, user); this file
-only carries it out, with the standard library and ctypes (Python 3.11 has no os.unshare).
-It imports nothing of slackinterp, so it runs in whatever interpreter the kernel spec names.
-Nothing here may start a thread: the template checks /proc/self/task before every fork and
-refuses when it is not alone (a fork copies one thread; locks held by the others stay held).
+only carries it out. A fork request's line names only its id: the request itself arrives as a
+memfd that R reads after the fork, so no thread's paths or names ever sit in the template's
+heap, which every later kernel starts with a copy of. Only the standard library and ctypes
+(Python 3.11 has no os.unshare): it imports nothing of slackinterp, so it runs in whatever
+interpreter the kernel spec names. Nothing here may start a thread: the template checks
+/proc/self/task before every fork and refuses when it is not alone (a fork copies one thread;
+locks held by the others stay held).
 
 It stays one file (over the 500 lines every other module keeps to): every module the template
 imports is in each forked kernel's sys.modules, under its top-level name, before the user's
@@ -285,8 +288,9 @@ class Template:
         self.control = control
         self.bot_pid = bot_pid
         self.buffer = b""
-        # pid of R -> (request id, status fd, R's pipe: held here, it hangs up when we die)
-        self.kernels: dict[int, tuple[str, int, int]] = {}
+        self.fds: list[int] = []  # received with fork requests, two per request, in order
+        # pid of R -> (request id, R's pipe: held here, it hangs up when we die)
+        self.kernels: dict[int, tuple[str, int]] = {}
         self.stamps: dict[str, float] = {}
         wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self.wake_r, self.wake_w = wake_r, wake_w
@@ -311,7 +315,8 @@ class Template:
                         break
                 self.reap()
             if self.control.fileno() in ready:
-                data = self.control.recv(1 << 20)
+                data, fds, _flags, _address = socket.recv_fds(self.control, 1 << 16, 8)
+                self.fds += fds
                 if not data:  # the bot is gone: so are its kernels
                     self.kill_all()
                     return
@@ -323,7 +328,12 @@ class Template:
     def handle(self, request: dict[str, Any]) -> None:
         op = request.get("op")
         if op == "fork":
-            self.send(self.fork(request))
+            fds, self.fds = self.fds[:2], self.fds[2:]
+            try:
+                self.send(self.fork(request, fds))
+            finally:
+                for fd in fds:  # the child has its copies; none stays here for the next fork
+                    os.close(fd)
         elif op == "signal":
             self.signal(request["pid"], request["sig"])
         elif op == "threads":
@@ -348,20 +358,20 @@ class Template:
                 return
             if pid == 0:
                 return
-            request_id, status_fd, alive_w = self.kernels.pop(pid, ("", -1, -1))
+            request_id, alive_w = self.kernels.pop(pid, ("", -1))
             if alive_w >= 0:
                 os.close(alive_w)
-            error = ""
-            if status_fd >= 0:
-                try:
-                    error = os.read(status_fd, 4096).decode(errors="replace")
-                except OSError:
-                    pass
-                os.close(status_fd)
             code = os.waitstatus_to_exitcode(status)
-            self.send({"op": "exit", "id": request_id, "pid": pid, "code": code, "error": error})
+            self.send({"op": "exit", "id": request_id, "pid": pid, "code": code})
 
-    def fork(self, request: dict[str, Any]) -> dict[str, Any]:
+    def fork(
+        self, request: dict[str, Any], fds: list[int] | tuple[int, ...] = ()
+    ) -> dict[str, Any]:
+        """One kernel. `request` holds only its id and whether it shares the host's network;
+        the kernel's own request (paths, environment, argv: who it is) is in the first of
+        `fds`, a memfd only the child reads, so the template's memory, which every later
+        kernel starts with a copy of, never holds a thread's identity. The second of `fds` is
+        the write end of the bot's status pipe (error text, or its end on success)."""
         request_id = request["id"]
         count = threads()
         if count != 1:  # refuse: a fork would copy one thread and whatever locks the rest hold
@@ -370,22 +380,22 @@ class Template:
         if package_stamps() != self.stamps:
             error = "packages changed under the template"
             return {"id": request_id, "error": error, "why": "stale"}
-        status_r, status_w = os.pipe2(os.O_CLOEXEC)
-        os.set_blocking(status_r, False)
+        if len(fds) != 2:
+            return {"id": request_id, "error": "fork: no request descriptors", "why": "fork"}
+        body, status_w = fds
         alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
         ids = (os.geteuid(), os.getegid())
         try:
             pid = clone(namespace_flags(request))
         except OSError as exc:
-            for fd in (status_r, status_w, alive_r, alive_w):
+            for fd in (alive_r, alive_w):
                 os.close(fd)
             return {"id": request_id, "error": f"fork: {exc.strerror}", "why": "fork"}
         if pid == 0:
-            reaper_main(request, status_w, alive_r, ids)
+            reaper_main(body, status_w, alive_r, ids)
             os._exit(127)  # never reached
-        os.close(status_w)
         os.close(alive_r)
-        self.kernels[pid] = (request_id, status_r, alive_w)
+        self.kernels[pid] = (request_id, alive_w)
         return {"id": request_id, "pid": pid}
 
 
@@ -412,11 +422,12 @@ def template_main(argv: list[str]) -> None:
 # --- a kernel, after the fork ----------------------------------------------------------------
 
 
-def reaper_main(request: dict[str, Any], status_w: int, alive_r: int, ids: tuple[int, int]) -> None:
-    """R, PID 1 of the kernel's namespaces: limits, the sandbox, then forks the kernel and
-    reaps. `ids`: the template's uid and gid, mapped into a user namespace of our own when the
-    bot is not root. Never returns."""
+def reaper_main(body: int, status_w: int, alive_r: int, ids: tuple[int, int]) -> None:
+    """R, PID 1 of the kernel's namespaces: reads its request from `body`, applies limits and
+    the sandbox, then forks the kernel and reaps. `ids`: the template's uid and gid, mapped
+    into a user namespace of our own when the bot is not root. Never returns."""
     try:
+        request = _read_request(body)
         # Only the pipes this kernel needs: not the template's control socket, nor another
         # kernel's pipe (which would keep that kernel's template-death check from firing).
         low, high = sorted((status_w, alive_r))
@@ -456,6 +467,18 @@ def reaper_main(request: dict[str, Any], status_w: int, alive_r: int, ids: tuple
         _wait_and_forward(pid, reap_all=True)
     except BaseException:
         _fail(status_w)
+
+
+def _read_request(fd: int) -> dict[str, Any]:
+    """The kernel's request, from the memfd the bot wrote it to (read here, after the fork)."""
+    chunks = []
+    offset = 0
+    while chunk := os.pread(fd, 1 << 20, offset):
+        chunks.append(chunk)
+        offset += len(chunk)
+    os.close(fd)
+    request: dict[str, Any] = json.loads(b"".join(chunks))
+    return request
 
 
 def _hung_up(alive_r: int) -> bool:

@@ -1,0 +1,127 @@
+"""`fork`: a new thread that starts where another one stands: its variables (from the
+snapshot), a copy of its files and the model's conversation so far. From then on the two are
+independent.
+
+The source thread's snapshot is brought up to date, its working directory copied (snapshot
+included: blobs are copied, never hard-linked, so neither thread can change the other's), and
+the new thread's own kernel loads it inside its own sandbox, then saves it again under the new
+thread's cells. With snapshots off, the new kernel replays the cells instead.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from slackinterp.engine import notices
+from slackinterp.engine.session import ThreadSession
+from slackinterp.engine.snapshots import SnapshotSteps
+from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
+from slackinterp.kernels.restore import Replayer, RestoreReport, restore
+from slackinterp.kernels.snapshots import StateLost
+
+log = logging.getLogger(__name__)
+
+
+class ForkError(SlackinterpError):
+    """The thread cannot be forked (the message says why)."""
+
+    kind = FailureKind.ERROR
+
+
+@dataclass
+class Forked:
+    """What the new thread got."""
+
+    cells: int
+    files: int
+    seconds: float
+    restore: RestoreReport | None
+
+    def text(self) -> str:
+        """The new thread's first reply: where its state stands."""
+        files = f"{self.files} file{'s' if self.files != 1 else ''}"
+        if self.restore is None:
+            return f"Ready: {files} copied; no variables to bring over."
+        notice = notices.restore_notice(self.restore).text
+        return f"Ready ({self.seconds:.1f} s): {files} copied. {notice}"
+
+
+def copy_files(source: Path, target: Path) -> int:
+    """The source thread's whole working directory (links copied as links, never followed;
+    special files skipped); how many of the user's own files were copied."""
+    copied = 0
+
+    def copy(src: str, dst: str) -> str:
+        nonlocal copied
+        path = Path(src)
+        if path.is_symlink() or not path.is_file():
+            return dst
+        shutil.copy2(src, dst, follow_symlinks=False)
+        if not any(part.startswith(".") for part in path.relative_to(source).parts):
+            copied += 1  # the user's files (bot files and snapshots are dot-names)
+        return dst
+
+    if source.is_dir() and not source.is_symlink():
+        try:
+            shutil.copytree(source, target, symlinks=True, copy_function=copy, dirs_exist_ok=True)
+        except shutil.Error as exc:  # some entries could not be copied; the rest were
+            log.warning("fork.copy_incomplete errors=%d", len(exc.args[0]))
+    return copied
+
+
+async def fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSession) -> Forked:
+    """Make `target` (a new, empty thread) start where `source` stands."""
+    store, registry, settings = steps.store, steps.registry, steps.settings
+    began = time.monotonic()
+    if registry.backend.workdir_files(source.workdir) is None:
+        raise ForkError(
+            "Forking needs the thread's files on this machine: with kernels on a gateway it "
+            "is not available yet."
+        )
+    async with source.lock, store.thread_lock(source.key.id):
+        await steps.save(source)  # up to date (nothing to do after a turn)
+        cells = [(c.id, c.code) for c in await store.replayable_cells(source.key.id)]
+        files = await asyncio.to_thread(copy_files, source.workdir, target.workdir)
+        history = await store.history(source.key.id)
+    async with target.lock, store.thread_lock(target.key.id):
+        await store.start_turn(target.key.id)  # the thread exists from now on
+        await store.turn_finished(target.key.id)
+        copied = await store.fork_cells(source.key.id, target.key.id)
+        await store.add_history(target.key.id, history)
+        if not cells:
+            return Forked(0, files, time.monotonic() - began, None)
+        lease = await registry.acquire(target.key.id, target.workdir, fresh=True)
+        lost = None
+        try:
+            replayer = Replayer(
+                registry.snapshots,
+                settings.restore_timeout,
+                settings.interrupt_grace,
+                settings.max_output_chars,
+            )
+            report = await restore(
+                replayer, target.key.id, lease.kernel, cells, RestoreReason.FORKED
+            )
+            if registry.snapshots is not None and copied:
+                try:  # the copy is saved again under the new thread's own cells
+                    await registry.snapshots.save(
+                        lease.kernel, cell=copied[-1][0], since=copied[0][0]
+                    )
+                except StateLost:
+                    lost = RestoreReason.RESTARTED
+        finally:
+            registry.mark_idle(target.key.id, state_lost=lost)
+    log.info(
+        "fork.done source=%s target=%s cells=%d files=%d seconds=%.2f",
+        source.key.id,
+        target.key.id,
+        len(cells),
+        files,
+        time.monotonic() - began,
+    )
+    return Forked(len(cells), files, time.monotonic() - began, report)
