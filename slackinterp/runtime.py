@@ -108,11 +108,11 @@ class Runtime:
         )
         agent = None
         if settings.model_configured:
-            from slackinterp.llm.agent import Agent
+            from slackinterp.llm.assembly import agent_from_settings
 
             # Remote kernels: the deployment decides; SLACKINTERP_NETWORK says which.
             contained = bwrap is not None or bool(settings.gateway_url)
-            agent = Agent.from_settings(
+            agent = agent_from_settings(
                 settings,
                 store,
                 network=network_allowed(settings, contained, local=bwrap is not None),

@@ -133,7 +133,7 @@ def test_good_replies_first_mean_no_switch_later() -> None:
 async def test_a_restart_remembers_unless_the_mode_is_set(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    from slackinterp.llm.agent import Agent
+    from slackinterp.llm.assembly import agent_from_settings
 
     caplog.set_level(logging.INFO)
     url = "http://127.0.0.1:9/v1"
@@ -142,12 +142,12 @@ async def test_a_restart_remembers_unless_the_mode_is_set(
     learned.observe(text_calls=1, unknown_tools=0, real_calls=0)
     assert learned.observe(text_calls=0, unknown_tools=1, real_calls=1)
     values = {"openai_base_url": url, "openai_api_key": "k", "openai_model": "small"}
-    agent = Agent.from_settings(make_settings(tmp_path, **values), None, network=False)  # type: ignore[arg-type]
+    agent = agent_from_settings(make_settings(tmp_path, **values), None, network=False)  # type: ignore[arg-type]
     assert agent.config.tool_mode == "blocks" and agent.config.max_rounds == 4
     assert agent.completions.config is agent.config
     assert any(r.getMessage().startswith("model.adapted_earlier") for r in caplog.records)
     await agent.close()
     explicit = make_settings(tmp_path, tool_mode="function", **values)
-    agent = Agent.from_settings(explicit, None, network=False)  # type: ignore[arg-type]
+    agent = agent_from_settings(explicit, None, network=False)  # type: ignore[arg-type]
     assert agent.config.tool_mode == "function" and agent.config.max_rounds == 8
     await agent.close()

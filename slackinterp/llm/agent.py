@@ -25,7 +25,6 @@ import openai
 from openai import AsyncOpenAI
 
 from slackinterp import metrics
-from slackinterp.config import Settings
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm import (
@@ -49,8 +48,6 @@ from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.steering import as_message as steering_message  # issue 27
 from slackinterp.llm.tooling import tool_result_text
 from slackinterp.llm.turnclock import TurnClock
-from slackinterp.logs import public_url
-from slackinterp.model_client import openai_client
 
 __all__ = ["Agent", "AgentConfig", "ModelError", "tool_result_text"]
 
@@ -79,49 +76,6 @@ class Agent:
         self.vision_refused = False
         # How this model calls tools, learned from its first replies (small models).
         self.fit: model_fit.ModelFit | None = None
-
-    @classmethod
-    def from_settings(
-        cls, settings: Settings, history: HistoryStore, *, network: bool | str
-    ) -> Agent:
-        client = openai_client(settings)
-        config = AgentConfig(
-            model=settings.openai_model,
-            max_rounds=settings.max_rounds,
-            exec_timeout=settings.exec_timeout,
-            network=network,
-            history_budget=settings.history_budget,
-            system_prompt=prompts.load_system_prompt(settings.system_prompt),
-            stream=settings.model_stream,
-            base_url=public_url(str(client.base_url)),
-            api=settings.model_api.value,
-            text_tool_calls=settings.text_tool_calls.value == "auto"
-            or settings.tool_mode.value == "blocks",
-            tool_choice=settings.tool_choice.value,
-            vision=settings.model_vision.value,
-            max_images=settings.model_max_images,
-            image_max_bytes=settings.model_image_max_kb * 1024,
-            reasoning_effort=settings.reasoning_effort.value if settings.reasoning_effort else None,
-            max_completion_tokens=bounds.token_limit(
-                settings.max_completion_tokens, str(client.base_url)
-            ),
-            reply_seconds=settings.model_reply_seconds,
-            temperature=settings.model_temperature,
-            tool_mode=settings.tool_mode.value,
-            turn_seconds=settings.turn_seconds,
-        )
-        agent = cls(client, config, history)
-        agent.fit = model_fit.fit_for(
-            settings.openai_model, config.base_url, settings.model_fields_set, settings.data_dir
-        )
-        if agent.fit.recall():
-            agent.adapt()
-            log.info(
-                "model.adapted_earlier model=%s mode=blocks reason=%r",
-                settings.openai_model,
-                "an earlier run found the model misusing the tool",
-            )
-        return agent
 
     def adapt(self) -> None:
         """Blocks mode and the small-model bounds from the next turn on (model_fit.py)."""
