@@ -7,6 +7,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+import pytest
+
 from slackinterp.engine.events import (
     AnswerHow,
     CellFinished,
@@ -61,7 +63,20 @@ class Turn:
         return self.events
 
 
-async def test_the_askers_next_message_answers_and_replay_asks_nobody(rt: Runtime) -> None:
+@pytest.fixture
+async def replaying_rt(settings_for):
+    """Snapshots off: a lost kernel's state comes back by replaying its cells."""
+    runtime = await open_rt(settings_for, snapshots=False)
+    try:
+        yield runtime
+    finally:
+        await runtime.stop()
+
+
+async def test_the_askers_next_message_answers_and_replay_asks_nobody(
+    replaying_rt: Runtime,
+) -> None:
+    rt = replaying_rt
     turn = Turn(rt, code("print('before')\nname = input('name? ')\nprint('hello', name)"))
     asked = await turn.wait_for(InputRequested)
     assert (asked.prompt, asked.password, asked.asker) == ("name? ", False, "U1")
