@@ -20,8 +20,9 @@ from slackinterp.engine.events import (
 from slackinterp.engine.inputs import AnswerOutcome
 from slackinterp.engine.turn import TurnRequest
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.errors import NoticeKind
+from slackinterp.errors import NoticeKind, TurnOrigin
 from slackinterp.kernels.execution import Status
+from slackinterp.kernels.registry import ReplayCell
 from slackinterp.runtime import Runtime
 from tests import test_kernels
 from tests.conftest import run_turn
@@ -152,3 +153,17 @@ async def test_stop_cancels_a_waiting_input(rt: Runtime) -> None:
     assert rt.engine.answer_input(A, "U1", "late") is AnswerOutcome.NOTHING_ASKED
     events = await run_turn(rt.engine, A, code("print(kept)"))
     assert last(events).result.text == "1\n"  # the kernel lives on
+
+
+async def test_a_scheduled_run_asks_nobody(rt: Runtime) -> None:
+    """A scheduled run's cells get the answers they had; a question none was recorded for
+    (a model's new cell) gets "" at once instead of waiting for someone in the thread."""
+    key = A.scheduled_run("test-run")
+    asks = "name = input('name? ')\nprint('hello', name)"
+    cells = (ReplayCell(1, asks, ("Alice",)), "print(repr(input('again? ')))")
+    events = await run_turn(rt.engine, key, "", user="U1", origin=TurnOrigin.SCHEDULED, cells=cells)
+    assert not [e for e in events if isinstance(e, InputRequested)]
+    done = [e.result for e in events if isinstance(e, CellFinished)]
+    assert [r.ok for r in done] == [True, True], done
+    assert "hello Alice" in done[0].text and "''" in done[1].text
+    await rt.engine.discard(key)
