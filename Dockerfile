@@ -9,7 +9,7 @@
 FROM python:3.11-slim
 
 RUN apt-get update \
-    && apt-get install -y --no-install-recommends bubblewrap ca-certificates tini \
+    && apt-get install -y --no-install-recommends bubblewrap ca-certificates chromium tini \
     && rm -rf /var/lib/apt/lists/*
 
 RUN useradd --create-home --uid 10001 interp \

@@ -538,6 +538,26 @@ class Settings(BaseSettings):
     usage_footer: bool = Field(
         True, description="on/off: each model answer ends with its tokens and cost."
     )
+    # Questions a cell asks: input() and getpass()
+    input_timeout: float = _seconds(
+        300,
+        "Seconds a cell's input() or getpass() waits for an answer before it gets an empty "
+        "string (the thread is told). The wait does not count against SLACKINTERP_EXEC_TIMEOUT.",
+        ge=1,
+    )
+    # Charts: Plotly, Altair/Vega-Lite, Bokeh as images (docs/SECURITY.md "Charts")
+    chart_render: bool = Field(
+        True,
+        description="Render Plotly, Vega-Lite and Bokeh charts as PNGs in a bubblewrap sandbox "
+        "of their own (needs bubblewrap, the analysis extra and Debian's chromium).",
+    )
+    chart_html: bool = Field(
+        True, description="Attach each rendered chart's interactive, self-contained HTML page."
+    )
+    chart_html_max_mb: float = Field(
+        10, gt=0, description="Largest chart HTML page attached, in MiB (Plotly's is ~5 MiB)."
+    )
+    chart_timeout: float = _seconds(60, "Seconds rendering one chart may take.", ge=1)
     # Operations
     log_level: str = Field("INFO", description="DEBUG, INFO, WARNING or ERROR.")
     log_format: LogFormat = Field(LogFormat.TEXT, description="text or json.")

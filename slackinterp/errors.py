@@ -27,6 +27,7 @@ class NoticeKind(StrEnum):
     TOOL = "tool"  # the model misused its tool
     NETWORK = "network"  # the egress proxy refused a request of the cell
     BUDGET = "budget"  # a spending cap is near (what is left)
+    INPUT = "input"  # about a question the running cell asks (input(), getpass())
     SNAPSHOT = "snapshot"  # the thread's variables no longer all fit its snapshot cap
 
 

@@ -33,7 +33,7 @@ from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
 from slackinterp.kernels.local.sandbox import Limits
 from slackinterp.kernels.reaper import Reaper
-from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.registry import KernelRegistry, ReplayCell
 from slackinterp.kernels.snapshots import SnapshotLimits, Snapshots
 from slackinterp.store import Store, StoreError, sqlite_url
 
@@ -89,8 +89,9 @@ class Runtime:
     async def _with_backend(
         cls, settings: Settings, store: Store, backend: KernelBackend, bwrap: str | None
     ) -> Runtime:
-        async def replay_source(key: str) -> list[tuple[int, str]]:
-            return [(cell.id, cell.code) for cell in await store.replayable_cells(key)]
+        async def replay_source(key: str) -> list[ReplayCell]:
+            cells = await store.replayable_cells(key)
+            return [ReplayCell(cell.id, cell.code, cell.answers) for cell in cells]
 
         registry = KernelRegistry(
             backend,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import os
 import re
 import signal
@@ -526,3 +527,34 @@ def test_a_line_typed_while_the_model_works_steers_it(
     chat.expect(r"Squared seven\.")
     chat.child.expect_exact(">>> ")
     assert len(fake.requests) == 3  # the line did not become a turn of its own
+
+
+def test_input_and_getpass_are_asked_in_the_terminal(open_chat) -> None:
+    replay = {"SLACKINTERP_SNAPSHOTS": "false"}  # the state comes back by replay, not a snapshot
+    chat = open_chat(replay)
+    chat.code("name = input('name? ')\nprint('hello', name)")
+    chat.expect(r"── cell [0-9a-f]{8}")
+    chat.child.expect_exact("name? ")  # the terminal asks; the next line typed is the answer
+    chat.send("Alice")
+    chat.expect(r"^Alice\r\nhello Alice\r\n")  # the answer is on the screen once
+    chat.expect(OK)
+    chat.code("import getpass\nsecret = getpass.getpass('token: ')\nprint(len(secret))")
+    chat.expect(r"── cell [0-9a-f]{8}")
+    chat.child.expect_exact("token: ")
+    seen = io.StringIO()
+    chat.child.logfile_read = seen  # all that reaches the screen from here
+    chat.send("s3cret-value")  # typed unseen: the terminal's echo is off
+    chat.expect(r"^\r\n12\r\n")
+    chat.expect(OK)
+    chat.code("print('echo', 'back')")  # and the echo is back on for the next line
+    chat.expect(r"print\('echo', 'back'\)")
+    chat.expect(r"\r\necho back\r\n")
+    assert "s3cret" not in seen.getvalue()
+    # Replay (a new process) asks nobody again: the answer comes back with the state.
+    chat.send(":quit")
+    assert chat.wait_exit() == 0
+    chat = open_chat(replay)
+    chat.send("```print(name)```")
+    chat.expect(r"replaying 3 cells")
+    chat.expect(r"\r\nAlice\r\n")
+    chat.expect(OK)

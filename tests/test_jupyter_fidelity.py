@@ -14,6 +14,7 @@ import io
 import json
 import os
 import re
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,12 @@ import nbformat
 import pytest
 from nbclient import NotebookClient
 
+from slackinterp.charts.kinds import chart_kind
 from slackinterp.console.chat import Screen, TurnPrinter
 from slackinterp.engine import mime
 from slackinterp.engine.turn import TurnRequest
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.kernels.local import sandbox
 from slackinterp.runtime import Runtime
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import CHANNEL, cell_messages, running_bot
@@ -192,6 +195,39 @@ CASES = [
         ["print('about to fail')\n1 / 0"],
     ),
 ]
+# Interactive charts: JupyterLab draws each as one picture; the bot renders a PNG of it in a
+# sandbox of its own (needs bubblewrap and Debian's chromium: CI installs both).
+CHART_CASES = [
+    Case(
+        "plotly_figure",
+        [
+            "import plotly.express as px\nfig = px.bar(x=['north', 'south'], y=[3, 5], "
+            "title='Sales by region')\nfig.show()\nprint('plotted')"
+        ],
+        stale=["vnd.plotly", "PlotlyConfig", "not rendered"],
+    ),
+    Case(
+        "altair_chart",
+        [
+            "import altair as alt, pandas as pd\n"
+            "alt.Chart(pd.DataFrame({'region': ['north', 'south'], 'sales': [3, 5]}))"
+            ".mark_bar().encode(x='region', y='sales')"
+        ],
+        stale=["vegaEmbed", "altair-viz", "alt.Chart(...)", "not rendered"],
+    ),
+    Case(
+        "bokeh_plot",
+        [
+            "from bokeh.plotting import figure, show\nfrom bokeh.io import output_notebook\n"
+            "output_notebook(hide_banner=True)\np = figure(width=400, height=300)\n"
+            "p.line([1, 2, 3], [1, 3, 2])\nshow(p)"
+        ],
+        stale=["bokehjs", "embed_document", "is not shown", "not rendered"],
+    ),
+]
+CHARTS = bool(shutil.which("chromium")) and sandbox.bwrap_works()[0]
+if CHARTS:
+    CASES += CHART_CASES
 
 
 # --- what a Jupyter user sees (the reference) ------------------------------------------------
@@ -243,7 +279,9 @@ def jupyter_sees(nb: Any) -> Seen:
                 errors.append(out.ename)
             else:
                 data = out.get("data", {})
-                if any(m in data for m in ("image/png", "image/jpeg", "image/svg+xml")):
+                if chart_kind(data) is not None:  # JupyterLab draws it: one picture
+                    images += 1
+                elif any(m in data for m in ("image/png", "image/jpeg", "image/svg+xml")):
                     images += 1
                     if "image/png" in data:
                         raw.append(base64.b64decode(data["image/png"]))
@@ -435,6 +473,16 @@ def case_checks(
             out.append("the image in the thread is not the final state")
         if len(every) > 4:
             out.append(f"{len(every)} uploads for one updated image")
+    if case.name in {c.name for c in CHART_CASES}:
+        pages = [
+            u for u in fake.live_uploads() if u.thread_ts == ts and u.filename.startswith("chart-")
+        ]
+        if len(pages) != 1 or not pages[0].filename.endswith(".html"):
+            out.append(f"no interactive page attached: {[u.filename for u in pages]}")
+        elif b"<html" not in pages[0].content[:2000].lower():
+            out.append("the attached page is not HTML")
+        if not all(u.content.startswith(b"\x89PNG") for u in images):
+            out.append("a chart's image is not a PNG")
     if case.name == "svg_display":
         names = sorted(u.filename.rsplit(".", 1)[-1] for u in images)
         if names != (["png", "svg"] if CAIRO else ["svg"]):
@@ -445,6 +493,12 @@ def case_checks(
         if png is not None and not png.content.startswith(b"\x89PNG"):
             out.append("the PNG rendering is not a PNG")
     return out
+
+
+def test_charts_are_compared_where_they_can_be_rendered() -> None:
+    if not CHARTS:
+        pytest.skip("charts not compared: Debian's chromium or a working bubblewrap is missing")
+    assert {c.name for c in CHART_CASES} <= {c.name for c in CASES}
 
 
 def test_reference_handles_carriage_returns_like_jupyterlab() -> None:

@@ -101,13 +101,6 @@ async def test_kernel_environment_holds_no_secret(rt: Runtime) -> None:
     assert last(events).result.text.startswith("[]")
 
 
-async def test_input_fails_cleanly(rt: Runtime) -> None:
-    events = await run_turn(rt.engine, A, code("input('name? ')"))
-    result = last(events).result
-    assert result.status is Status.ERROR
-    assert result.error.ename == "StdinNotImplementedError"
-
-
 async def test_plot_yields_png_and_traceback_is_ansi_free(rt: Runtime) -> None:
     events = await run_turn(
         rt.engine,

@@ -41,6 +41,7 @@ FLOORS: dict[str, int] = {
     "slackinterp.kernels.inside": 3,  # runs in kernels too: imports nothing of slackinterp
     "slackinterp.datasources": 3,  # SQL data sources: settings arrive as arguments
     "slackinterp.kernels": 4,
+    "slackinterp.charts": 4,  # chart rendering in a sandbox of its own: standard library only
     "slackinterp.kernels.local": 5,
     "slackinterp.kernels.gateway": 5,
     "slackinterp.llm": 6,

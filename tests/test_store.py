@@ -675,3 +675,30 @@ async def test_version_4_databases_gain_channel_network_rules(db_url: str) -> No
     finally:
         await store.close()
     assert await schema_version(db_url) == str(SCHEMA_VERSION)
+
+
+async def test_version_6_databases_gain_the_answers_of_cells(db_url: str) -> None:
+    """Schema 7: a cell's input() answers (null for a password) are kept for replay; a
+    version-6 database gains the column on open and its cells replay with no answers."""
+    from sqlalchemy import update
+
+    store = await Store.open(db_url)
+    await store.add_cell("T:C:6", "x = 1", ok=True, error_name=None, duration=0.1)
+    await store.close()
+    engine = create_async_engine(normalize_database_url(db_url))
+    try:
+        async with engine.begin() as conn:  # make it look like schema 6
+            await conn.execute(text("ALTER TABLE cells DROP COLUMN answers"))
+            await conn.execute(update(meta).values(value="6"))
+    finally:
+        await engine.dispose()
+    store = await Store.open(db_url)
+    try:
+        await store.add_cell(
+            "T:C:6", "y = input()", ok=True, error_name=None, duration=0.1, answers=["a", None]
+        )
+        cells = await store.replayable_cells("T:C:6")
+        assert [(c.code, c.answers) for c in cells] == [("x = 1", ()), ("y = input()", ("a", None))]
+    finally:
+        await store.close()
+    assert await schema_version(db_url) == str(SCHEMA_VERSION)

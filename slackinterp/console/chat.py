@@ -29,12 +29,13 @@ from slackinterp.console.input import (
     InputBuffer,
     LineEditor,
     LineReader,
+    asking,
     local_file,
     usable_terminal,
 )
 from slackinterp.console.render import Screen, TurnPrinter, terminal_words
 from slackinterp.engine import workspace
-from slackinterp.engine.events import Notice, TurnStarted
+from slackinterp.engine.events import InputAnswered, InputRequested, Notice, TurnStarted
 from slackinterp.engine.presentation import thread_status
 from slackinterp.engine.session import Instruction
 from slackinterp.engine.turn import FileFetchError, IncomingFile, TurnRequest, direct_code
@@ -77,6 +78,7 @@ class Console:
         self.stop_pending = False  # Ctrl-C before the engine started the turn
         self.at_prompt = False
         self.quitting = False
+        self.asked: InputRequested | None = None  # a cell waits for the next line typed
         self.echoes = os.isatty(reader.fd)
         self.commands: dict[str, Callable[[str], Awaitable[None]]] = {
             "load": self.cmd_load,
@@ -178,6 +180,8 @@ class Console:
             typed = line.result()
             if typed is not None and typed.strip() == ":stop":
                 await self.cmd_stop()
+            elif typed is not None and self.asked is not None:  # a cell's input() / getpass()
+                self.engine.answer_input(self.key, "console", typed)
             elif typed is None or not self._steer(typed):
                 self.typed_ahead.append(typed)
         await asyncio.wait([turn])  # a force-quit cancels the turn; this does not raise
@@ -226,6 +230,8 @@ class Console:
             async for event in self.engine.submit(request):
                 if isinstance(event, TurnStarted) and self.stop_pending:
                     self.engine.stop(self.key)  # Ctrl-C came before the turn had begun
+                if isinstance(event, InputRequested | InputAnswered):
+                    self.asked = asking(self.reader.fd, event)
                 printer.handle(event)
         finally:
             printer.close()

@@ -11,11 +11,13 @@ import os
 import shutil
 import stat
 import sys
+import termios
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slackinterp.engine.events import InputAnswered, InputRequested
 from slackinterp.engine.turn import FileFetchError, IncomingFile
 
 PROMPT = ">>> "
@@ -241,3 +243,22 @@ def local_file(raw: str) -> IncomingFile:
 
     mimetype = mimetypes.guess_type(path.name)[0] or "application/octet-stream"
     return IncomingFile(path.name, info.st_size, mimetype, fetch)
+
+
+def set_echo(fd: int, on: bool) -> None:
+    """Turn the terminal's echo off while a password is typed (getpass() in a cell), back on
+    after; a stdin that is not a terminal has no echo to change."""
+    try:
+        attrs = termios.tcgetattr(fd)
+    except (termios.error, OSError):
+        return
+    attrs[3] = attrs[3] | termios.ECHO if on else attrs[3] & ~termios.ECHO
+    termios.tcsetattr(fd, termios.TCSANOW, attrs)
+
+
+def asking(fd: int, event: InputRequested | InputAnswered) -> InputRequested | None:
+    """A cell asks (until it is answered): the next line typed is its answer, and a
+    password is typed unseen. Returns the open question, or None."""
+    asked = event if isinstance(event, InputRequested) else None
+    set_echo(fd, not (asked is not None and asked.password))
+    return asked

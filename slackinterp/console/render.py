@@ -13,19 +13,24 @@ import secrets
 from pathlib import Path
 from typing import TextIO
 
+from slackinterp.charts import kinds as charts
 from slackinterp.console.running import RunningLine
 from slackinterp.engine import mime
 from slackinterp.engine.events import (
+    AnswerHow,
     AssistantDelta,
     AssistantText,
     CellFinished,
     CellOutput,
     CellStarted,
     Event,
+    FileAttached,
     FileProduced,
     FileReceived,
     FileRejected,
     FileSkipped,
+    InputAnswered,
+    InputRequested,
     Notice,
     TurnFailed,
     TurnQueued,
@@ -183,6 +188,7 @@ class TurnPrinter:
         self.earlier: dict[str, Display] = {}  # updates of earlier turns' displays, latest
         self.figures: dict[str, set[Path]] = {}  # per cell, the image files saved for it
         self.answer_streamed = False
+        self.asked: InputRequested | None = None  # its echo (kernels/stdin.py) is not shown
 
     def handle(self, event: Event) -> None:
         out = self.screen
@@ -207,6 +213,8 @@ class TurnPrinter:
                 # The file in the session's directory: the event's path is the upload copy,
                 # which goes away with the next message.
                 self._file(self.workdir / name, size)
+            case FileAttached(path=path, name=name, reason=reason):
+                out.line(f"{name}: {path}" if path is not None else f"! {name}: {reason}")
             case FileSkipped(name=name):
                 self._file(self.workdir / name, None)
             case AssistantDelta(text=text):
@@ -221,6 +229,11 @@ class TurnPrinter:
                 out.line(f"! {terminal_words(message)}")
             case TurnUsage(line=line):
                 out.line(f"· {line}")
+            case InputRequested(prompt=prompt):
+                out.write(prompt)  # the terminal asks: the next line typed is the answer
+                self.asked = event
+            case InputAnswered():
+                self._answered(event)
             case _:
                 pass  # TurnStarted, TurnFinished: nothing to show
 
@@ -242,12 +255,26 @@ class TurnPrinter:
             self.screen.write("".join(f"  {line}\n" for line in event.code.splitlines()))
             self.screen.line("──")
 
+    def _answered(self, event: InputAnswered) -> None:
+        """The terminal echoed the typed line and its Enter, except a password's."""
+        typed = event.how in (AnswerHow.TYPED, AnswerHow.PRIVATE)
+        if typed and self.asked is not None and self.asked.password:
+            self.screen.write("\n")  # the Enter typed unseen
+        elif typed:
+            self.screen.at_line_start = True
+        else:
+            self.screen.newline()
+        if event.note:
+            self.screen.line(f"· {terminal_words(event.note)}")
+
     def _output(self, cell_id: str, output: object) -> None:
         """Live: text as it comes (the terminal applies `\r` and `\b` itself). What a terminal
         cannot take back (a cleared output, a replaced display) is put right when the cell
         ends, by printing the cell's final outputs again."""
         if isinstance(output, Stream):
-            self.screen.write(output.text)
+            asked, self.asked = self.asked, None
+            if asked is None or not output.text.startswith(asked.prompt):
+                self.screen.write(output.text)  # (else: the answer's echo, on screen already)
         elif isinstance(output, ClearOutput):
             self.rewritten.add(cell_id)
         elif isinstance(output, Display | Result):
@@ -275,6 +302,8 @@ class TurnPrinter:
             self._save_image(cell_id, "svg", view.svg.encode(), view.alt)
         elif view.kind == "table" and view.table is not None:
             self.screen.line(view.text)
+        elif view.kind == "hidden":
+            pass
         elif view.kind == "unknown":
             kinds = ", ".join(view.mimes)
             self.screen.line(f"(an output of type {kinds} is not shown in the terminal)")
@@ -296,6 +325,10 @@ class TurnPrinter:
         self.screen.line(f"figure: {path}" + (f" ({alt})" if alt else ""))
 
     def _cell_finished(self, cell_id: str, result: CellResult) -> None:
+        for chart in result.outputs:  # charts get their image once the cell ended
+            if isinstance(chart, Display | Result) and charts.chart_kind(chart.data):
+                if "image/png" in chart.data and cell_id not in self.rewritten:
+                    self._rich(cell_id, chart.data, chart.metadata)
         for update in self.earlier.values():
             self.screen.line("── an earlier cell's output is now " + "─" * 10)
             self._rich(cell_id, update.data, update.metadata)

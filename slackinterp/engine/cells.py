@@ -11,13 +11,14 @@ import asyncio
 import contextlib
 import logging
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import notebook, notices, workspace
+from slackinterp.engine.charts import cell_charts
 from slackinterp.engine.events import (
     CellFinished,
     CellOutput,
@@ -28,7 +29,13 @@ from slackinterp.engine.events import (
     Notice,
 )
 from slackinterp.engine.session import ThreadSession
-from slackinterp.errors import FailureKind, NoticeKind, RestoreReason, SlackinterpError
+from slackinterp.errors import (
+    FailureKind,
+    NoticeKind,
+    RestoreReason,
+    SlackinterpError,
+    TurnOrigin,
+)
 from slackinterp.kernels import shell
 from slackinterp.kernels.execution import (
     CellControl,
@@ -42,6 +49,7 @@ from slackinterp.kernels.execution import (
 from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.kernels.registry import KernelRegistry, Lease
 from slackinterp.kernels.resources import Resources
+from slackinterp.kernels.stdin import InputRequest, recorded
 from slackinterp.llm import prompts
 from slackinterp.llm.port import CellRun, CellSource
 from slackinterp.store import CellUsage, Store
@@ -67,6 +75,7 @@ class CellRunner:
         self.settings = settings
         self.store = store
         self.registry = registry
+        self.charts = cell_charts(settings)
 
     # --- where a thread's kernel and files are -----------------------------------------------
     @contextlib.asynccontextmanager
@@ -114,13 +123,27 @@ class CellRunner:
 
     # --- a visible cell ----------------------------------------------------------------------
     async def run(
-        self, session: ThreadSession, code: str, source: CellSource, emit: Emit
+        self,
+        session: ThreadSession,
+        code: str,
+        source: CellSource,
+        emit: Emit,
+        *,
+        answers: Sequence[str | None] | None = None,
     ) -> CellRun:
+        """`answers`: what the cell's input() calls get (a replayed cell's recorded ones);
+        None: the thread is asked."""
         async with self.lease(session, emit) as lease:
-            return await self._run_leased(session, lease, code, source, emit)
+            return await self._run_leased(session, lease, code, source, emit, answers)
 
     async def _run_leased(
-        self, session: ThreadSession, lease: Lease, code: str, source: CellSource, emit: Emit
+        self,
+        session: ThreadSession,
+        lease: Lease,
+        code: str,
+        source: CellSource,
+        emit: Emit,
+        answers: Sequence[str | None] | None,
     ) -> CellRun:
         result: CellResult | None = None
         cell_id: str | None = None
@@ -133,8 +156,10 @@ class CellRunner:
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
             started = lease.kernel.resources()
-            result = await self._execute(session, lease, cell_id, code, emit, source)
+            result = await self._execute(session, lease, cell_id, code, emit, source, answers)
             used = self._usage(session, started, lease.kernel.resources(), result)
+            pages: list[Event] = []  # charts' interactive pages: attached after the cell
+            result = await self.charts.render(result, cell_id, self.outbox(session), pages.append)
             notes = notices.network_notes(lease.kernel, self.settings.command)
             # Files that live with the kernel (a gateway's) cannot be seen once it died.
             if result.status is Status.DIED and not lease.kernel.files_outlive_it():
@@ -144,6 +169,8 @@ class CellRunner:
             produced = await self._after_cell(
                 session, files_left, cell_id, code, before, result, emit, notes, used
             )
+            for page in pages:
+                emit(page)
             return CellRun(result, tuple(produced), notes)
         except BaseException as exc:
             if cell_id is not None and result is None:
@@ -165,6 +192,7 @@ class CellRunner:
         code: str,
         emit: Emit,
         source: CellSource,
+        answers: Sequence[str | None] | None = None,
     ) -> CellResult:
         control = CellControl()
         if session.stop_requested.is_set():
@@ -174,6 +202,12 @@ class CellRunner:
 
         async def on_output(output: Output, shown: tuple[Shown, ...]) -> None:
             emit(CellOutput(cell_id, output, shown))
+
+        if answers is None and session.origin is TurnOrigin.SCHEDULED:
+            answers = ()  # a schedule asks nobody: a question it did not record gets ""
+
+        async def on_input(request: InputRequest) -> str:
+            return await session.inputs.ask(cell_id, request, emit, self.settings.input_timeout)
 
         if shell.has_shell_line(code):
             shell.make_strict(lease.kernel.client)
@@ -197,6 +231,7 @@ class CellRunner:
                 user_expressions=(
                     {"vars": prompts.VARIABLES_EXPRESSION} if source == "model" else None
                 ),
+                on_input=on_input if answers is None else recorded(answers),
             )
         finally:
             calm.cancel()
@@ -237,6 +272,7 @@ class CellRunner:
                 ok=result.ok,
                 error_name=result.error.ename if result.error else None,
                 duration=result.duration,
+                answers=[answer.kept for answer in result.answers],
                 outputs=lambda number, chars: self._export_outputs(result, number, chars),
                 usage=used,
             )

@@ -4,6 +4,7 @@ knows nothing about how."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import StrEnum
 from pathlib import Path
 
 from slackinterp.kernels.execution import CellResult, Output, Shown
@@ -85,11 +86,50 @@ class CellFinished:
 
 
 @dataclass(frozen=True)
+class InputRequested:
+    """The cell called input() (or getpass(): `password`) and waits for an answer from
+    `asker` (engine/inputs.py): typed in the thread or given in a private box; a password
+    only in the box. Unanswered for `timeout` seconds, it gets an empty string."""
+
+    cell_id: str
+    prompt: str
+    password: bool
+    asker: str
+    timeout: float
+
+
+class AnswerHow(StrEnum):
+    TYPED = "typed"  # the asker's next message in the thread
+    PRIVATE = "private"  # a box only the asker saw (Slack: a modal; the terminal's getpass)
+    TIMED_OUT = "timed_out"  # nobody answered in time: an empty string
+    CANCELLED = "cancelled"  # the cell was stopped while it waited
+
+
+@dataclass(frozen=True)
+class InputAnswered:
+    cell_id: str
+    how: AnswerHow
+    note: str = ""  # for the user when the answer was not theirs (timed out)
+
+
+@dataclass(frozen=True)
 class FileProduced:
     cell_id: str
     path: Path
     name: str  # relative to the working directory
     size: int
+
+
+@dataclass(frozen=True)
+class FileAttached:
+    """A file the bot made for the cell (a chart's interactive HTML page), not one the code
+    wrote. `path` None: not attached, `reason` says why."""
+
+    cell_id: str
+    path: Path | None
+    name: str
+    size: int
+    reason: str = ""
 
 
 @dataclass(frozen=True)
@@ -148,7 +188,10 @@ Event = (
     | CellStarted
     | CellOutput
     | CellFinished
+    | InputRequested
+    | InputAnswered
     | FileProduced
+    | FileAttached
     | FileSkipped
     | AssistantDelta
     | AssistantText

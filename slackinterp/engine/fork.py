@@ -21,7 +21,7 @@ from slackinterp.engine import notices
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
-from slackinterp.kernels.restore import Replayer, RestoreReport, restore
+from slackinterp.kernels.restore import ReplayCell, Replayer, RestoreReport, restore
 from slackinterp.kernels.snapshots import StateLost
 
 log = logging.getLogger(__name__)
@@ -85,7 +85,8 @@ async def fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSessio
         )
     async with source.lock, store.thread_lock(source.key.id):
         await steps.save(source)  # up to date (nothing to do after a turn)
-        cells = [(c.id, c.code) for c in await store.replayable_cells(source.key.id)]
+        found = await store.replayable_cells(source.key.id)
+        cells = [ReplayCell(c.id, c.code, c.answers) for c in found]
         files = await asyncio.to_thread(copy_files, source.workdir, target.workdir)
         history = await store.history(source.key.id)
     async with target.lock, store.thread_lock(target.key.id):

@@ -18,9 +18,13 @@ from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from typing import Any
 
+from slackinterp.charts import kinds as charts
+
 log = logging.getLogger(__name__)
 
 IMAGE_TYPES = {"image/png": "png", "image/jpeg": "jpg"}
+# In a chart output's metadata: why the bot could not render it (engine/charts.py).
+PROBLEM_KEY = "slackinterp/chart_problem"
 # A repr that says nothing a person wants to read (`<IPython.core.display.HTML object>`,
 # `<Figure size 640x480 with 1 Axes>`).
 _BARE_REPR = re.compile(r"^<[^<>\n]*>$")
@@ -55,7 +59,7 @@ class View:
 
     image (mime, raw, alt) · svg (svg, png or None, alt) · table (table, text) ·
     markdown (text) · latex (text) · json (text) · html (text) · text (text) ·
-    unknown (mimes)
+    chart (text: a chart not rendered, and why) · hidden (nothing to show) · unknown (mimes)
     """
 
     kind: str
@@ -82,6 +86,15 @@ def pick(data: dict[str, Any], metadata: dict[str, Any] | None = None) -> View:
     if "image/svg+xml" in data:
         svg = _as_text(data["image/svg+xml"])
         return View("svg", svg=svg, alt=alt_text("image/svg+xml", metadata, plain, svg))
+    kind = charts.chart_kind(data)
+    if kind is not None:  # not (yet) rendered: say so, and what would render it
+        problem = metadata.get(PROBLEM_KEY)
+        if not isinstance(problem, str):
+            return View("chart", text=f"a {charts.LABELS[kind]} chart (its image follows)")
+        named = problem if problem.startswith("a ") else f"{charts.not_rendered(kind)}: {problem}"
+        return View("chart", text=named)
+    if charts.shows_nothing(data):
+        return View("hidden")
     html = _as_text(data.get("text/html", ""))
     if html:
         tables = html_tables(html)

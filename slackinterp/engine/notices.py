@@ -25,6 +25,20 @@ QUOTA_BEFORE = " Delete files before running more code (`reset wipe` deletes the
 QUOTA_AFTER = " New cells will not run until files are deleted."
 
 
+PASSWORD_ONLY_PRIVATELY = (
+    "I did not take that message as the answer: the cell asks for a password (getpass()), "
+    "which I take only through the Answer button, so that it stays out of the thread. "
+    "If the message was meant for me, send it again once the cell is done."
+)
+
+
+def input_timed_out(seconds: float) -> str:
+    return (
+        f"no answer within {seconds:g} s (SLACKINTERP_INPUT_TIMEOUT): the cell was given an "
+        "empty string"
+    )
+
+
 def queue_full(waiting: int) -> str:
     return (
         f"{waiting} requests are already waiting in this thread "

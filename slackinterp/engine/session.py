@@ -6,6 +6,7 @@ import asyncio
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from slackinterp.engine.inputs import InputDesk
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.execution import CellControl
@@ -46,6 +47,8 @@ class ThreadSession:
     # Who the running turn is for, so its cells' usage is kept with the asker (and origin).
     asker: str = ""
     instructions: list[Instruction] = field(default_factory=list)
+    # A question the running cell asks (input(), getpass()) and who may answer it.
+    inputs: InputDesk = field(default_factory=InputDesk)
     # Snapshots (engine/snapshots.py): the newest successful cell (store id) not saved yet,
     # and whether the thread was told its variables no longer all fit SLACKINTERP_SNAPSHOT_MAX_MB.
     unsaved_cell: int | None = None

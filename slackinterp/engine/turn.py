@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from slackinterp import metrics
 from slackinterp.config import Settings
-from slackinterp.engine import fork, intake, notebook, notices, steering, workspace
+from slackinterp.engine import fork, inputs, intake, notebook, notices, steering, workspace
 from slackinterp.engine.budgets import BudgetRefused, Budgets
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
@@ -46,7 +46,7 @@ from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellResult
 from slackinterp.kernels.files import TransferError, clear_staging
-from slackinterp.kernels.registry import AtCapacity, KernelRegistry, ReleaseReason
+from slackinterp.kernels.registry import AtCapacity, KernelRegistry, ReleaseReason, ReplayCell
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import TurnAgent
@@ -96,8 +96,9 @@ class TurnRequest:
     # A person's turn, or a scheduled run's (its key is a run of its own: ThreadKey.run).
     origin: TurnOrigin = TurnOrigin.PERSON
     # Cells run first, in order, as the user's own, up to the first that fails; the text (if
-    # any) goes to the model after them. A scheduled run re-runs its thread's cells so.
-    cells: tuple[str, ...] = ()
+    # any) goes to the model after them. A scheduled run re-runs its thread's cells so, each
+    # with the answers its input() calls had (ReplayCell): a schedule never asks anyone.
+    cells: tuple[str | ReplayCell, ...] = ()
     # Hidden code run before anything else (a scheduled run's copy of its thread's files,
     # where the files live with the kernel).
     prepare: str | None = None
@@ -165,6 +166,9 @@ class Engine:
 
     async def _turn(self, request: TurnRequest, emit: Emit) -> None:
         session = self.session(request.key)
+        if inputs.answered_by(session, request, emit):  # the running cell's input()
+            emit(_DONE)  # type: ignore[arg-type]
+            return
         if session.busy and session.waiting >= self.settings.max_queued:
             emit(TurnFailed(notices.queue_full(session.waiting), kind=FailureKind.QUEUE_FULL))
             emit(_DONE)  # type: ignore[arg-type]
@@ -221,6 +225,7 @@ class Engine:
         started = time.monotonic()
         session.stop_requested = asyncio.Event()
         session.asker, session.origin = request.user, request.origin
+        session.inputs.asker = request.user  # who answers the cells' input() calls
         emit(TurnStarted())
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
@@ -322,19 +327,32 @@ class Engine:
             emit(Notice(NoticeKind.EMPTY, notices.NOTHING_ABOVE))
 
     async def _run_cells(
-        self, session: ThreadSession, codes: Sequence[str], emit: Emit, *, keep_going: bool = False
+        self,
+        session: ThreadSession,
+        codes: Sequence[str | ReplayCell],
+        emit: Emit,
+        *,
+        keep_going: bool = False,
     ) -> tuple[int, CellResult] | None:
         """Cells in order, each as the user's own, until a stop; unless `keep_going`, up to
-        the first that fails: its number and result (None: none failed)."""
-        for number, code in enumerate(codes, 1):
+        the first that fails: its number and result (None: none failed). A replayed cell's
+        input() calls get the answers it had."""
+        for number, cell in enumerate(codes, 1):
             if session.stop_requested.is_set():
                 return None
-            result = (await self.cells.run(session, code, "user", emit)).result
+            code, answers = (
+                (cell.code, cell.answers) if isinstance(cell, ReplayCell) else (cell, None)
+            )
+            result = (await self.cells.run(session, code, "user", emit, answers=answers)).result
             if not result.ok and not keep_going:
                 return number, result
         return None
 
     # --- controls ------------------------------------------------------------------------
+    def answer_input(self, key: ThreadKey, user: str, text: str) -> inputs.AnswerOutcome:
+        """An answer given privately (Slack's modal, the terminal) to the thread's cell."""
+        return inputs.answer_privately(self.sessions.get(key.id), user, text)
+
     def stop(self, key: ThreadKey) -> bool:
         session = self.sessions.get(key.id)
         return session.request_stop("stopped") if session else False

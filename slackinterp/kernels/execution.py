@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Protocol, cast
 
 # Callers and tests import these from here too: a cell's text is part of its result.
+from slackinterp.kernels.stdin import Answer, InputCallback, StdinServer
 from slackinterp.kernels.streamtext import MAX_SPILL_BYTES as MAX_SPILL_BYTES
 from slackinterp.kernels.streamtext import OutputBudget as OutputBudget
 from slackinterp.kernels.streamtext import TerminalText as TerminalText
@@ -102,6 +103,7 @@ class CellResult:
     # Evaluated by the kernel right after a successful cell: {name: text/plain}.
     user_expressions: dict[str, str] = field(default_factory=dict)
     dropped_displays: int = 0  # displays past MAX_DISPLAYS_PER_CELL, not shown
+    answers: tuple[Answer, ...] = ()  # what its input() / getpass() calls were given
 
     @property
     def ok(self) -> bool:
@@ -312,8 +314,14 @@ async def run_cell(
     spill_path: Path | None = None,
     silent: bool = False,
     user_expressions: dict[str, str] | None = None,
+    on_input: InputCallback | None = None,
 ) -> CellResult:
-    """Execute `code` and collect its outputs; never raises for what the code does."""
+    """Execute `code` and collect its outputs; never raises for what the code does.
+
+    With `on_input`, the cell's `input()` and `getpass()` are answered by it (kernels/stdin.py;
+    the time spent waiting for an answer does not count against `timeout`); without it they
+    raise StdinNotImplementedError in the kernel.
+    """
     control = control or CellControl()
     client = kernel.client
     started = time.monotonic()
@@ -323,18 +331,28 @@ async def run_cell(
         code,
         silent=silent,
         store_history=not silent,
-        allow_stdin=False,
+        allow_stdin=on_input is not None,
         stop_on_error=True,
         user_expressions=user_expressions or {},
     )
-    deadline = started + timeout
     status: Status | None = None
+    stdin: StdinServer | None = None
+    serving: asyncio.Task[None] | None = None
+    if on_input is not None:
+
+        async def echo(text: str) -> None:
+            live = area.apply(Stream("stdout", text))
+            if live is not None and on_output is not None:
+                await on_output(live, area.snapshot())
+
+        stdin = StdinServer(client, msg_id, on_input, echo)
 
     try:
         while True:
             if control.stop.is_set():
                 status = Status.STOPPED
                 break
+            deadline = started + timeout + (stdin.waited if stdin is not None else 0.0)
             if time.monotonic() >= deadline:
                 status = Status.TIMEOUT
                 break
@@ -345,6 +363,10 @@ async def run_cell(
                 if not await kernel.is_alive():
                     status = Status.DIED
                     break
+                if stdin is not None and serving is None:
+                    # A cell that asks falls silent: its stdin is served from the first quiet
+                    # poll (the request waits in its socket), so fast cells pay nothing.
+                    serving = asyncio.create_task(stdin.serve(), name="cell-stdin")
                 continue
             if msg.get("parent_header", {}).get("msg_id") != msg_id:
                 continue  # left over from an earlier, interrupted cell
@@ -359,6 +381,7 @@ async def run_cell(
             if live is not None and on_output is not None:
                 await on_output(live, area.snapshot())
     finally:
+        await StdinServer.stop(serving)
         area.close()
         await area.flushed()
 
@@ -391,6 +414,7 @@ async def run_cell(
         user_expressions=expressions,
         full_output=spill_path if area.whole.over and spill_path and spilled else None,
         dropped_displays=area.dropped_displays,
+        answers=tuple(stdin.answers) if stdin is not None else (),
     )
 
 

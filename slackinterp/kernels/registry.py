@@ -22,7 +22,7 @@ from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.files import ThreadFiles
 from slackinterp.kernels.pool import WarmPool
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
-from slackinterp.kernels.restore import Replayer, RestoreReport, restore
+from slackinterp.kernels.restore import ReplayCell, Replayer, RestoreReport, restore
 from slackinterp.kernels.slots import Slot
 from slackinterp.kernels.snapshots import Snapshots
 
@@ -66,9 +66,9 @@ class Lease:
         return self.kernel.files(max_files)
 
 
-# The thread's successful cells since its last reset, in order: [(store id, code)].
-ReplaySource = Callable[[str], Awaitable[list[tuple[int, str]]]]
-__all__ = ["AtCapacity", "KernelRegistry", "Lease", "RestoreReport"]
+# The thread's successful cells since its last reset, in order (store id, code, answers).
+ReplaySource = Callable[[str], Awaitable[list[ReplayCell]]]
+__all__ = ["AtCapacity", "KernelRegistry", "Lease", "ReplayCell", "RestoreReport"]
 LifecycleListener = Callable[[str, ReleaseReason], Awaitable[None]]  # (thread key, why)
 
 

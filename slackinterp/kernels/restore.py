@@ -16,6 +16,7 @@ from slackinterp.errors import RestoreReason
 from slackinterp.kernels.backend import Kernel
 from slackinterp.kernels.execution import Status, run_cell
 from slackinterp.kernels.snapshots import Loaded, Snapshots, StateLost
+from slackinterp.kernels.stdin import recorded
 
 log = logging.getLogger(__name__)
 
@@ -41,6 +42,16 @@ class RestoreReport:
 
 
 @dataclass(frozen=True)
+class ReplayCell:
+    """A cell to replay: its store id (a snapshot includes the cells up to one), its code, and
+    the answers its input() calls had (None: a password, never kept)."""
+
+    id: int
+    code: str
+    answers: tuple[str | None, ...] = ()
+
+
+@dataclass(frozen=True)
 class Replayer:
     """How a restore runs: the snapshot keeper (None: snapshots off) and the replay's bounds."""
 
@@ -54,7 +65,7 @@ async def restore(
     replayer: Replayer,
     key: str,
     kernel: Kernel,
-    cells: list[tuple[int, str]],
+    cells: list[ReplayCell],
     reason: RestoreReason,
 ) -> RestoreReport:
     """Load the newest snapshot, then replay the successful cells after it."""
@@ -63,7 +74,10 @@ async def restore(
     if replayer.snapshots is not None:
         try:
             loaded = await replayer.snapshots.load(
-                kernel, cells, since=cells[0][0], timeout=replayer.timeout
+                kernel,
+                [(cell.id, cell.code) for cell in cells],
+                since=cells[0].id,
+                timeout=replayer.timeout,
             )
         except StateLost:  # out of time: the kernel restarted empty, replay is all there is
             loaded = None
@@ -73,20 +87,21 @@ async def restore(
             loaded = None
     skipped = 0
     if loaded is not None:
-        skipped = sum(1 for cell_id, _code in cells if cell_id <= loaded.cell)
+        skipped = sum(1 for cell in cells if cell.id <= loaded.cell)
     rest = cells[skipped:]
     report = RestoreReport(0, len(rest), 0.0, reason=reason, snapshot=loaded, skipped=skipped)
-    for index, (_cell_id, code) in enumerate(rest, skipped + 1):
+    for index, cell in enumerate(rest, skipped + 1):
         remaining = replayer.timeout - (time.monotonic() - started)
         if remaining <= 0:
             report.out_of_time = True
             break
         result = await run_cell(
             kernel,
-            code,
+            cell.code,
             timeout=remaining,
             grace=replayer.grace,
             max_output_chars=replayer.max_output_chars,
+            on_input=recorded(cell.answers),  # nobody is asked again
         )
         if result.status is Status.TIMEOUT:
             report.out_of_time = True

@@ -43,7 +43,8 @@ def tool_description(exec_timeout: float, network: bool | str, packages: Sequenc
         "plt.show() and display() outputs are shown to the user; files you save in the working "
         "directory are uploaded to the thread.",
         f"A cell is stopped after {exec_timeout:g} seconds.",
-        "No stdin: input() fails.",
+        "input() and getpass() ask the user and wait for the answer; ask only when the code "
+        "cannot go on without it.",
         installed_text(packages) + "; import what a cell uses.",
     ]
     if network == "allowlist":

@@ -17,6 +17,7 @@ from slackinterp.engine.events import (
     AssistantText,
     CellFinished,
     Event,
+    FileAttached,
     FileProduced,
     FileSkipped,
     Notice,
@@ -137,6 +138,10 @@ class RunFold:
                 report.note(text)
             case FileProduced(path=path, name=name, size=size):
                 self.produced[name] = ProducedFile(path, name, size)
+            case FileAttached(path=Path() as path, name=name, size=size):
+                self.produced[name] = ProducedFile(path, name, size)  # a chart's page
+            case FileAttached(name=name, reason=reason):
+                report.note(f"`{name}` not attached: {reason}")
             case FileSkipped(name=name, reason=reason):
                 self.produced.pop(name, None)
                 report.note(f"`{name}` not attached: {reason}")

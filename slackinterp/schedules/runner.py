@@ -25,7 +25,7 @@ from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey, safe_component
 from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.local import privileges
-from slackinterp.kernels.registry import KernelRegistry
+from slackinterp.kernels.registry import KernelRegistry, ReplayCell
 from slackinterp.llm.port import TurnAgent
 from slackinterp.schedules.report import RunFold, RunReport
 from slackinterp.store import Store, StoredSchedule
@@ -77,7 +77,8 @@ class ScheduledRunner:
 
     async def _run(self, schedule: StoredSchedule, report: RunReport, started: float) -> None:
         thread = ThreadKey.parse(schedule.thread_key)
-        codes = [c.code for c in await self.store.replayable_cells(thread.id)]
+        stored = await self.store.replayable_cells(thread.id)
+        codes = [c.code for c in stored]
         refusal = self.refusal(schedule, len(codes))
         if refusal is not None:
             report.problem, report.refused = refusal, True
@@ -92,7 +93,7 @@ class ScheduledRunner:
             ASK_PREFACE + schedule.ask if schedule.ask else "",
             user=schedule.owner,
             origin=TurnOrigin.SCHEDULED,
-            cells=tuple(codes),
+            cells=tuple(ReplayCell(c.id, c.code, c.answers) for c in stored),  # nobody is asked
             # A gateway's: the thread's directory is a sibling over there.
             prepare=_COPY_SIBLING.format(source=thread.dirname) if with_kernel else None,
             deadline=deadline,

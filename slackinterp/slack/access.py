@@ -8,6 +8,7 @@ so an outsider chatting in a channel never sees the bot.
 
 from __future__ import annotations
 
+import json
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -49,9 +50,19 @@ def actor(body: dict[str, Any]) -> Actor:
         return Actor(str(event.get("channel") or ""), str(user), thread_ts)
     if "command" in body:
         return Actor(str(body.get("channel_id") or ""), str(body.get("user_id") or ""))
+    if body.get("type") == "view_submission":  # our modals name their channel (slack/inputs.py)
+        return Actor(_view_channel(body), str((body.get("user") or {}).get("id") or ""))
     container = body.get("container") or {}
     channel = container.get("channel_id") or (body.get("channel") or {}).get("id") or ""
     return Actor(str(channel), str((body.get("user") or {}).get("id") or ""))
+
+
+def _view_channel(body: dict[str, Any]) -> str:
+    try:
+        meta = json.loads((body.get("view") or {}).get("private_metadata") or "{}")
+    except ValueError:
+        return ""
+    return str(meta.get("channel") or "") if isinstance(meta, dict) else ""
 
 
 @dataclass(frozen=True)

@@ -26,6 +26,7 @@ from slackinterp.kernels.execution import (
     Stream,
 )
 from slackinterp.slack import text as t
+from slackinterp.slack.inputs import Question, answer_button, question_block
 
 STOP_ACTION = "interp_stop"
 RESET_ACTION = "interp_reset"
@@ -65,8 +66,9 @@ def status_line(result: CellResult | None, started: float, timeout: float) -> st
     return f"{_SYMBOLS[status.state]} {t.escape(status.words)}{extra}"
 
 
-def buttons(key_id: str, *, running: bool) -> dict[str, Any]:
-    elements: list[dict[str, Any]] = []
+def buttons(key_id: str, *, running: bool, answer: str | None = None) -> dict[str, Any]:
+    """Stop (while running) and Reset; Answer while cell `answer` waits for input()."""
+    elements: list[dict[str, Any]] = [answer_button(key_id, answer)] if answer else []
     if running:
         elements.append(
             {
@@ -175,6 +177,7 @@ class CellView:
     posting: asyncio.Task[None] | None = None
     post_started: bool = False
     cut: bool = False  # some output text did not fit the message
+    asking: Question | None = None  # the cell waits for an answer (input(), getpass())
 
     def display_ids(self) -> set[str]:
         return {
@@ -197,7 +200,11 @@ class CellView:
         notes = self.notes + notes
         if notes:
             blocks.append(_context(t.clip_mrkdwn(t.escape(" · ".join(notes)), 500)))
-        blocks.append(buttons(key_id, running=self.result is None))
+        asking = self.asking if self.result is None else None
+        if asking is not None:
+            blocks.append(question_block(asking))
+        answer = self.cell_id if asking is not None else None
+        blocks.append(buttons(key_id, running=self.result is None, answer=answer))
         fallback = f"Cell: {status}"
         return fallback, blocks
 
@@ -237,8 +244,11 @@ def render_outputs(
         else:
             assert not isinstance(item, Stream)  # merged into text above
             view = mime.pick(item.data, item.metadata)
-            if view.kind in ("image", "svg"):
-                continue  # uploaded into the thread beside the message
+            if view.kind in ("image", "svg", "hidden"):
+                continue  # uploaded into the thread beside the message; or nothing to show
+            if view.kind == "chart":  # not (yet) an image: what it is, and why
+                notes.append(view.text)
+                continue
             if view.kind == "table" and view.table is not None and not table_used:
                 table_used = True  # Slack allows one table block per message
                 block, _ = table_block(view.table)

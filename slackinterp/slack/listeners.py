@@ -35,6 +35,7 @@ from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
 from slackinterp.slack.data import is_data_command
 from slackinterp.slack.files import SlackFileFetcher
+from slackinterp.slack.inputs import ANSWER_ACTION, ANSWER_VIEW, InputListeners
 from slackinterp.slack.listener_base import installation_team
 from slackinterp.slack.manifest import SHORTCUT_ID
 from slackinterp.slack.network import is_network_command
@@ -94,6 +95,9 @@ class SlackListeners(CommandListeners, ButtonListeners):
         app.shortcut(SHORTCUT_ID)(self.on_shortcut)
         app.action(STOP_ACTION)(self.on_button)
         app.action(RESET_ACTION)(self.on_button)
+        answers = InputListeners(self.engine)  # a cell's input() / getpass(): the modal
+        app.action(ANSWER_ACTION)(answers.on_answer_button)
+        app.view(ANSWER_VIEW)(answers.on_answer_submitted)
         if self.schedules is not None:  # issue 28: Pause, Resume, Delete, Also send to channel
             for action in schedule_controls.ACTIONS:
                 app.action(action)(self.schedules.on_button)

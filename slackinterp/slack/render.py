@@ -23,10 +23,13 @@ from slackinterp.engine.events import (
     CellOutput,
     CellStarted,
     Event,
+    FileAttached,
     FileProduced,
     FileReceived,
     FileRejected,
     FileSkipped,
+    InputAnswered,
+    InputRequested,
     InstructionTaken,
     Notice,
     TurnFailed,
@@ -57,6 +60,7 @@ from slackinterp.slack.cells import (
     status_line,
     table_block,
 )
+from slackinterp.slack.inputs import Question
 from slackinterp.slack.poster import ThreadPoster
 from slackinterp.slack.stream import StreamedTurn  # issue 14
 
@@ -144,7 +148,7 @@ class TurnRenderer(ThreadPoster):
             await self.session.settle()  # unless the stream's stopStream ended it
 
     async def _show(self, event: Event) -> None:
-        if self.skipped and not isinstance(event, FileSkipped | FileProduced):
+        if self.skipped and not isinstance(event, FileSkipped | FileProduced | FileAttached):
             await self._report_skipped()
         match event:
             case TurnQueued(position=position):
@@ -169,8 +173,14 @@ class TurnRenderer(ThreadPoster):
                 await self._cell_output(event)
             case CellFinished():
                 await self._cell_finished(event)
+            case InputRequested() | InputAnswered():
+                await self._input(event)
             case FileProduced():
                 await self.upload(event.path, event.name, comment=None)
+            case FileAttached(path=None, name=name, reason=reason):
+                self.skipped.append((name, reason))
+            case FileAttached(path=path, name=name) if path is not None:
+                await self.upload(path, name, comment=None)  # a chart's interactive page
             case FileSkipped(name=name, reason=reason):
                 self.skipped.append((name, reason))
             case AssistantDelta(text=delta):
@@ -215,6 +225,24 @@ class TurnRenderer(ThreadPoster):
         view.ts = await self.post(text, blocks)
         view.last_edit = time.monotonic()
         if view.dirty:  # output arrived while the post was under way
+            self._schedule_edit(view)
+
+    async def _input(self, event: InputRequested | InputAnswered) -> None:
+        """The cell's message asks the question (with Answer) until it is answered; it is
+        shown at once, whatever the grace, since a person has to read it."""
+        view = self.cells.get(event.cell_id)
+        if view is None:
+            return
+        if isinstance(event, InputRequested):
+            view.asking = Question(event.prompt, event.password, event.asker)
+        else:
+            view.asking = None
+            if event.note:
+                view.notes.append(event.note)
+        if view.posting is not None and not view.post_started:
+            view.posting.cancel()  # still in its grace: post now
+            await self._post_running(view)
+        else:
             self._schedule_edit(view)
 
     async def _long_code(self, view: CellView) -> None:

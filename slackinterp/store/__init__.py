@@ -124,16 +124,18 @@ class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules,
         duration: float,
         outputs: Callable[[int, int], Sequence[dict[str, Any]]],
         usage: CellUsage | None = None,
+        answers: Sequence[str | None] = (),
     ) -> int:
         """A finished cell for replay (add_cell) and its transcript entry (add_entry), in one
         transaction: on SQLite every transaction waits its turn for the one connection, and a
         turn's next cell, model request or turn waits behind these. `outputs(number, used)`
         gives the entry's outputs from its execution count and the characters already stored
         (transcript_stats); `usage`, what the cell used of the kernel, is kept with them.
-        Returns the cell's id."""
+        `answers` are what its input() calls were given (None for a
+        password, never stored): replay gives them again. Returns the cell's id."""
         async with self._engine.begin() as conn:
             cell_id = await self._add_cell(
-                conn, key, code, ok=ok, error_name=error_name, duration=duration
+                conn, key, code, ok=ok, error_name=error_name, duration=duration, answers=answers
             )
             count, used = await self._transcript_stats(conn, key)
             number = count + 1

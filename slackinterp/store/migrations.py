@@ -75,7 +75,9 @@ def _v6(conn: Connection) -> None:
 
 
 def _v7(conn: Connection) -> None:
-    """Version 7: nothing (it was held for snapshots, which needed no table)."""
+    """Version 7: the answers a cell's input() calls were given, so replay asks nobody."""
+    if "answers" not in {c["name"] for c in inspect(conn).get_columns("cells")}:
+        conn.execute(text("ALTER TABLE cells ADD COLUMN answers TEXT"))
 
 
 def _v8(conn: Connection) -> None:

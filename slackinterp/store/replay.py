@@ -22,17 +22,26 @@ class StoredCell:
     code: str
     ok: bool
     duration: float
+    # What its input() / getpass() calls were given, in order; None where it was a password.
+    answers: tuple[str | None, ...] = ()
 
 
 class Replay(StoreBase):
     """Cells (replayed after a restart, until a reset) and model history."""
 
     async def add_cell(
-        self, key: str, code: str, *, ok: bool, error_name: str | None, duration: float
+        self,
+        key: str,
+        code: str,
+        *,
+        ok: bool,
+        error_name: str | None,
+        duration: float,
+        answers: Sequence[str | None] = (),
     ) -> int:
         async with self._engine.begin() as conn:
             return await self._add_cell(
-                conn, key, code, ok=ok, error_name=error_name, duration=duration
+                conn, key, code, ok=ok, error_name=error_name, duration=duration, answers=answers
             )
 
     @staticmethod
@@ -44,6 +53,7 @@ class Replay(StoreBase):
         ok: bool,
         error_name: str | None,
         duration: float,
+        answers: Sequence[str | None] = (),
     ) -> int:
         result = await conn.execute(
             insert(cells).values(
@@ -52,6 +62,8 @@ class Replay(StoreBase):
                 ok=ok,
                 error_name=clean(error_name, 200),
                 duration=duration,
+                # json.dumps escapes NUL: safe for PostgreSQL as it is.
+                answers=json.dumps(list(answers)) if answers else None,
                 replay=True,
                 created_at=time.time(),
             )
@@ -64,13 +76,13 @@ class Replay(StoreBase):
     async def replayable_cells(self, key: str) -> list[StoredCell]:
         """Cells that succeeded since the last reset, in the order they ran."""
         query = (
-            select(cells.c.id, cells.c.code, cells.c.ok, cells.c.duration)
+            select(cells.c.id, cells.c.code, cells.c.ok, cells.c.duration, cells.c.answers)
             .where(cells.c.thread_key == key, cells.c.replay.is_(True), cells.c.ok.is_(True))
             .order_by(cells.c.id)
         )
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [StoredCell(r.id, r.code, r.ok, r.duration) for r in rows]
+        return [StoredCell(r.id, r.code, r.ok, r.duration, _answers(r.answers)) for r in rows]
 
     async def replay_floor(self, key: str) -> int | None:
         """The first cell replay would run (the oldest successful one since the last reset):
@@ -150,3 +162,17 @@ class Replay(StoreBase):
     async def clear_history(self, key: str) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(delete(history).where(history.c.thread_key == key))
+
+
+def _answers(raw: str | None) -> tuple[str | None, ...]:
+    """A cell's stored answers; anything unreadable counts as none (replay then answers
+    with empty strings rather than failing the restore)."""
+    if not raw:
+        return ()
+    try:
+        found = json.loads(raw)
+    except ValueError:
+        return ()
+    if not isinstance(found, list):
+        return ()
+    return tuple(a if isinstance(a, str) else None for a in found)

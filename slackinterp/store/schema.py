@@ -48,6 +48,8 @@ cells = Table(
     # False once a reset clears the thread's state: kept for the record, never replayed.
     Column("replay", Boolean, nullable=False, default=True),
     Column("created_at", Float, nullable=False),
+    # JSON list: what the cell's input() / getpass() calls were given (null for a password).
+    Column("answers", Text),
 )
 
 history = Table(

@@ -41,6 +41,7 @@ from urllib.parse import quote, urlencode
 from aiohttp import ClientError, ClientSession, ClientTimeout, WSCloseCode, WSMsgType, web
 
 from tests.fakes.slack_agents import AgentSurface  # issue 27: agent sessions, Stop, agent view
+from tests.fakes.slack_views import ViewSurface
 
 DEFAULT_SCOPES: tuple[str, ...] = (
     "app_mentions:read",
@@ -248,11 +249,6 @@ def _truthy(value: Any) -> bool:
 def _random_id(prefix: str, length: int = 10) -> str:
     alphabet = string.ascii_uppercase + string.digits
     return prefix + "".join(random.choices(alphabet, k=length))
-
-
-def _trigger_id() -> str:
-    first, second = random.randint(10**12, 10**13 - 1), random.randint(10**9, 10**10 - 1)
-    return f"{first}.{second}.{secrets.token_hex(16)}"
 
 
 def _now_ts() -> str:
@@ -1963,7 +1959,7 @@ class _Senders(_Delivery):
             "api_app_id": self.app_id,
             "is_enterprise_install": "false",
             "response_url": response_url,
-            "trigger_id": _trigger_id(),
+            "trigger_id": self.issue_trigger(user),
         }
         envelope = Envelope(
             str(uuid.uuid4()), "slash_commands", payload, accepts_response_payload=True
@@ -2000,7 +1996,7 @@ class _Senders(_Delivery):
             "api_app_id": self.app_id,
             "token": self.verification_token,
             "container": container,
-            "trigger_id": _trigger_id(),
+            "trigger_id": self.issue_trigger(user),
             "team": {"id": self.team_id, "domain": self.team_domain},
             "enterprise": None,
             "is_enterprise_install": False,
@@ -2043,7 +2039,7 @@ class _Senders(_Delivery):
             "is_enterprise_install": False,
             "enterprise": None,
             "callback_id": callback_id,
-            "trigger_id": _trigger_id(),
+            "trigger_id": self.issue_trigger(user),
             "response_url": self._new_response_url("action", target),
             "message_ts": msg["ts"],
             "message": msg,
@@ -2089,7 +2085,7 @@ class _Senders(_Delivery):
             self._spawn(self._echo_bot_message(channel, message))
 
 
-class FakeSlack(_WebApi, _Files, _Senders, AgentSurface):
+class FakeSlack(_WebApi, _Files, _Senders, AgentSurface, ViewSurface):
     """Slack's Web API, file hosting, Socket Mode and HTTP delivery on 127.0.0.1.
 
     Use ``async with FakeSlack() as fake:`` (or ``start``/``stop``) inside the
@@ -2191,6 +2187,8 @@ class FakeSlack(_WebApi, _Files, _Senders, AgentSurface):
         }
         self._init_agents()  # issue 27: an agent app by default (use_assistant_app for older)
         self._api.update(self._agent_handlers())
+        self._init_views()  # modals: views.open and view_submission (slack_views.py)
+        self._api.update(self._view_handlers())
 
     async def start(self) -> Self:
         app = web.Application(client_max_size=64 * 1024 * 1024)

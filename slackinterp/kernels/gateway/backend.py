@@ -47,6 +47,7 @@ class GatewayClient:
         self.session_id = session_id
         self.iopub: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.shell: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+        self.stdin: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
         self.lost_state = asyncio.Event()  # the gateway saw the kernel die or restart
         self.closed = asyncio.Event()
         self._reader = asyncio.create_task(self._read(), name="gateway-ws-reader")
@@ -67,6 +68,8 @@ class GatewayClient:
                     self.iopub.put_nowait(msg)
                 elif channel == "shell":
                     self.shell.put_nowait(msg)
+                elif channel == "stdin":  # input_request: a cell's input() (kernels/stdin.py)
+                    self.stdin.put_nowait(msg)
         finally:
             self.closed.set()
 
@@ -119,6 +122,15 @@ class GatewayClient:
 
     async def get_shell_msg(self, timeout: float | None = None) -> dict[str, Any]:
         return await _get(self.shell, timeout)
+
+    async def get_stdin_msg(self, timeout: float | None = None) -> dict[str, Any]:
+        return await _get(self.stdin, timeout)
+
+    def input(self, value: str) -> None:
+        """The input_reply to the kernel's input_request, as jupyter_client's input()."""
+        msg = self._message("input_reply", {"value": value}, "stdin")
+        task = asyncio.get_running_loop().create_task(self.ws.send_str(json.dumps(msg)))
+        task.add_done_callback(_log_send_failure)
 
     async def close(self) -> None:
         await self.ws.close()

@@ -73,7 +73,7 @@ class LocalKernel(Kernel):
 
     async def connect(self, timeout: float = READY_TIMEOUT) -> None:
         self._client = self.km.client(context=ready.shared_context())
-        self._client.start_channels(stdin=False)
+        self._client.start_channels()  # stdin too: a cell's input() (kernels/stdin.py)
         try:
             await ready.wait_ready(self._client, timeout, self.is_alive)
         except RuntimeError as exc:  # the kernel died during start-up
