@@ -340,3 +340,19 @@ class DisplayMemory:
 
     def forget(self, thread: str) -> None:
         self._threads.pop(thread, None)
+
+
+def images_of(view: CellView) -> dict[str, tuple[str, Display | Result, int]]:
+    """The cell's current images by display id (or position): (digest, output, number)."""
+    wanted: dict[str, tuple[str, Display | Result, int]] = {}
+    number = 0
+    for output in view.shown:
+        if not isinstance(output, Display | Result):
+            continue
+        kind = next((m for m in (*mime.IMAGE_TYPES, "image/svg+xml") if m in output.data), None)
+        if kind is None:
+            continue
+        number += 1
+        key = output.display_id or f"#{number}"
+        wanted[key] = (content_digest(str(output.data[kind])), output, number)
+    return wanted

@@ -57,6 +57,7 @@ from slackinterp.slack.cells import (
     buttons,
     content_digest,
     has_table,
+    images_of,
     status_line,
     table_block,
 )
@@ -324,7 +325,7 @@ class TurnRenderer(ThreadPoster):
     def _note_oversized(self, view: CellView) -> None:
         """Images too large to upload are known before the final post: the message says so
         when it first shows the cell finished, not in a later edit."""
-        for key, (digest, output, _number) in _images_of(view).items():
+        for key, (digest, output, _number) in images_of(view).items():
             if key in view.uploads:
                 continue
             shown = mime.pick(output.data, output.metadata)
@@ -370,7 +371,7 @@ class TurnRenderer(ThreadPoster):
         are deleted, new ones uploaded. While the cell runs, at most MAX_DISPLAYS_PER_CELL
         uploads (replacements count); the final state is always put right."""
         view.last_images = time.monotonic()
-        wanted = _images_of(view)
+        wanted = images_of(view)
         for key, done in list(view.uploads.items()):
             if key not in wanted or wanted[key][0] != done.digest:
                 for file_id in done.file_ids:
@@ -485,22 +486,6 @@ def _received_line(event: FileReceived) -> str:
     if event.renamed_from:
         line += f" — saved under this name (sent as {t.inline_code(event.renamed_from)})"
     return line + "."
-
-
-def _images_of(view: CellView) -> dict[str, tuple[str, Display | Result, int]]:
-    """The cell's current images by display id (or position): (digest, output, number)."""
-    wanted: dict[str, tuple[str, Display | Result, int]] = {}
-    number = 0
-    for output in view.shown:
-        if not isinstance(output, Display | Result):
-            continue
-        kind = next((m for m in (*mime.IMAGE_TYPES, "image/svg+xml") if m in output.data), None)
-        if kind is None:
-            continue
-        number += 1
-        key = output.display_id or f"#{number}"
-        wanted[key] = (content_digest(str(output.data[kind])), output, number)
-    return wanted
 
 
 def _too_large(size: int) -> str:
