@@ -138,7 +138,12 @@ async def test_long_output_task_shows_its_tail_within_slacks_limit(tmp_path: Pat
 
 async def test_rollover_by_size_keeps_every_character(tmp_path: Path) -> None:
     words = " ".join(f"word{i}" for i in range(400))  # ~3,500 characters
-    async with model_bot(tmp_path, stream_rollover_chars=1000) as (slack, model, _bot):
+    # The usage footer would end the last message with its own line: off, to compare the words.
+    async with model_bot(tmp_path, stream_rollover_chars=1000, usage_footer=False) as (
+        slack,
+        model,
+        _bot,
+    ):
         model.script(Reply(text=words))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> say many words")
         await stopped_streams(slack, 4)

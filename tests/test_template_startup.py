@@ -65,7 +65,8 @@ def test_the_bots_exec_lines_are_set_apart_for_a_forked_kernel() -> None:
     argv, lines = client.kernel_argv(cmd)
     assert argv[:2] == ["-f", "/c.json"]
     assert not [a for a in argv if a.startswith(client.EXEC_LINES)]
-    assert len(lines) == len([a for a in sandbox.KERNEL_ARGUMENTS if "exec_lines" in a]) == 2
+    # figure_alt, walks and sql: each exec line the bot adds, none left for ipykernel to parse
+    assert len(lines) == len([a for a in sandbox.KERNEL_ARGUMENTS if "exec_lines" in a]) == 3
     assert all(compile(line, "<exec_lines>", "exec") for line in lines)
 
 

@@ -107,13 +107,6 @@ def test_budget_windows_follow_the_time_zone(tmp_path: Path) -> None:
 
 
 # --- the store, on both databases ------------------------------------------------------------
-@pytest.fixture(params=["sqlite", "postgresql"])
-def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    if request.param == "sqlite":
-        return f"sqlite:///{tmp_path / 'store.db'}"
-    return str(request.getfixturevalue("pg_url"))
-
-
 @pytest.fixture
 async def two_stores(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
     """Two replicas' stores on one database."""

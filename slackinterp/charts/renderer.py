@@ -89,11 +89,14 @@ class ChartRenderer:
                 argv += ["--ro-bind", f"/{link}", f"/{link}"]
         for path in ETC:
             argv += ["--ro-bind-try", path, path]
+        # The private /tmp first: the Python environment may itself live under /tmp (a
+        # checkout in a temporary folder), and a later bind lands on top of the tmpfs.
+        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp"]
         for prefix in self.prefixes:
             argv += ["--ro-bind", str(prefix), str(prefix)]
         if os.geteuid() == 0:  # never root inside, even without capabilities
             argv += ["--unshare-user", "--uid", str(NOBODY), "--gid", str(NOBODY)]
-        argv += ["--proc", "/proc", "--dev", "/dev", "--tmpfs", "/tmp", "--chdir", "/tmp"]
+        argv += ["--chdir", "/tmp"]
         source = Path(render_main.__file__).read_text(encoding="utf-8")
         return [*argv, self.python, "-I", "-c", source]
 
