@@ -145,7 +145,7 @@ async def test_signups_by_region_and_what_a_kernel_cannot_get(
             # 4. The red team, as model-written code would try.
             await slack.user_message(CHANNEL, code(ATTACKS), thread_ts=ts)
             text = await cell_text(slack, ts, 4)
-            assert "✗" not in text, text
+            assert "✗" not in text and ":x:" not in text, text  # the cell itself ran whole
             (found_file,) = bot.runtime.settings.threads_dir.glob("*/.found.json")
             found = json.loads(found_file.read_text())
             assert found["sockets"] == ["data.sock"]
@@ -188,7 +188,7 @@ async def test_signups_by_region_and_what_a_kernel_cannot_get(
 
 
 ATTACKS = r"""
-import glob, json, os
+import glob, json, os, sys
 found = {"seen": {}}
 def attempt(sql_text, source="warehouse"):
     try:
@@ -215,6 +215,11 @@ for pattern in ("/proc/*/environ", "/proc/*/cmdline"):
             pass
 for root in ("/run/kernel", "/home/interp", "/tmp"):
     for folder, _, names in os.walk(root):
+        if ".slackinterp-snapshots" in folder or folder.startswith((sys.prefix, sys.base_prefix)):
+            # The thread's own snapshot (what this kernel pickled of its own variables), and
+            # the Python environment, bound read-only at its own path, which is under /tmp
+            # when the checkout is: either would fill the file-size limit with no secret.
+            continue
         for name in names:
             path = os.path.join(folder, name)
             try:
