@@ -59,6 +59,34 @@ async def test_a_model_that_writes_calls_as_text_gets_blocks_mode_and_bounds(
     assert key.startswith("test-model at http://127.0.0.1:") and value["mode"] == "blocks"
 
 
+async def test_the_switch_holds_from_the_next_round_of_the_same_message(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A new user's first question is answered the way that serves the model, not only the
+    second: the round after the second misfit is already in blocks mode with its bounds,
+    and the rounds cap that applies is the small-model one (4), not the default (8)."""
+    caplog.set_level(logging.INFO)
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(AS_TEXT, INVENTED, BLOCK, Reply(text="It is 56."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> seven times eight")
+        await wait_final(slack, ts, "It is 56.")
+        cells = await wait_cells(slack, ts, 2)
+        assert "42" in all_text(cells[0]) and "56" in all_text(cells[1])
+        assert "tools" in model.requests[1].body  # the second misfit: still function mode
+        third = model.requests[2].body
+        assert "tools" not in third and third["temperature"] == 0.2
+        assert "reply with one ```python code block" in third["messages"][0]["content"]
+        # The tool exchange so far reaches the model as plain messages in blocks mode.
+        assert all(m["role"] in ("system", "user", "assistant") for m in third["messages"])
+
+        loop = Reply(text="```python\nprint('again', 1)\n```")
+        model.script(*[Reply(text=f"```python\nprint({n})\n```") for n in range(8)], loop)
+        await slack.user_message(CHANNEL, "count forever", thread_ts=ts)
+        message = await wait_final(slack, ts, "rounds of code")
+        assert "I stopped after 4 rounds" in message["text"]
+    assert len(adapted_lines(caplog)) == 1
+
+
 async def test_the_decision_shows_in_doctor_for_that_model_only(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

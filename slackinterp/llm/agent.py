@@ -84,8 +84,12 @@ class Agent:
             self.config = self.fit.apply(self.config)
             self.completions.config = self.config
 
-    def _learn(self, real_calls: list[str], text_calls: int, unknown_text: int) -> None:
-        """One reply's way of calling tools, for model_fit (function mode only)."""
+    def _learn(
+        self, real_calls: list[str], text_calls: int, unknown_text: int, state: TurnState
+    ) -> None:
+        """One reply's way of calling tools, for model_fit (function mode only). A switch
+        holds from the next round of this very turn: the model's first message is the one a
+        new user judges the bot by."""
         if self.fit is None or not self.fit.learning or self.blocks:
             return
         unknown = unknown_text + sum(name != prompts.TOOL_NAME for name in real_calls)
@@ -93,6 +97,7 @@ class Agent:
             text_calls=text_calls - unknown_text, unknown_tools=unknown, real_calls=len(real_calls)
         ):
             self.adapt()
+            state.blocks = self.blocks
 
     async def close(self) -> None:
         await self.client.close()
@@ -139,7 +144,9 @@ class Agent:
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         await self.history.add_history(key, turn)
         data = await hooks.data_sources()  # the channel's SQL sources, once per turn
-        for _round in range(self.config.max_rounds):
+        rounds = 0
+        while rounds < self.config.max_rounds:  # read each round: an adapted model has fewer
+            rounds += 1
             if state.budget_spent:  # the last round crossed a budget: no further call
                 log.info("model.turn_out_of_budget")
                 raise ModelError(state.budget_spent, FailureKind.BUDGET)
@@ -185,7 +192,7 @@ class Agent:
                         sum(c.fixed for c in calls),
                         sum(not c.known for c in calls),
                     )
-            self._learn(real_calls, text_calls, unknown_text)
+            self._learn(real_calls, text_calls, unknown_text, state)
             if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
                 await self._say_cut(reply, hooks)
             if not reply.tool_calls:
