@@ -24,7 +24,8 @@ thread's directory; a number the model states without running code does not coun
 
 `--only NAME…` runs some questions, `--repeat N` the whole set N times, `--configs` one bot,
 `--naive` adds the plain tool loop of bench/naive_loop.py after each question, `--dump FILE`
-writes every turn as JSON, `--model` names the model for servers that serve several.
+writes every turn as JSON, `--model` names the model for servers that serve several and
+`--api-key` gives a key to servers that check one.
 
 Printed: per question and bot, pass or fail, seconds per message, model calls, cells (and how
 many were written by the model as text); when the defaults bot switched the model to blocks
@@ -251,6 +252,7 @@ async def ask(bot: Bot, task: Task) -> Outcome:
 
 async def main(args: argparse.Namespace) -> int:
     base_url = args.base_url or os.environ.get("OPENAI_BASE_URL", "")
+    api_key = args.api_key or os.environ.get("OPENAI_API_KEY", "")
     if not base_url:
         print("Give the model server's URL: --base-url http://HOST:PORT/v1", file=sys.stderr)
         return 2
@@ -258,6 +260,8 @@ async def main(args: argparse.Namespace) -> int:
     server: dict[str, Any] = {"openai_base_url": base_url}
     if args.model:
         server["openai_model"] = args.model
+    if api_key:  # local servers need none (the bot sends a placeholder)
+        server["openai_api_key"] = api_key
     configs = {"defaults": dict(server), "recommended": {**server, **RECOMMENDED}}
     names = [c for c in args.configs if c in configs]
     tasks = [t for t in TASKS if not args.only or t.name in args.only]
@@ -270,7 +274,8 @@ async def main(args: argparse.Namespace) -> int:
     load_start = os.getloadavg()[0]
     print(f"server {base_url}; load {load_start:.1f}", flush=True)
     for name in names:
-        print(f"  {name}: {configs[name]}", flush=True)
+        shown = {k: ("…" if k == "openai_api_key" else v) for k, v in configs[name].items()}
+        print(f"  {name}: {shown}", flush=True)
     naive: list[Outcome] = []
     try:
         async with contextlib.AsyncExitStack() as stack:
@@ -395,6 +400,7 @@ def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     parser.add_argument("--base-url", help="the model server (default: $OPENAI_BASE_URL)")
     parser.add_argument("--model", help="OPENAI_MODEL for both bots (servers with several)")
+    parser.add_argument("--api-key", help="for servers that check it (default: $OPENAI_API_KEY)")
     parser.add_argument("--configs", nargs="*", default=list(CONFIGS), choices=CONFIGS)
     parser.add_argument("--only", nargs="*", default=[], help="question names to run")
     parser.add_argument("--repeat", type=int, default=1, help="runs of the whole set")
