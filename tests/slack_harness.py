@@ -10,6 +10,7 @@ from typing import Any
 
 from slackinterp.slack.bot import SlackBot
 from tests.conftest import make_settings
+from tests.fakes import WAIT_TIMEOUT
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack import FakeSlack
 
@@ -75,7 +76,7 @@ def finished_cells(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> l
 
 
 async def wait_cells(
-    fake: FakeSlack, thread_ts: str, n: int, channel: str = CHANNEL, timeout: float = 30
+    fake: FakeSlack, thread_ts: str, n: int, channel: str = CHANNEL, timeout: float = WAIT_TIMEOUT
 ) -> list[dict[str, Any]]:
     return await fake.wait_for(
         lambda: (cells := finished_cells(fake, thread_ts, channel)) and len(cells) >= n and cells,
@@ -93,7 +94,11 @@ async def code_in_thread(
 
 
 async def wait_text(
-    fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
+    fake: FakeSlack,
+    thread_ts: str,
+    needle: str,
+    channel: str = CHANNEL,
+    timeout: float = WAIT_TIMEOUT,
 ) -> dict[str, Any]:
     return await fake.wait_for(
         lambda: next(
@@ -108,7 +113,11 @@ def code(src: str) -> str:
 
 
 async def wait_final(
-    fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
+    fake: FakeSlack,
+    thread_ts: str,
+    needle: str,
+    channel: str = CHANNEL,
+    timeout: float = WAIT_TIMEOUT,
 ) -> dict[str, Any]:
     """A bot message containing `needle` that is no longer streaming (no trailing “ …”, and
     not a native stream still open)."""
