@@ -26,6 +26,8 @@ FLOORS: dict[str, int] = {
     "slackinterp.errors": 0,
     "slackinterp.logs": 0,
     "slackinterp.metrics": 0,
+    # a Unix socket only one kernel's user may connect to: standard library only
+    "slackinterp.private_socket": 0,
     # vocabulary that lives with the code acting on it, but that config types settings with:
     # pure modules, standard library only
     "slackinterp.egress.policy": 1,
