@@ -47,7 +47,9 @@ async def model_bot(
             "openai_base_url": model.base_url,
             "openai_api_key": "sk-test",
             "openai_model": "test-model",
-            "model_timeout": 5,
+            # A call the fake does not answer fails in 20 s, not the product's 120; not 5: a
+            # `stop` sent while a call hangs must win the race even on a busy machine.
+            "model_timeout": 20,
         }
         values.update(overrides)
         async with running_bot(slack, tmp_path, **values) as bot:
