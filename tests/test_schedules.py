@@ -586,7 +586,7 @@ PNG = (
 def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
     from slackinterp.kernels.execution import CellResult, Display, Error, Status, Stream
     from slackinterp.schedules.report import RunCell
-    from slackinterp.slack.schedule_front import run_reply
+    from slackinterp.slack.schedule_reply import run_reply
 
     figures = [Display({"image/png": PNG, "text/plain": "<Figure>"}) for _ in range(14)]
     outputs = [Stream("stdout", "<!channel> total: 42\n"), *figures]
@@ -615,7 +615,7 @@ def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
 def test_the_reply_shows_blocked_requests_notices_and_every_word_of_the_answer() -> None:
     from slackinterp.kernels.execution import CellResult, Status
     from slackinterp.schedules.report import RunCell
-    from slackinterp.slack.schedule_front import run_reply
+    from slackinterp.slack.schedule_reply import run_reply
 
     blocked = "🔒 Network request blocked: `x.test:443` is not on <this> channel's allowlist."
     ok = CellResult(Status.OK, 0.2, text="HTTP Error 403\n")
