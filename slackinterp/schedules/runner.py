@@ -24,7 +24,6 @@ from slackinterp.engine import notebook
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey, safe_component
 from slackinterp.errors import TurnOrigin
-from slackinterp.kernels.local import privileges
 from slackinterp.kernels.registry import KernelRegistry, ReplayCell
 from slackinterp.llm.port import TurnAgent
 from slackinterp.schedules.report import RunFold, RunReport
@@ -151,7 +150,7 @@ class ScheduledRunner:
                 )
         else:
             target.mkdir(parents=True, exist_ok=True)
-        privileges.hand_over(target, getattr(self.registry.backend, "user", None))
+        self.registry.backend.hand_over(target)
 
     def _notebook(self, schedule: StoredSchedule, report: RunReport) -> tuple[str, bytes] | None:
         entries: list[notebook.Entry] = []

@@ -23,7 +23,7 @@ from typing import Any
 
 import aiohttp
 
-from slackinterp.kernels.backend import Kernel, KernelStartError
+from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
 from slackinterp.kernels.resources import Resources
@@ -277,7 +277,7 @@ class GatewayKernel(Kernel):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
 
 
-class GatewayBackend:
+class GatewayBackend(KernelBackend):
     """Creates kernels on a gateway. Kernels get only the environment we send (KERNEL_*)."""
 
     files_with_kernel = True  # the working directory is the kernel's, on the gateway
