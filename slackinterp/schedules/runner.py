@@ -26,7 +26,7 @@ from slackinterp.engine.workspace import ThreadKey, safe_component
 from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.registry import KernelRegistry, ReplayCell
 from slackinterp.llm.port import TurnAgent
-from slackinterp.schedules.report import RunFold, RunReport
+from slackinterp.schedules.report import RunFold, RunMode, RunReport
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)
@@ -63,8 +63,7 @@ class ScheduledRunner:
         self.engine = engine or Engine(settings, store, registry, agent)
 
     async def run(self, schedule: StoredSchedule, occurrence: float) -> RunReport:
-        mode = "ask" if schedule.ask else "replay"
-        report = RunReport(occurrence, mode)
+        report = RunReport(occurrence, RunMode.of(schedule.ask))
         started = time.monotonic()
         try:
             await self._run(schedule, report, started)

@@ -9,7 +9,7 @@ from typing import Any
 from slackinterp.engine import mime
 from slackinterp.kernels.execution import Display, Result, Shown
 from slackinterp.schedules import phrases
-from slackinterp.schedules.report import RunCell, RunReport
+from slackinterp.schedules.report import RunCell, RunMode, RunReport
 from slackinterp.slack import text as t
 from slackinterp.slack.blocks import context, section
 from slackinterp.slack.cells import render_outputs, table_block
@@ -42,10 +42,10 @@ def run_reply(
         what = error.ename if error else failed.result.status.value
         where = (
             f"failed at cell {failed.number} of {report.planned or count}"
-            if report.mode == "replay"
+            if report.mode is RunMode.REPLAY
             else t.escape(report.problem or "failed")
         )
-        if report.mode == "replay" and report.problem:
+        if report.mode is RunMode.REPLAY and report.problem:
             where += f", {t.escape(report.problem)}"
         reply.append(section(f":x: *{head}*: {where} ({t.escape(what)})."))
         code, _ = t.shorten_code(failed.code, max_chars=1200)
@@ -60,7 +60,7 @@ def run_reply(
             reply.append(_note(f"Asked: “{t.escape(t.head_tail(schedule.ask, 300)[0])}”"))
         shown: tuple[Shown, ...] = tuple(o for c in report.cells for o in c.result.outputs)
         answer = report.joined_answer()
-        if report.mode == "replay" or not answer:
+        if report.mode is RunMode.REPLAY or not answer:
             output_blocks, notes, cut = render_outputs(shown, None)
         else:  # ask: the answer says it; figures and tables still come along
             output_blocks, notes, cut = render_outputs(
