@@ -31,6 +31,7 @@ from slackinterp.egress.policy import (
     Decision,
     IPAddress,
     Policy,
+    Refusal,
     Verdict,
     canonical_host,
     decide,
@@ -51,9 +52,7 @@ class Blocked:
 
     host: str
     port: int
-    # blocked-by-allowlist | blocked-by-denylist | blocked-address | bad-host |
-    # too-many-tunnels (host "" and port 0: refused before its request was read)
-    reason: str
+    reason: Refusal  # TOO_MANY_TUNNELS: host "" and port 0 (refused before the request)
     rule: str | None = None  # the rule that refused; for too-many-tunnels, the cap
 
 
@@ -182,16 +181,16 @@ class EgressProxy:
             metrics.EGRESS_REQUESTS.labels("deny", "limit").inc()
             listener.journal.write(
                 logging.WARNING,
-                Key("egress.limit", "deny", "too-many-tunnels"),
+                Key("egress.limit", "deny", Refusal.TOO_MANY_TUNNELS),
                 "egress.limit thread=%s cap=%s kernel_active=%d shared_active=%d",
                 listener.thread,
                 grant.replace(" ", "_"),
                 listener.held,
                 self.shares.shared,
             )
-            listener.note_blocked(Blocked("", 0, "too-many-tunnels", grant))
+            listener.note_blocked(Blocked("", 0, Refusal.TOO_MANY_TUNNELS, grant))
             message = f"too many open connections ({grant}); close some or try later"
-            await answer(writer, 503, "too-many-tunnels", message)
+            await answer(writer, 503, Refusal.TOO_MANY_TUNNELS, message)
             writer.close()
             return
         listener.held += 1
@@ -244,8 +243,8 @@ class EgressProxy:
         policy = await self.policy_for(listener.channel)
         decision = decide(policy, request.host, request.port)
         if not decision.allowed:
-            self._refused(listener, decision, decision.reason, request)
-            await answer(writer, 403, decision.reason, why(decision))
+            self._refused(listener, decision, request)
+            await answer(writer, 403, decision.refusal, why(decision))
             return
         upstream = await self._dial(listener, policy, decision, request, writer)
         if upstream is None:
@@ -315,11 +314,11 @@ class EgressProxy:
                     rule = denied_address(policy, found[0], decision.port)
                     assert rule is not None
                     refused = Decision(
-                        Verdict.DENY, decision.host, decision.port, rule.text, "blocked-by-denylist"
+                        Verdict.DENY, decision.host, decision.port, rule.text, Refusal.DENIED
                     )
-                    self._refused(listener, refused, refused.reason, request, found)
+                    self._refused(listener, refused, request, found)
                     message = f"{decision.host} resolves to an address denied by rule {rule.text}"
-                    await answer(writer, 403, refused.reason, message)
+                    await answer(writer, 403, Refusal.DENIED, message)
                     return None
                 vetted = addresses.vet(kept, private=decision.private, own=self.own_addresses())
                 if not vetted:
@@ -328,13 +327,13 @@ class EgressProxy:
                         decision.host,
                         decision.port,
                         decision.rule,
-                        "blocked-address",
+                        Refusal.PRIVATE_ADDRESS,
                     )
-                    self._refused(listener, refused, "blocked-address", request, found)
+                    self._refused(listener, refused, request, found)
                     await answer(
                         writer,
                         403,
-                        "blocked-address",
+                        Refusal.PRIVATE_ADDRESS,
                         f"{decision.host} resolves only to private or local addresses, which "
                         "this rule does not allow",
                     )
@@ -385,10 +384,10 @@ class EgressProxy:
         self,
         listener: KernelListener,
         decision: Decision,
-        reason: str,
         request: Request,
         found: list[IPAddress] | None = None,
     ) -> None:
+        reason = decision.refusal
         metrics.EGRESS_REQUESTS.labels("deny", reason).inc()
         listener.journal.write(
             logging.INFO,
