@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from tests.datasource_db import SECRET_ENV, Warehouse, make_sqlite
 from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
+from tests.process_memory import readable_memory
 from tests.slack_harness import CHANNEL, all_text, running_bot, wait_cells, wait_final
 
 pytestmark = [
@@ -202,26 +203,12 @@ def kernels_memory_holding(secret: bytes) -> dict[str, Any]:
     total = 0
     for proc in psutil.Process().children(recursive=True):
         try:
-            maps = Path(f"/proc/{proc.pid}/maps").read_text().splitlines()
-            mem = open(f"/proc/{proc.pid}/mem", "rb", 0)
-        except OSError:
-            continue
-        with mem:
-            for line in maps:
-                fields = line.split()
-                if "r" not in fields[1] or fields[-1] in ("[vvar]", "[vsyscall]"):
-                    continue
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                if end - start > 1 << 30:
-                    continue
-                try:
-                    mem.seek(start)
-                    chunk = mem.read(end - start)
-                except (OSError, OverflowError, ValueError):
-                    continue
+            for chunk in readable_memory(proc.pid):
                 total += len(chunk)
                 if secret in chunk:
                     holding.append(proc.pid)
+        except OSError:  # gone meanwhile
+            continue
     return {"holding": sorted(set(holding)), "bytes": total}
 
 
