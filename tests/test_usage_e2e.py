@@ -192,12 +192,17 @@ async def test_scheduled_runs_have_their_own_cap_and_a_refused_run_says_so(tmp_p
         assert bot.schedules is not None
         assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
         await slack.wait_for(lambda: len(runs(slack, ts)) == 1)
+        store = bot.runtime.store
+        executed = await store.cell_totals(0, time.time() + 7200)
+        assert executed[CHANNEL][0] == 2  # the person's cell, and the run's re-run of it
         # The next run finds the scheduled cap spent: not started, and the thread is told.
         assert await bot.schedules.fire(schedule.id, time.time() + 3600) == "refused"
         await slack.wait_for(lambda: len(runs(slack, ts)) == 2)
         refused = all_text(runs(slack, ts)[1])
         assert "not run" in refused and "budget for scheduled runs is spent" in refused
         assert "160 of 100 tokens" in refused and len(model.requests) == 1
+        # Refused before anything ran: the thread's cell was not re-run for nothing.
+        assert (await store.cell_totals(0, time.time() + 7200))[CHANNEL][0] == 2
         # A person's turn does not count the schedule's spend.
         model.script(Reply(text="Still free for people.", usage=(10, 0, 5)))
         await slack.user_message(CHANNEL, "<@UBOT> and you?", thread_ts=ts)
