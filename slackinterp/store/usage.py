@@ -11,12 +11,13 @@ see room that only one turn fits in.
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, case, delete, desc, func, select, text, update
+from sqlalchemy import Table, bindparam, case, delete, desc, func, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.base import StoreBase, advisory_key, clean
@@ -28,7 +29,9 @@ from slackinterp.store.schema import (
     model_usage,
 )
 
-_XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+# One statement, one round trip; evaluated left to right: the person's lock, then the channel's.
+_XACT_LOCKS = text("SELECT pg_advisory_xact_lock(:person), pg_advisory_xact_lock(:channel)")
+_RESERVE = budget_reservations.insert()
 TURNS_FOR_ESTIMATE = 20  # a reservation is the mean of the channel's last turns
 
 
@@ -188,13 +191,23 @@ class Usage(StoreBase):
         One transaction, under the budget locks (see the module's docstring). So every turn
         admitted started below the cap, counting the others in flight: together they pass
         it by at most the turn that crosses it."""
+        shape = tuple((q.channel is not None, q.user is not None) for q in queries)
+        values: dict[str, Any] = {"now": time.time()}
+        for index, q in enumerate(queries):
+            values.update(
+                {f"origin{index}": q.origin, f"channel{index}": q.channel, f"since{index}": q.since}
+            )
+            values[f"user{index}"] = q.user
         settled: list[Spent] = []
         async with self._engine.begin() as conn:
-            if self.dialect == "postgresql":
-                for name in (f"person:{user}", f"channel:{channel}"):
-                    await conn.execute(_XACT_LOCK, {"key": advisory_key("budget", name)})
-            for index, (query, (tokens, cost)) in enumerate(zip(queries, limits, strict=True)):
-                calls, held = await self._spent_and_held(conn, query)
+            if self.dialect == "postgresql":  # person, then channel: never in a circle
+                person = advisory_key("budget", f"person:{user}")
+                place = advisory_key("budget", f"channel:{channel}")
+                await conn.execute(_XACT_LOCKS, {"person": person, "channel": place})
+            row = (await conn.execute(_admission_sums(shape), values)).one()
+            for index, (tokens, cost) in enumerate(limits):
+                calls = Spent(int(row[4 * index]), float(row[4 * index + 1]))
+                held = Spent(int(row[4 * index + 2]), float(row[4 * index + 3]))
                 settled.append(calls)
                 if tokens is not None and calls.tokens + held.tokens >= tokens:
                     return index, settled
@@ -203,17 +216,10 @@ class Usage(StoreBase):
             estimate = await self._estimate(conn, channel, origin) if known is None else known
             if not estimate.tokens:
                 estimate = fallback
-            await conn.execute(
-                budget_reservations.insert().values(
-                    id=reservation,
-                    channel=channel,
-                    user_id=user,
-                    origin=origin,
-                    tokens=estimate.tokens,
-                    cost=estimate.cost,
-                    expires_at=time.time() + ttl,
-                )
-            )
+            reserved: dict[str, Any] = {"id": reservation, "channel": channel, "user_id": user}
+            reserved.update(origin=origin, tokens=estimate.tokens, cost=estimate.cost)
+            reserved["expires_at"] = values["now"] + ttl
+            await conn.execute(_RESERVE, reserved)
         return None, settled
 
     async def spent(self, query: SpendQuery) -> Spent:
@@ -357,21 +363,9 @@ class Usage(StoreBase):
         cost = base.add_columns(func.coalesce(func.sum(c.cost), 0.0))
         return tokens.scalar_subquery(), cost.scalar_subquery()
 
-    def _held_sums(self, q: SpendQuery) -> tuple[Any, Any]:
-        r = budget_reservations.c
-        base = self._filtered(select(), budget_reservations, q).where(r.expires_at > time.time())
-        tokens = base.add_columns(func.coalesce(func.sum(r.tokens), 0))
-        cost = base.add_columns(func.coalesce(func.sum(r.cost), 0.0))
-        return tokens.scalar_subquery(), cost.scalar_subquery()
-
     async def _spent(self, conn: AsyncConnection, q: SpendQuery) -> Spent:
         tokens, cost = (await conn.execute(select(*self._calls_sums(q)))).one()
         return Spent(int(tokens), float(cost))
-
-    async def _spent_and_held(self, conn: AsyncConnection, q: SpendQuery) -> tuple[Spent, Spent]:
-        """What calls spent and what turns in flight hold, in one statement."""
-        row = (await conn.execute(select(*self._calls_sums(q), *self._held_sums(q)))).one()
-        return Spent(int(row[0]), float(row[1])), Spent(int(row[2]), float(row[3]))
 
     async def turn_estimate(self, channel: str, origin: str) -> Spent:
         """What one turn costs here (the mean of the last settled turns); 0 before any."""
@@ -410,3 +404,27 @@ class Usage(StoreBase):
         )
         tokens, cost = (await conn.execute(query)).one()
         return Spent(round(float(tokens)), float(cost))
+
+
+@functools.lru_cache(maxsize=64)
+def _admission_sums(shape: tuple[tuple[bool, bool], ...]) -> Any:
+    """One statement for every cap of an admission: per query (filtered by channel and/or
+    person, as `shape` says), what calls spent and what turns in flight hold, tokens and cost.
+    Built once per shape, with bound values: an admission pays neither the building of the
+    expression nor a round trip per cap."""
+    columns: list[Any] = []
+    for index, (by_channel, by_user) in enumerate(shape):
+        for table, since in (
+            (model_usage, model_usage.c.at >= bindparam(f"since{index}")),
+            (budget_reservations, budget_reservations.c.expires_at > bindparam("now")),
+        ):
+            c = table.c
+            where = [c.origin == bindparam(f"origin{index}"), since]
+            if by_channel:
+                where.append(c.channel == bindparam(f"channel{index}"))
+            if by_user:
+                where.append(c.user_id == bindparam(f"user{index}"))
+            tokens = c.input_tokens + c.output_tokens if table is model_usage else c.tokens
+            columns.append(select(func.coalesce(func.sum(tokens), 0)).where(*where))
+            columns.append(select(func.coalesce(func.sum(c.cost), 0.0)).where(*where))
+    return select(*(column.scalar_subquery() for column in columns))
