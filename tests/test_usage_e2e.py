@@ -177,6 +177,26 @@ async def test_an_admin_raises_the_channel_cap_and_the_next_turn_runs(tmp_path: 
             lambda: next((r for r in slack.responses if "Top people" in str(r)), None)
         )
         assert "<@U1>" in str(view) and "165 of 1,000 tokens" in str(view)
+        # Mistyped, or in another currency: said so, and nothing changes.
+        for typed, said in (
+            ("budget set peron 20/day", "did you mean `person`?"),
+            ("budget set person 20/dya", "did you mean `day`?"),
+            ("budget set 20 EUR/month", "money is counted in USD here"),
+        ):
+            await slack.slash_command("/interp", typed, channel=CHANNEL, user="UADMIN")
+            await slack.wait_for(lambda said=said: any(said in str(r) for r in slack.responses))
+        # An admin lifts the person cap the settings would set: shown as lifted, by whom.
+        await slack.slash_command(
+            "/interp", "budget set person 0/daily", channel=CHANNEL, user="UADMIN"
+        )
+        await slack.wait_for(
+            lambda: any(
+                "each person: no cap per day (set by <@UADMIN>)" in str(r) for r in slack.responses
+            )
+        )
+        await slack.slash_command("/interp", "budget show", channel=CHANNEL)
+        shown = await slack.wait_for(lambda: [r for r in slack.responses if "Budgets in" in str(r)])
+        assert "1,000 tokens per day" in str(shown[-1]) and "no cap per day" in str(shown[-1])
 
 
 async def test_scheduled_runs_have_their_own_cap_and_a_refused_run_says_so(tmp_path: Path) -> None:
