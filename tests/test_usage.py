@@ -94,6 +94,9 @@ def test_settings_refuse_a_cap_they_cannot_read(tmp_path: Path) -> None:
 
     with pytest.raises(ValidationError, match="cannot read the cap"):
         make_settings(tmp_path, budget_person_day="twenty")
+    with pytest.raises(ValidationError, match="BUDGET_CHANNEL_MONTH: money is counted in USD"):
+        make_settings(tmp_path, budget_channel_month="€300")
+    assert make_settings(tmp_path, budget_channel_month="300 eur", currency="EUR")
     with pytest.raises(ValidationError, match="IANA"):
         make_settings(tmp_path, budget_timezone="Mars/Olympus")
 
