@@ -254,3 +254,25 @@ async def test_a_server_refusing_stream_options_still_answers_with_an_estimate(
         await slack.user_message(CHANNEL, "again", thread_ts=ts)
         await wait_reply(slack, ts, "Second answer.")
         assert all("stream_options" not in r.body for r in model.requests[2:])
+
+
+async def test_a_money_cap_on_a_model_without_a_price_is_said_to_never_fill(tmp_path: Path) -> None:
+    overrides = {"openai_model": "my-local-model", "admins": ["UADMIN"]}
+    async with model_bot(tmp_path, **overrides) as (slack, _model, _bot):
+        await slack.slash_command("/interp", "budget set 5/day", channel=CHANNEL, user="UADMIN")
+        done = await slack.wait_for(lambda: [r for r in slack.responses if "Done." in str(r)])
+        assert "`my-local-model` has no price" in str(done[0]) and "SLACKINTERP_PRICES" in str(
+            done[0]
+        )
+        # In tokens it holds whatever the price: no such line.
+        await slack.slash_command(
+            "/interp", "budget set 200k tokens/day", channel=CHANNEL, user="UADMIN"
+        )
+        both = await slack.wait_for(
+            lambda: (
+                (done := [r for r in slack.responses if "Done." in str(r)])
+                and len(done) == 2
+                and done
+            )
+        )
+        assert "200,000 tokens per day" in str(both[1]) and "no price" not in str(both[1])

@@ -197,6 +197,14 @@ class UsageFront:
                 )
         if len(lines) == 1:
             lines.append("• no caps")
+        model = self.settings.openai_model
+        money_caps = any(a.cap.unit is CapUnit.MONEY for a in person + scheduled)
+        if money_caps and self.budgets.prices.price(model) is None:
+            lines.append(
+                f":warning: The model {t.inline_code(model)} has no price, so its turns cost "
+                "0 and money caps never fill: give it one in SLACKINTERP_PRICES, or cap "
+                "tokens (`200k tokens/day`)."
+            )
         lines.append(
             f"Changed by {WHO_MAY}: `{self.settings.command} budget set 20/day` "
             "(money in the configured currency, or `200k tokens/day`)."
