@@ -239,6 +239,10 @@ class Engine:
         try:
             # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
             async with self.registry.turn(session.key.id), contextlib.AsyncExitStack() as held:
+                admitted = None  # a scheduled run's model turn: admitted before anything runs
+                if request.cells and request.text.strip() and direct_code(request.text) is None:
+                    turn = self.budgets.turn(session.key, request.user, request.origin)
+                    admitted = await held.enter_async_context(turn)
                 start = await self.store.start_turn(session.key.id, context_at=request.position)
                 if self.data is not None and request.user:  # the audit line's user for sql()
                     self.data.note_user(session.key.id, request.user)
@@ -248,10 +252,6 @@ class Engine:
                 received = await intake.receive_files(self.cells, session, incoming, emit)
                 if request.prepare is not None:
                     await self.cells.run_hidden(session, request.prepare, emit, timeout=60.0)
-                admitted = None  # a scheduled run's model turn is admitted before its cells
-                if request.cells and request.text.strip() and direct_code(request.text) is None:
-                    turn = self.budgets.turn(session.key, request.user, request.origin)
-                    admitted = await held.enter_async_context(turn)
                 if request.cells:
                     failed = await self._run_cells(session, request.cells, emit)
                     if failed or session.stop_requested.is_set() or not request.text.strip():
