@@ -5,19 +5,17 @@ Skips without PostgreSQL."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import AsyncExitStack, asynccontextmanager
+from contextlib import AsyncExitStack
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from slackinterp.errors import TurnOrigin
-from slackinterp.slack.bot import SlackBot
 from slackinterp.store import SpendQuery, Store
-from tests.conftest import make_settings
 from tests.fakes.openai_server import FakeOpenAI, Reply
 from tests.fakes.slack import FakeSlack
-from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_final
+from tests.slack_harness import CHANNEL, all_text, bot_messages, running_bot, wait_final
 
 pytestmark = pytest.mark.slow
 
@@ -27,15 +25,11 @@ RACERS = 8
 SPENT = "This channel's daily budget is spent"
 
 
-@asynccontextmanager
-async def replica(
-    slack: FakeSlack, model: FakeOpenAI, tmp_path: Path, db: str
-) -> AsyncIterator[SlackBot]:
-    settings = make_settings(
+def replica(slack: FakeSlack, model: FakeOpenAI, tmp_path: Path, db: str) -> Any:
+    """One replica: the harness's bot with its own data directory, on the shared database."""
+    return running_bot(
+        slack,
         tmp_path,
-        slack_bot_token=slack.bot_token,
-        slack_app_token=slack.app_token,
-        slack_api_url=slack.api_url,
         database_url=db,
         openai_base_url=model.base_url,
         openai_api_key="sk-test",
@@ -43,12 +37,6 @@ async def replica(
         model_timeout=10,
         budget_channel_day=f"{CAP} tokens",
     )
-    bot = await SlackBot.create(settings)
-    await bot.start()
-    try:
-        yield bot
-    finally:
-        await bot.stop()
 
 
 def outcome(slack: FakeSlack, ts: str) -> str | None:
