@@ -11,7 +11,6 @@ thread's cells. With snapshots off, the new kernel replays the cells instead.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import shutil
 import time
@@ -24,7 +23,6 @@ from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.files import TransferError
-from slackinterp.kernels.registry import KernelRegistry, Lease
 from slackinterp.kernels.restore import ReplayCell, Replayer, RestoreReport, restore
 from slackinterp.kernels.snapshots import StateLost
 
@@ -88,26 +86,22 @@ async def fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSessio
         await steps.save(source)  # up to date (nothing to do after a turn)
         found = await store.replayable_cells(source.key.id)
         history = await store.history(source.key.id)
-        # The new thread's kernel starts while the files are copied: on this disk by the bot,
-        # on a gateway by that kernel itself, beside them (never through the bot).
-        starting = None
+        # The files are copied on this disk by the bot, before the new kernel takes the
+        # directory over (its user then owns what is in it); on a gateway by the new kernel
+        # itself, beside them, never through the bot.
+        if here:
+            files = await asyncio.to_thread(copy_files, source.workdir, target.workdir)
         if found or not here:
-            starting = asyncio.create_task(
-                registry.acquire(target.key.id, target.workdir, fresh=True)
-            )
-        try:
-            if here:
-                files = await asyncio.to_thread(copy_files, source.workdir, target.workdir)
-            if starting is not None:
-                lease = await starting
-            if not here:
-                assert lease is not None
+            lease = await registry.acquire(target.key.id, target.workdir, fresh=True)
+        if not here:
+            assert lease is not None
+            try:
                 files = await lease.kernel.copy_thread(source.workdir) or 0
-        except BaseException as exc:
-            await _give_back(registry, target.key.id, starting)
-            if isinstance(exc, TransferError):
-                raise ForkError(f"The thread's files could not be copied: {exc}") from exc
-            raise
+            except BaseException as exc:
+                registry.mark_idle(target.key.id)
+                if isinstance(exc, TransferError):
+                    raise ForkError(f"The thread's files could not be copied: {exc}") from exc
+                raise
     lost: RestoreReason | None = None
     try:
         async with target.lock, store.thread_lock(target.key.id):
@@ -150,16 +144,3 @@ async def fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSessio
         time.monotonic() - began,
     )
     return Forked(len(copied), files, time.monotonic() - began, report)
-
-
-async def _give_back(
-    registry: KernelRegistry, key: str, starting: asyncio.Task[Lease] | None
-) -> None:
-    """The fork failed before its kernel was used: a kernel that started is idle again."""
-    if starting is None:
-        return
-    if not starting.done():
-        starting.cancel()
-    with contextlib.suppress(BaseException):
-        await starting
-        registry.mark_idle(key)
