@@ -94,7 +94,7 @@ class SaveLog(logging.Handler):
         super().__init__()
         self.seconds: list[float] = []
         self.written: list[int] = []
-        self.restores: list[float] = []
+        self.restores: list[tuple[float, float]] = []  # (restore seconds, the load's CPU)
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -103,7 +103,7 @@ class SaveLog(logging.Handler):
             self.seconds.append(float(found["seconds"]))
             self.written.append(int(found["written"]))
         elif message.startswith("kernels.restored"):
-            self.restores.append(float(found["seconds"]))
+            self.restores.append((float(found["seconds"]), float(found["load_cpu"])))
 
 
 @asynccontextmanager
@@ -275,23 +275,26 @@ async def main(args: argparse.Namespace) -> int:
             if wanted["follow-up"]:
                 print(
                     "(a) follow-up after an idle stop: message → finished cell in Slack; "
-                    "(load): the restore in the kernel"
+                    "(load): the restore in the kernel; cpu: the kernel's CPU for the load (its "
+                    "time on an idle machine)"
                 )
                 print(
-                    f"{'history':>8} {'state':>8} {'snapshot':>10} {'(load)':>7} {'replay':>10} "
+                    f"{'history':>8} {'state':>8} {'snapshot':>10} {'(load)':>7} {'cpu':>6} "
+                    f"{'replay':>10} "
                     f"{'ratio':>7}  re-runs"
                 )
             for history in histories if wanted["follow-up"] else []:
                 for mb in states:
                     log.restores.clear()
                     a = await follow_up(fake_on, on, history, mb)
-                    inside = log.restores[-1] if log.restores else float("nan")
+                    inside, cpu = log.restores[-1] if log.restores else (float("nan"),) * 2
                     b = await follow_up(fake_off, off, history, mb) if args.replay else None
                     replay = f"{b['seconds']:>9.2f}s" if b else f"{'-':>10}"
-                    ratio = f"{a['seconds'] / b['seconds']:>7.2f}" if b else f"{'-':>7}"
+                    vs = f"{a['seconds'] / b['seconds']:>7.2f}" if b else f"{'-':>7}"
                     print(
                         f"{history:>7.0f}s {mb:>6.0f}MB {a['seconds']:>9.2f}s {inside:>6.2f}s "
-                        f"{replay} {ratio}  {a['reruns']} "
+                        f"{cpu:>5.2f}s "
+                        f"{replay} {vs}  {a['reruns']} "
                         f"(replay: {b['reruns'] if b else '-'})"
                     )
                     target = 1.0 if mb <= 100 else 3.0

@@ -116,7 +116,7 @@ async def restore(
     metrics.RESTORES.inc()
     log.info(
         "kernels.restored thread=%s snapshot=%s variables=%d reran=%d replayed=%d total=%d "
-        "seconds=%.2f",
+        "seconds=%.2f load_seconds=%.2f load_cpu=%.2f",
         key,
         loaded.generation if loaded else 0,
         loaded.restored if loaded else 0,
@@ -124,5 +124,7 @@ async def restore(
         report.replayed,
         report.total,
         report.seconds,
+        loaded.seconds if loaded else 0.0,
+        loaded.cpu if loaded else 0.0,
     )
     return report

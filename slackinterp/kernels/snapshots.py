@@ -69,6 +69,7 @@ class Loaded(_Answer):
     reran: list[Rerun] = Field(default_factory=list, max_length=1000)
     lost: list[tuple[str, str]] = Field(default_factory=list, max_length=1000)
     seconds: float = 0.0
+    cpu: float = 0.0  # of the load, in the kernel (seconds is its wall time)
 
 
 class Rebuilt(_Answer):
@@ -171,7 +172,7 @@ class Snapshots:
                 silent=True,
             )
         except Exception as exc:
-            log.warning("snapshot.call_failed kernel=%s error=%s", kernel.kernel_id, exc)
+            log.warning("snapshot.call_failed kernel=%s error=%r", kernel.kernel_id, exc)
             return None
         if result.restarted:
             raise StateLost(call.partition("(")[0])
