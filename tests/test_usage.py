@@ -108,18 +108,6 @@ def test_budget_windows_follow_the_time_zone(tmp_path: Path) -> None:
 
 # --- the store, on both databases ------------------------------------------------------------
 @pytest.fixture
-async def two_stores(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
-    """Two replicas' stores on one database."""
-    first = await Store.open(db_url)
-    second = await Store.open(db_url)
-    try:
-        yield first, second
-    finally:
-        await first.close()
-        await second.close()
-
-
-@pytest.fixture
 async def replicas_of(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
     """What replicas share: on PostgreSQL two stores (two replicas' pools); on SQLite, which
     serves one process, that process's one store, used by concurrent turns."""

@@ -4,30 +4,21 @@ replies carry `usage` as real servers' do (or none)."""
 from __future__ import annotations
 
 import time
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from slackinterp.pricing import PriceTable
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Reply, ToolCall
 from tests.fakes.slack import FakeSlack
-from tests.slack_harness import CHANNEL, all_text, bot_messages, running_bot, wait_cells, wait_final
+from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
+from tests.slack_harness import model_bot as harness_model_bot
 
 MODEL = "gpt-5-mini"  # priced by the built-in table
 
 
-@asynccontextmanager
-async def model_bot(tmp_path: Path, **overrides: Any):
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": MODEL,
-            "model_timeout": 5,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values) as bot:
-            yield slack, model, bot
+def model_bot(tmp_path: Path, **overrides: Any) -> Any:
+    """The harness's bot with a model this bot's price table knows."""
+    return harness_model_bot(tmp_path, **{"openai_model": MODEL, **overrides})
 
 
 def py(code: str, usage: tuple[int, int, int]) -> Reply:

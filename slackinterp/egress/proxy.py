@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -39,6 +38,7 @@ from slackinterp.egress.policy import (
 from slackinterp.egress.shares import ProxyLimits as ProxyLimits
 from slackinterp.egress.shares import Shares
 from slackinterp.egress.tunnel import Flow, tunnel
+from slackinterp.private_socket import PrivateSocket
 
 log = logging.getLogger(__name__)
 
@@ -74,17 +74,12 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-class KernelListener:
+class KernelListener(PrivateSocket):
     """One kernel's listener: who it speaks for, its open connections, what it refused."""
 
     def __init__(self, proxy: EgressProxy, path: Path, uid: int | None, gid: int | None):
+        super().__init__(path, uid, gid, limit=CHUNK)
         self.proxy = proxy
-        self.path = path
-        self.uid = uid
-        self.gid = gid
-        self.thread: str | None = None  # the thread key; None while the kernel is pooled
-        self.server: asyncio.Server | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
         self.held = 0  # open connections (Shares.take)
         self.journal = Journal(log, lambda: self.thread)
         self._blocked: dict[tuple[str, int], Blocked] = {}
@@ -108,23 +103,12 @@ class KernelListener:
         self._blocked.clear()
         return found
 
-    async def close(self) -> None:
-        """Stop listening and end every connection (the kernel stopped or restarted)."""
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for task in list(self.tasks):
-            task.cancel()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        self.journal.flush()
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.proxy.serve(self, reader, writer)
 
-    async def restart(self) -> None:
-        """The kernel restarts: its connections end and a new listener takes the path."""
-        await self.close()
-        await self.proxy.start(self)
+    async def close(self) -> None:
+        await super().close()
+        self.journal.flush()
 
 
 class EgressProxy:
@@ -152,29 +136,10 @@ class EgressProxy:
     ) -> KernelListener:
         """A listener at `path` (created before the kernel starts), usable by `uid` only."""
         listener = KernelListener(self, path, uid, gid)
-        await self.start(listener)
+        await listener.start()
         return listener
 
-    async def start(self, listener: KernelListener) -> None:
-        path = listener.path
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            listener.tasks.add(task)
-            try:
-                await self._serve(listener, reader, writer)
-            finally:
-                listener.tasks.discard(task)
-
-        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=CHUNK)
-        os.chmod(path, 0o600)
-        if listener.uid is not None:
-            os.chown(path, listener.uid, listener.gid if listener.gid is not None else -1)
-
-    async def _serve(
+    async def serve(
         self, listener: KernelListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         grant = self.shares.take(listener.held, listener.channel)

@@ -37,7 +37,7 @@ SOCKET_NAME = "egress.sock"
 
 
 class ChannelRules(Protocol):
-    """The store's per-channel rules (store/network.py)."""
+    """The store's per-channel rules (store/channel_rules.py)."""
 
     async def network_rules(self, channel: str) -> list[tuple[str, str]]: ...
 

@@ -23,6 +23,7 @@ from typing import Any
 
 import aiohttp
 
+from slackinterp.kernels import tasks
 from slackinterp.kernels.backend import Kernel, KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
@@ -135,13 +136,7 @@ class GatewayClient:
 
     async def close(self) -> None:
         await self.ws.close()
-        self._reader.cancel()
-        try:
-            await self._reader
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:
-            log.warning("gateway.reader_failed error=%s", exc)
+        await tasks.cancel(self._reader, log, "gateway.reader_failed")
 
 
 async def _close(client: GatewayClient) -> None:
