@@ -82,6 +82,12 @@ class Kernel(Protocol):
         disk; a gateway kernel's files are reached through the kernel itself."""
         return True
 
+    async def copy_thread(self, source: Path) -> int | None:
+        """Copy thread `source`'s working directory (files and snapshot) into this kernel's,
+        where the files live (a fork); how many of the user's files. None: the files are on
+        this disk, and the bot copies them itself."""
+        return None
+
     def hurry(self, on: bool) -> None:
         """Run at the bot's own priority (on) or back at the kernels' lower one (off). A
         cell's first moments are what a person waits for; kernels otherwise stay below the

@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = "5.3"
 REMOTE_ROOT = "slackinterp-threads"
+COPY_TIMEOUT = 600.0  # a fork's copy of a thread's files, on the gateway's disk
 ALIVE_CHECK_SECONDS = 2.0  # thread directories, relative to the kernel's start dir
 
 
@@ -195,6 +196,11 @@ class GatewayKernel(Kernel):
 
     def files(self, max_files: int = 0) -> KernelFiles:
         return KernelFiles(self, max_files=max_files)
+
+    async def copy_thread(self, source: Path) -> int:
+        """The copy runs in this kernel, on the gateway: the source's directory is a sibling
+        of this one there (REMOTE_ROOT/<thread>)."""
+        return await KernelFiles(self, timeout=COPY_TIMEOUT).copy_from(source.name)
 
     @property
     def scratch_dirs(self) -> list[Path]:
