@@ -39,7 +39,7 @@ sent (Linux: perf_counter and the fake's monotonic clock are both CLOCK_MONOTONI
               traffic (slackinterp's pool and thread kernel starts are counted meanwhile).
               Then --threads new threads at once to each, three times, alternating which bot
               goes first, each burst from a full warm pool and no thread kernels (the medians
-              are compared). Targets: follow-up <= 1.1x the minimal bot, first cell <= 1.2x,
+              are compared). Targets: follow-up <= 1.05x the minimal bot, first cell <= 1.2x,
               <= 2 calls per fast cell, the burst <= 1.0x. --follow-only measures only the
               --samples one-at-a-time and follow-up cells (about 90 s), for comparing two
               trees of the code alternately.
@@ -249,7 +249,7 @@ async def bench_burst(fake: TimedSlack, n_threads: int, n_commands: int) -> dict
 
 # --- (c) latency against a minimal bot --------------------------------------------------------
 
-TARGET_FOLLOWUP = 1.1
+TARGET_FOLLOWUP = 1.05
 TARGET_FIRST = 1.2
 TARGET_CALLS = 2
 TARGET_BURST = 1.0
