@@ -228,8 +228,9 @@ class Engine:
         session.inputs.asker = request.user  # who answers the cells' input() calls
         emit(TurnStarted())
         cells_before = session.cells_run
-        # Copies of the last turn's produced files were uploaded by now.
-        await asyncio.to_thread(clear_staging, self.cells.outbox(session))
+        # The last turn's uploads are done; most left none (a stat spares a thread's round trip).
+        if (outbox := self.cells.outbox(session)).exists():
+            await asyncio.to_thread(clear_staging, outbox)
         deadline = None
         if request.deadline is not None:
             wait = max(0.0, request.deadline - started)
