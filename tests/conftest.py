@@ -58,6 +58,18 @@ async def store(db_url: str) -> AsyncIterator[Store]:
 
 
 @pytest.fixture
+async def two_stores(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
+    """Two replicas' stores on the same database."""
+    first = await Store.open(db_url)
+    second = await Store.open(db_url)
+    try:
+        yield first, second
+    finally:
+        await first.close()
+        await second.close()
+
+
+@pytest.fixture
 def settings(tmp_path: Path) -> Settings:
     return make_settings(tmp_path)
 

@@ -42,15 +42,20 @@ async def model_bot(
     async with FakeSlack() as slack, FakeOpenAI() as model:
         if setup is not None:
             setup(slack)
-        values: dict[str, Any] = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-        }
-        values.update(overrides)
+        values = model_settings(model, **{"model_timeout": 5, **overrides})
         async with running_bot(slack, tmp_path, **values) as bot:
             yield slack, model, bot
+
+
+def model_settings(model: FakeOpenAI, **overrides: Any) -> dict[str, Any]:
+    """The settings that point the bot at the fake model server (model_bot's, for a test that
+    starts the bot more than once on the same fakes)."""
+    return {
+        "openai_base_url": model.base_url,
+        "openai_api_key": "sk-test",
+        "openai_model": "test-model",
+        **overrides,
+    }
 
 
 def bot_messages(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> list[dict[str, Any]]:

@@ -17,6 +17,7 @@ from tests.slack_harness import (
     bot_messages,
     code,
     finished_cells,
+    model_settings,
     running_bot,
     wait_cells,
     wait_text,
@@ -190,11 +191,7 @@ async def test_a_kernel_death_restores_the_last_snapshot_then_replays_the_cells_
     tmp_path: Path,
 ) -> None:
     async with FakeSlack() as fake, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-        }
+        values = model_settings(model)
         async with running_bot(fake, tmp_path, **values) as bot:
             ts, _ = await fake.user_message(CHANNEL, code("a = 1"))
             await wait_cells(fake, ts, 1)

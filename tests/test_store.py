@@ -9,7 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -31,18 +31,6 @@ from slackinterp.store import (
 from tests.conftest import make_settings
 
 ROOT = Path(__file__).resolve().parent.parent
-
-
-@pytest.fixture
-async def two_stores(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
-    """Two replicas' stores on the same database."""
-    first = await Store.open(db_url)
-    second = await Store.open(db_url)
-    try:
-        yield first, second
-    finally:
-        await first.close()
-        await second.close()
 
 
 async def schema_version(url: str) -> str | None:

@@ -2,7 +2,7 @@
 
 Each area (config/slack.py, config/model.py …) declares its own fields, validators and byte
 sizes; this class only inherits them all, so a new setting goes in its area's module and
-nothing here changes. `AREAS` orders the docs' table and `.env.example`.
+nothing here changes. The order of the bases is the order of the docs' table and `.env.example`.
 """
 
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -22,24 +22,8 @@ from slackinterp.config.storage import StorageSettings
 from slackinterp.config.turns import TurnSettings
 from slackinterp.config.usage import UsageSettings
 
-# In the order the docs list them.
-AREAS: tuple[type[Area], ...] = (
-    SlackSettings,
-    ModelSettings,
-    TurnSettings,
-    StorageSettings,
-    KernelSettings,
-    SandboxSettings,
-    NetworkSettings,
-    DataSettings,
-    ScheduleSettings,
-    SnapshotSettings,
-    ChartSettings,
-    UsageSettings,
-    OperationsSettings,
-)
 
-
+# The areas, in the order the docs list them.
 class Settings(
     SlackSettings,
     ModelSettings,
@@ -66,3 +50,9 @@ class Settings(
         populate_by_name=True,
         defer_build=False,  # the areas defer theirs; this one is built at import
     )
+
+
+# The areas in the docs' order: Settings's own bases, so the two cannot disagree.
+AREAS: tuple[type[Area], ...] = tuple(
+    base for base in Settings.__bases__ if isinstance(base, type) and issubclass(base, Area)
+)

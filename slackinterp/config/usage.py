@@ -1,8 +1,19 @@
 """Usage settings: model prices, and the caps on what turns may cost per person and channel."""
 
-from pydantic import Field, field_validator
+from typing import Self
+
+from pydantic import Field, field_validator, model_validator
 
 from slackinterp.config.fields import Area
+
+CAPS = (
+    "budget_person_day",
+    "budget_person_month",
+    "budget_channel_day",
+    "budget_channel_month",
+    "budget_scheduled_day",
+    "budget_scheduled_month",
+)
 
 
 class UsageSettings(Area):
@@ -42,20 +53,26 @@ class UsageSettings(Area):
         True, description="on/off: each model answer ends with its tokens and cost."
     )
 
-    @field_validator(
-        "budget_person_day",
-        "budget_person_month",
-        "budget_channel_day",
-        "budget_channel_month",
-        "budget_scheduled_day",
-        "budget_scheduled_month",
-    )
+    @field_validator(*CAPS)
     @classmethod
     def _cap(cls, value: str) -> str:
         from slackinterp.caps import parse_cap  # pure, no I/O
 
         parse_cap(value)  # raises ValueError naming what it expected
         return value
+
+    @model_validator(mode="after")
+    def _caps_in_the_currency(self) -> Self:
+        """A money cap written in another currency (`20 EUR` when it is USD) is an error,
+        not that many of the configured one."""
+        from slackinterp.caps import parse_cap
+
+        for name in CAPS:
+            try:
+                parse_cap(getattr(self, name), self.currency)
+            except ValueError as exc:
+                raise ValueError(f"SLACKINTERP_{name.upper()}: {exc}") from None
+        return self
 
     @field_validator("prices")
     @classmethod

@@ -116,6 +116,13 @@ class KernelBackend(Protocol):
 
     async def cleanup_orphans(self) -> int: ...
 
+    # Capabilities some backends have: the no-op default is what a backend without it does.
+    def hand_over(self, directory: Path) -> None:
+        """Make a directory the bot filled (a scheduled run's copy of a thread's files) its
+        kernels' own, so that they may change and delete what is in it. Nothing where kernels
+        run as the bot's own user, or keep their files elsewhere (a gateway's)."""
+        return None
+
 
 class ProcessRecorder(Protocol):
     """Remembers kernel pids so a later run can clean up after a crash (store/kernels.py)."""

@@ -23,7 +23,8 @@ from typing import Any
 
 import aiohttp
 
-from slackinterp.kernels.backend import Kernel, KernelStartError
+from slackinterp.kernels import tasks
+from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
 from slackinterp.kernels.resources import Resources
@@ -134,13 +135,7 @@ class GatewayClient:
 
     async def close(self) -> None:
         await self.ws.close()
-        self._reader.cancel()
-        try:
-            await self._reader
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:
-            log.warning("gateway.reader_failed error=%s", exc)
+        await tasks.cancel(self._reader, log, "gateway.reader_failed")
 
 
 async def _close(client: GatewayClient) -> None:
@@ -277,7 +272,7 @@ class GatewayKernel(Kernel):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
 
 
-class GatewayBackend:
+class GatewayBackend(KernelBackend):
     """Creates kernels on a gateway. Kernels get only the environment we send (KERNEL_*)."""
 
     files_with_kernel = True  # the working directory is the kernel's, on the gateway
