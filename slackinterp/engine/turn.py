@@ -228,9 +228,8 @@ class Engine:
         session.inputs.asker = request.user  # who answers the cells' input() calls
         emit(TurnStarted())
         cells_before = session.cells_run
-        # The last turn's uploads are done; most left none (a stat spares a thread's round trip).
-        if (outbox := self.cells.outbox(session)).exists():
-            await asyncio.to_thread(clear_staging, outbox)
+        # Copies of the last turn's produced files were uploaded by now.
+        await self.cells.clear_outbox(session)
         deadline = None
         if request.deadline is not None:
             wait = max(0.0, request.deadline - started)
