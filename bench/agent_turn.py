@@ -3,7 +3,8 @@
 Run by hand from the repository root (it is not a test; it starts real kernels, ~30 s):
 
     . .venv/bin/activate
-    python bench/agent_turn.py [--rounds 30] [--turns 30]
+    python bench/agent_turn.py [--rounds 30] [--turns 30] [--usage-turns 40]
+    python bench/agent_turn.py --only usage [--database postgresql://…]   # (iv) alone
 
 No Slack: the engine's runtime (Runtime.open/start, real kernels, SQLite store) runs with the
 agent pointed at tests/fakes/openai_server.py, which answers at once (streaming). Turns are
@@ -21,12 +22,14 @@ response is fully written (after write_eof).
       (i) and (ii) come from one turn of --rounds tool calls (each a small cell) and a final
       text, after a warm-up turn.
 (iv)  What keeping usage costs a model turn (target: <= 2 ms): --usage-turns turns of one
-      tool call and an answer (two model calls), alternating between the engine as it is
-      (every call priced and written to the store; a person's daily cap set, so the admission,
-      its reservation and the spend queries run too) and the same engine with the recording
-      swapped for a no-op, in the same run. Printed: the p50 turn time of each (request sent →
-      TurnFinished) and their difference, and the time spent inside the recording itself per
-      turn (admission + each call's record + settling), timed around the real calls.
+      tool call and an answer (two model calls), alternating between the engine with the
+      recording swapped for a no-op (before), as it is with no cap (the default: every call
+      priced and written to the store behind the turn), and as it is with a person's daily
+      and a channel's monthly cap set (the admission, its reservation and the spend queries
+      run too), in the same run. Printed: the p50 turn time of each (request sent →
+      TurnFinished) and the time spent inside the recording itself per turn (admission +
+      each call's record + settling), timed around the real calls. --database runs it on
+      PostgreSQL (the budget locks and a connection per statement batch are then real).
 (iii) Prompt size over a --turns-turn thread: each turn the model runs one cell printing
       ~2 KB, then answers. The size of every request's `messages` (JSON characters) is
       printed beside settings.history_budget (20000 here, so trimming kicks in), and the
@@ -166,9 +169,11 @@ class TimedBudgets(Budgets):
     spent = 0.0
 
     @contextlib.asynccontextmanager
-    async def turn(self, key: ThreadKey, user: str, origin: Any) -> AsyncIterator[Meter]:
+    async def turn(
+        self, key: ThreadKey, user: str, origin: Any, admitted: Meter | None = None
+    ) -> AsyncIterator[Meter]:
         began = time.perf_counter()
-        async with super().turn(key, user, origin) as meter:
+        async with super().turn(key, user, origin, admitted) as meter:
             self.spent += time.perf_counter() - began
             record = meter.model_used
 
@@ -189,7 +194,9 @@ class Unrecorded(Budgets):
     """No recording at all: what a turn took before usage was kept."""
 
     @contextlib.asynccontextmanager
-    async def turn(self, key: ThreadKey, user: str, origin: Any) -> AsyncIterator[Meter]:
+    async def turn(
+        self, key: ThreadKey, user: str, origin: Any, admitted: Meter | None = None
+    ) -> AsyncIterator[Meter]:
         meter = Meter(self, key, user, origin, "", [])
 
         async def nothing(_call: Any) -> str | None:
@@ -201,7 +208,9 @@ class Unrecorded(Budgets):
 
 async def bench_usage(runtime: Runtime, model: TimedOpenAI, turns: int) -> dict[str, Any]:
     engine = runtime.engine
-    uncapped = engine.settings.model_copy(update={"budget_person_day": ""})
+    uncapped = engine.settings.model_copy(
+        update={"budget_person_day": "", "budget_channel_month": ""}
+    )
     ways: dict[str, Budgets] = {
         "none": Unrecorded(engine.settings, runtime.store),
         "kept": TimedBudgets(uncapped, runtime.store),
@@ -234,29 +243,30 @@ async def bench_usage(runtime: Runtime, model: TimedOpenAI, turns: int) -> dict[
         "inside": {name: ms(values) for name, values in inside.items() if name != "none"},
         "turns": turns,
         "calls_kept": calls,
+        "dialect": runtime.store.dialect,
     }
 
 
 def report_usage(u: dict[str, Any]) -> bool:
     took, inside = u["took"], u["inside"]
     print(
-        f"(iv) keeping usage: {u['turns']} model turns each way (a tool call and an answer: two "
-        f"model calls a turn), interleaved; {u['calls_kept']} calls kept"
+        f"(iv) keeping usage on {u['dialect']}: {u['turns']} model turns each way (a tool call "
+        f"and an answer: two model calls a turn), interleaved; {u['calls_kept']} calls kept"
     )
     print(f"    {'':52}{'p50':>9}{'p95':>9}{'min':>9}{'max':>9}")
     rows = (
         ("turn, recording swapped for a no-op (before)", took["none"]),
         ("turn, usage kept (no cap: the default)", took["kept"]),
-        ("turn, usage kept, a daily cap set", took["capped"]),
+        ("turn, usage kept, two caps set", took["capped"]),
         ("inside the recording per turn, no cap", inside["kept"]),
-        ("inside the recording per turn, a cap set", inside["capped"]),
+        ("inside the recording per turn, two caps set", inside["capped"]),
     )
     for label, stats in rows:
         cells = "".join(f"{stats[k]:>8.2f} " for k in ("p50", "p95", "min", "max"))
         print(f"    {label:52}{cells}ms")
     base = took["none"]["p50"]
     ok = True
-    for name, label in (("kept", "no cap"), ("capped", "a cap set")):
+    for name, label in (("kept", "no cap"), ("capped", "two caps set")):
         added = took[name]["p50"] - base
         spent = inside[name]["p50"]
         met = spent <= 2.0
@@ -372,20 +382,24 @@ def report(r: dict[str, Any], raw: dict[str, float], hist: list[dict], budget: i
     return ok
 
 
-async def main(rounds: int, turns: int, usage_turns: int) -> int:
+async def main(rounds: int, turns: int, usage_turns: int, only: str, database: str) -> int:
     began = time.perf_counter()
     scratch = Path(tempfile.mkdtemp(prefix="slackinterp-bench-agent-"))
+    where = {"database_url": database} if database else {}
     try:
         async with TimedOpenAI() as model:
             settings = make_settings(
                 scratch,
+                **where,
                 pool_size=1,
                 max_kernels=4,
                 openai_base_url=model.base_url,
                 openai_api_key="sk-test",
                 openai_model="test-model",
                 model_timeout=10,
-                budget_person_day="1M tokens",  # (iv): admission and spend queries run
+                # (iv): admission and spend queries run (a cap a shared database never reaches)
+                budget_person_day="1000M tokens",
+                budget_channel_month="100000M tokens",
                 max_rounds=max(rounds, WARMUP_ROUNDS) + 1,
                 history_budget=HISTORY_BUDGET,
             )
@@ -395,13 +409,14 @@ async def main(rounds: int, turns: int, usage_turns: int) -> int:
             try:
                 await runtime.registry.wait_pool_ready(timeout=READY_TIMEOUT)
                 await raw_samples(raw, 10)  # warm-up
-                raw_before = await raw_samples(raw, RAW_SAMPLES // 2)
-                print("(i)/(ii) rounds …", file=sys.stderr, flush=True)
-                rounds_result = await bench_rounds(runtime, model, rounds)
-                raw_after = await raw_samples(raw, RAW_SAMPLES - RAW_SAMPLES // 2)
-                print("(iii) history …", file=sys.stderr, flush=True)
-                hist = await bench_history(runtime, model, turns)
-                print("(iv) usage …", file=sys.stderr, flush=True)
+                if only == "all":
+                    raw_before = await raw_samples(raw, RAW_SAMPLES // 2)
+                    print("(i)/(ii) rounds …", file=sys.stderr, flush=True)
+                    rounds_result = await bench_rounds(runtime, model, rounds)
+                    raw_after = await raw_samples(raw, RAW_SAMPLES - RAW_SAMPLES // 2)
+                    print("(iii) history …", file=sys.stderr, flush=True)
+                    hist = await bench_history(runtime, model, turns)
+                print(f"(iv) usage on {runtime.store.dialect} …", file=sys.stderr, flush=True)
                 usage = await bench_usage(runtime, model, usage_turns)
             finally:
                 await raw.stop()
@@ -409,8 +424,10 @@ async def main(rounds: int, turns: int, usage_turns: int) -> int:
         leftovers = await leftover_kernels()
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
-    ok = report(rounds_result, ms(raw_before + raw_after), hist, settings.history_budget)
-    print()
+    ok = True
+    if only == "all":
+        ok = report(rounds_result, ms(raw_before + raw_after), hist, settings.history_budget)
+        print()
     ok = report_usage(usage) and ok
     print()
     total = time.perf_counter() - began
@@ -423,10 +440,20 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--rounds", type=int, default=30, help="tool rounds for (i)/(ii)")
     parser.add_argument("--turns", type=int, default=30, help="thread length for (iii)")
     parser.add_argument("--usage-turns", type=int, default=40, help="turns each way for (iv)")
+    parser.add_argument(
+        "--only", choices=("all", "usage"), default="all", help="usage: (iv) alone, quicker"
+    )
+    parser.add_argument(
+        "--database",
+        default="",
+        help="the store for the run (default: a new SQLite file); a PostgreSQL URL shows (iv) "
+        "there, e.g. postgresql://postgres@127.0.0.1:55432/bench (its tables are created)",
+    )
     return parser.parse_args()
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING, format="%(levelname)s %(name)s %(message)s")
     args = parse_args()
-    sys.exit(asyncio.run(main(max(2, args.rounds), max(2, args.turns), max(2, args.usage_turns))))
+    counts = max(2, args.rounds), max(2, args.turns), max(2, args.usage_turns)
+    sys.exit(asyncio.run(main(*counts, args.only, args.database)))

@@ -19,9 +19,9 @@ with a python tool call, then with a text answer quoting the cell's output). Eve
 variable `acc` kept in the thread's kernel and prints it with a marker [T<thread>.<turn>], so the
 checks can tell replies apart and see that state survived. SLACKINTERP_MAX_KERNELS (--max-kernels,
 20) is below the number of threads: kernels are evicted least recently used and threads come back
-by replaying their cells. pool_size 4, sandbox auto (bubblewrap when it works). A turn the bot
-refuses with "At capacity … try again in a moment" is sent again a second later, as a person
-would, and counted.
+from their snapshots (replay is the fallback). pool_size 4, sandbox auto (bubblewrap when it
+works). A turn the bot refuses with "At capacity … try again in a moment" is sent again a second
+later, as a person would, and counted.
 --fail-rate (2%) of Slack Web API calls fail with 429 (Retry-After: 0, the smallest the fake
 sends; slack_sdk waits 0-1 s) or 500; the bot's slack_sdk retry handlers must absorb them.
 Meanwhile `/interp status` slash commands go out at about 5 per second.
@@ -29,7 +29,7 @@ Meanwhile `/interp status` slash commands go out at about 5 per second.
 Measured and checked:
 - exactly once: per thread and turn, the finished cell messages and the final answers in the
   fake's message state (after the run): duplicates and misses must be 0/0; the value of `acc`
-  in every cell and answer must be right (state restored by replay); no "At capacity" refusals;
+  in every cell and answer must be right (state restored); no "At capacity" refusals;
   no cell left "running…", no other warning;
 - peak memory: total PSS of this process + every process under it (kernels, bwrap), sampled
   every 0.5 s by a separate sampler process (no GIL shared with the bot); the peak number of
@@ -42,7 +42,7 @@ Measured and checked:
 Baseline measured in the same run: one thread alone before the load (no faults), alternating
 direct and model turns; the loaded turn latencies are printed as ratios of its p50. Also
 printed: latency by turn number, kernel starts (count, time), CPU use of the machine and of
-this process.
+this process, and how evicted threads came back (from the snapshot or by replay, and how long).
 
 It writes its figures to docs/RELIABILITY.md between generated-section markers (with the date
 and machine); the rest of that file is kept (`--no-report`: print only, e.g. for a quick small
@@ -391,13 +391,21 @@ class StartTimes(logging.Handler):
     LINE = re.compile(r"^kernels\.started .*\bseconds=([0-9.]+)")
     SEAT = re.compile(r"^kernels\.seat how=(\w+) waited=([0-9.]+)")
     LEASED = re.compile(r"^kernels\.leased .*\breplay_seconds=([0-9.]+)")
+    RESTORED = re.compile(
+        r"^kernels\.restored .*\bsnapshot=(\d+) .*\breplayed=(\d+) total=(\d+) seconds=([0-9.]+)"
+    )
 
     def __init__(self) -> None:
         super().__init__(logging.INFO)
         self.seconds: list[float] = []
         self.seats: list[tuple[str, float]] = []  # (pool | free | evict, seconds waited)
         self.replays: list[float] = []
+        # (from a snapshot, cells replayed, seconds) per restore (kernels/restore.py)
+        self.restores: list[tuple[bool, int, float]] = []
         logging.getLogger("slackinterp.kernels.registry").addHandler(self)
+        restore_log = logging.getLogger("slackinterp.kernels.restore")
+        restore_log.addHandler(self)
+        restore_log.setLevel(logging.INFO)
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
@@ -407,6 +415,23 @@ class StartTimes(logging.Handler):
             self.seats.append((match.group(1), float(match.group(2))))
         elif match := self.LEASED.match(message):
             self.replays.append(float(match.group(1)))
+        elif match := self.RESTORED.match(message):
+            snapshot, replayed, _total, seconds = match.groups()
+            self.restores.append((int(snapshot) > 0, int(replayed), float(seconds)))
+
+
+def restores_line(restores: list[tuple[bool, int, float]]) -> str:
+    """How evicted threads came back: from their snapshot (then any cells after it) or by
+    replaying every cell (no snapshot, or snapshots off), and how long each took."""
+    snap = [seconds for from_snapshot, _, seconds in restores if from_snapshot]
+    after = sum(1 for from_snapshot, n, _ in restores if from_snapshot and n)
+    replay = [seconds for from_snapshot, _, seconds in restores if not from_snapshot]
+    return (
+        f"- Restores: {len(snap)} from the snapshot (p50 {pct(snap, 50):.2f} s, max "
+        f"{max(snap, default=0):.2f} s; {after} of them then replayed cells after it), "
+        f"{len(replay)} by replaying every cell (p50 {pct(replay, 50):.2f} s, max "
+        f"{max(replay, default=0):.2f} s)."
+    )
 
 
 class LoopWatch:
@@ -692,7 +717,7 @@ def rows_for(args: argparse.Namespace, m: Measured) -> list[Row]:
     )
     rows.append(
         Row(
-            "state right after eviction + replay",
+            "state right after eviction + restore",
             f"{len(v.wrong_state)} wrong `acc` values (+{v.wrong_after_miss} after a lost "
             f"turn); {v.evictions} evictions, {v.restores} restores (snapshot or replay)",
             "0 wrong",
@@ -867,6 +892,7 @@ async def main(args: argparse.Namespace) -> int:
             pool_size=POOL_SIZE,
             max_kernels=args.max_kernels,
             exec_timeout=60,
+            usage_footer=False,  # an answer must end with its `acc` value (the check below)
         )
         data_dir = settings.data_dir.resolve()
         bot = await SlackBot.create(settings)
@@ -982,6 +1008,7 @@ def details(args: argparse.Namespace, m: Measured, total_seconds: float) -> list
         f"in an evicted one's seat, after waiting for it p50 {pct(evicting, 50):.2f} s, "
         f"max {max(evicting, default=0):.2f} s); {len(replays)} replays, "
         f"p50 {pct(replays, 50):.2f} s.",
+        restores_line(m.starts.restores),
         "- Turns without their reply: "
         + ("; ".join(f"{n} × “{text}”" for text, n in failures.most_common()) or "none")
         + ".",

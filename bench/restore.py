@@ -61,8 +61,8 @@ MAKE_STATE = """
 import numpy as np, pandas as pd, time
 def __make(mb):
     third = int(mb * 1e6 / {parts})
-    arr = np.random.rand(third // 8)
-    df = pd.DataFrame(np.random.rand(max(1, third // 80), 10), columns=list('abcdefghij'))
+    arr = np.random.rand({arrays} * third // 8)
+    df = pd.DataFrame(np.random.rand(max(1, {arrays} * third // 80), 10), columns=[*'abcdefghij'])
     objs = {{i: {{'id': i, 'name': 'n%d' % i, 'v': i * 0.5}} for i in range({objects})}}
     return arr, df, objs
 time.sleep({history})
@@ -74,27 +74,36 @@ CHECK = "print('rows', len(df), 'objs', len(objs), 'runs', open('runs.txt').read
 
 def state(history: float, mb: float) -> str:
     """A cell that computes for `history` s, then builds `mb` MB of state (see --mix)."""
-    parts, objects = {"all": (3, "third // 60"), "arrays": (2, "100")}[MIXED[0]]
-    return MAKE_STATE.format(history=history, mb=mb, parts=parts, objects=objects)
+    parts, objects, arrays = {
+        "all": (3, "third // 60", 1),
+        "arrays": (2, "100", 1),
+        "dicts": (1, "third // 60", 0),
+    }[MIXED[0]]
+    return MAKE_STATE.format(history=history, mb=mb, parts=parts, objects=objects, arrays=arrays)
 
 
 MIXED = ["all"]  # --mix
+PARTS = ("follow-up", "output", "save", "undo", "fork")
 
 
 class SaveLog(logging.Handler):
-    """The kernel's own save times, from the bot's `snapshot.saved` log lines."""
+    """The kernel's own save times, from the bot's `snapshot.saved` log lines, and the
+    restores' (`kernels.restored`: snapshot load plus any replay)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.seconds: list[float] = []
         self.written: list[int] = []
+        self.restores: list[tuple[float, float]] = []  # (restore seconds, the load's CPU)
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
+        found = dict(re.findall(r"(\w+)=([\w.:~-]+)", message))
         if message.startswith("snapshot.saved"):
-            found = dict(re.findall(r"(\w+)=([\w.:~-]+)", message))
             self.seconds.append(float(found["seconds"]))
             self.written.append(int(found["written"]))
+        elif message.startswith("kernels.restored"):
+            self.restores.append((float(found["seconds"]), float(found["load_cpu"])))
 
 
 @asynccontextmanager
@@ -245,8 +254,12 @@ async def main(args: argparse.Namespace) -> int:
     histories = [float(h) for h in args.histories.split(",")]
     states = [float(s) for s in args.states.split(",")]
     log = SaveLog()
-    logging.getLogger("slackinterp.engine.snapshots").addHandler(log)
-    logging.getLogger("slackinterp.engine.snapshots").setLevel(logging.INFO)
+    for name in ("slackinterp.engine.snapshots", "slackinterp.kernels.restore"):
+        logging.getLogger(name).addHandler(log)
+        logging.getLogger(name).setLevel(logging.INFO)
+        logging.getLogger(name).propagate = False  # read by SaveLog, not printed
+    parts = set(args.only.split(","))
+    wanted = {part: "all" in parts or part in parts for part in PARTS}
     ok = True
     with tempfile.TemporaryDirectory(prefix="bench-restore-") as scratch:
         tmp = Path(scratch)
@@ -259,34 +272,46 @@ async def main(args: argparse.Namespace) -> int:
             ),
         ):
             print(f"state mix: {MIXED[0]}; machine load average {os.getloadavg()[0]:.1f}")
-            print("(a) follow-up after an idle stop: message → finished cell in Slack")
-            print(
-                f"{'history':>8} {'state':>8} {'snapshot':>10} {'replay':>10} {'ratio':>7}  re-runs"
-            )
-            for history in histories if args.only == "all" else []:
+            if wanted["follow-up"]:
+                print(
+                    "(a) follow-up after an idle stop: message → finished cell in Slack; "
+                    "(load): the restore in the kernel; cpu: the kernel's CPU for the load (its "
+                    "time on an idle machine)"
+                )
+                print(
+                    f"{'history':>8} {'state':>8} {'snapshot':>10} {'(load)':>7} {'cpu':>6} "
+                    f"{'replay':>10} "
+                    f"{'ratio':>7}  re-runs"
+                )
+            for history in histories if wanted["follow-up"] else []:
                 for mb in states:
+                    log.restores.clear()
                     a = await follow_up(fake_on, on, history, mb)
-                    b = await follow_up(fake_off, off, history, mb)
-                    ratio = a["seconds"] / b["seconds"]
+                    inside, cpu = log.restores[-1] if log.restores else (float("nan"),) * 2
+                    b = await follow_up(fake_off, off, history, mb) if args.replay else None
+                    replay = f"{b['seconds']:>9.2f}s" if b else f"{'-':>10}"
+                    vs = f"{a['seconds'] / b['seconds']:>7.2f}" if b else f"{'-':>7}"
                     print(
-                        f"{history:>7.0f}s {mb:>6.0f}MB {a['seconds']:>9.2f}s "
-                        f"{b['seconds']:>9.2f}s {ratio:>7.2f}  {a['reruns']} "
-                        f"(replay: {b['reruns']})"
+                        f"{history:>7.0f}s {mb:>6.0f}MB {a['seconds']:>9.2f}s {inside:>6.2f}s "
+                        f"{cpu:>5.2f}s "
+                        f"{replay} {vs}  {a['reruns']} "
+                        f"(replay: {b['reruns'] if b else '-'})"
                     )
                     target = 1.0 if mb <= 100 else 3.0
                     ok &= a["reruns"] == 0 and (mb not in (100, 500) or a["seconds"] <= target)
                     results[f"{history}/{mb}"] = (a, b)
-            if args.only == "all":
                 print(f"    e.g. {a['notice']!r}")
-            on_times, off_times = await output_turns([(fake_on, on), (fake_off, off)], args.turns)
-            ratio = p50(on_times) / p50(off_times)
-            ok &= ratio <= 1.05
-            print(
-                f"(b) output to Slack, small state, {args.turns} turns: p50 on "
-                f"{p50(on_times) * 1000:.0f} ms, off {p50(off_times) * 1000:.0f} ms, "
-                f"ratio {ratio:.2f} (target <= 1.05)"
-            )
-            if args.only == "all":
+            if wanted["output"]:
+                bots = [(fake_on, on), (fake_off, off)]
+                on_times, off_times = await output_turns(bots, args.turns)
+                ratio = p50(on_times) / p50(off_times)
+                ok &= ratio <= 1.05
+                print(
+                    f"(b) output to Slack, small state, {args.turns} turns: p50 on "
+                    f"{p50(on_times) * 1000:.0f} ms, off {p50(off_times) * 1000:.0f} ms, "
+                    f"ratio {ratio:.2f} (target <= 1.05)"
+                )
+            if wanted["save"]:
                 workdir = await saves(fake_on, on, log, args.save_state, args.saves)
                 print(
                     f"(c) save after a cell that changed 10 MB ({args.save_state:.0f} MB held): "
@@ -300,9 +325,11 @@ async def main(args: argparse.Namespace) -> int:
                     f"(f) disk: {blobs / 1e6:.0f} MB of blobs for {gens} generations of a "
                     f"{args.save_state:.0f} MB state (+10 MB per generation): shared, under the cap"
                 )
+            if wanted["undo"]:
                 seconds = await undo(fake_on, on, args.undo_state)
                 ok &= seconds <= 1.0
                 print(f"(d) undo at {args.undo_state:.0f} MB: {seconds:.2f} s (target <= 1 s)")
+            if wanted["fork"]:
                 seconds, ready = await fork(fake_on, on, args.fork_state, args.fork_files)
                 ok &= seconds <= 2.0
                 print(
@@ -324,20 +351,35 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--undo-state", type=float, default=100)
     parser.add_argument("--fork-state", type=float, default=100)
     parser.add_argument("--fork-files", type=int, default=100)
-    parser.add_argument("--only", choices=("all", "output"), default="all")
+    parser.add_argument(
+        "--only",
+        default="all",
+        help="comma-separated parts to run: " + ",".join(PARTS) + " (default: all)",
+    )
+    parser.add_argument(
+        "--no-replay",
+        dest="replay",
+        action="store_false",
+        help="(a) without the replay side (quicker iteration; no ratio)",
+    )
     parser.add_argument(
         "--mix",
-        choices=("all", "arrays"),
+        choices=("all", "arrays", "dicts"),
         default="all",
         help="all: a third each array, frame, dict of small objects; arrays: half each array "
-        "and frame (the pickle speed of small objects aside)",
+        "and frame (the pickle speed of small objects aside); dicts: only small objects",
     )
     parser.add_argument(
-        "--quick", action="store_true", help="histories 1,15 and states 1,100 (a loaded machine)"
+        "--quick",
+        action="store_true",
+        help="histories 1,15, states 1,100, 8 output turns, 4 saves (a loaded machine)",
     )
     args = parser.parse_args()
+    unknown = set(args.only.split(",")) - {"all", *PARTS}
+    if unknown:
+        parser.error(f"--only: unknown part(s) {', '.join(sorted(unknown))}")
     if args.quick:
-        args.histories, args.states = "1,15", "1,100"
+        args.histories, args.states, args.turns, args.saves = "1,15", "1,100", 8, 4
     MIXED[0] = args.mix
     return args
 

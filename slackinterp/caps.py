@@ -34,14 +34,18 @@ class Cap:
 
 _CAP = re.compile(
     r"^(?P<symbol>[$€£¥])?\s*(?P<number>\d+(?:[.,]\d+)?)\s*(?P<scale>[kKmM])?\s*"
-    r"(?P<unit>tokens?|tok|t|[a-zA-Z]{3})?$"
+    r"(?P<unit>(?i:tokens?|tok|t)|[a-zA-Z]{3})?$"
 )
 _SCALE = {"k": 1_000, "m": 1_000_000}
 NO_CAP = ("", "0", "none", "off", "unlimited")
+# The currency a symbol stands for, where it says one ("$" is the US dollar's here).
+SYMBOLS = {"$": "USD", "€": "EUR", "£": "GBP", "¥": "JPY"}
 
 
-def parse_cap(text: str) -> Cap | None:
-    """The cap written in `text`; None for no cap. ValueError says what was expected."""
+def parse_cap(text: str, currency: str | None = None) -> Cap | None:
+    """The cap written in `text`; None for no cap. ValueError says what was expected.
+    `currency`: the one money is counted in; an amount written in another (`20 EUR`, `€20`
+    when it is USD) is refused rather than read as that many of the configured one."""
     value = text.strip()
     if value.lower() in NO_CAP:
         return None
@@ -56,6 +60,16 @@ def parse_cap(text: str) -> Cap | None:
         amount *= _SCALE[match["scale"].lower()]
     unit_word = (match["unit"] or "").lower()
     tokens = unit_word in ("t", "tok", "token", "tokens")
+    if currency is not None and not tokens:
+        written = unit_word.upper() or SYMBOLS.get(match["symbol"] or "", "")
+        configured = currency.upper()
+        if match["symbol"] == "$" and configured not in SYMBOLS.values():
+            written = ""  # another dollar (CAD, AUD…): "$" is taken as the configured one
+        if written and written != configured:
+            raise ValueError(
+                f"money is counted in {configured} here (SLACKINTERP_CURRENCY), not {written}: "
+                f"write the amount in {configured}, such as 20, or tokens such as 200k tokens"
+            )
     if amount <= 0:
         return None
     return Cap(amount, CapUnit.TOKENS if tokens else CapUnit.MONEY)

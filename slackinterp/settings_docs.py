@@ -1,7 +1,8 @@
-"""The settings reference generated from `config.Settings`: the docs' table and `.env.example`.
+"""The settings reference generated from `config.Settings`: the docs' tables and `.env.example`.
 
 Generated, never hand-written, so a new setting cannot be missing from the docs; a test keeps
-the checked-in files equal to what these functions produce.
+the checked-in files equal to what these functions produce. Both list the settings area by
+area (`config.AREAS`), as the code declares them.
 """
 
 from __future__ import annotations
@@ -9,7 +10,7 @@ from __future__ import annotations
 from enum import StrEnum
 from pathlib import Path
 
-from slackinterp.config import Settings, env_name
+from slackinterp.config import AREAS, Area, Settings, env_name
 
 
 def _default_text(field: str) -> str:
@@ -29,19 +30,25 @@ def _default_text(field: str) -> str:
     return str(value)
 
 
-def settings_rows() -> list[tuple[str, str, str]]:
-    """(environment variable, default, meaning) for every setting, in declaration order."""
+def settings_rows(area: type[Area]) -> list[tuple[str, str, str]]:
+    """(environment variable, default, meaning) for every setting of `area`, in its order."""
     return [
         (env_name(name), _default_text(name), info.description or "")
-        for name, info in Settings.model_fields.items()
+        for name, info in area.model_fields.items()
     ]
 
 
 def settings_table() -> str:
-    """The settings table of docs/configuration.md; a test keeps the two equal."""
-    lines = ["| variable | default | meaning |", "|---|---|---|"]
-    lines += [f"| `{env}` | `{default}` | {meaning} |" for env, default, meaning in settings_rows()]
-    return "\n".join(lines)
+    """The settings tables of docs/configuration.md, one per area; a test keeps them equal."""
+    parts = []
+    for area in AREAS:
+        lines = [f"### {area.title}", "", "| variable | default | meaning |", "|---|---|---|"]
+        lines += [
+            f"| `{env}` | `{default}` | {meaning} |"
+            for env, default, meaning in settings_rows(area)
+        ]
+        parts.append("\n".join(lines))
+    return "\n\n".join(parts)
 
 
 def env_example() -> str:
@@ -51,13 +58,15 @@ def env_example() -> str:
         "# Slack tokens for `slackinterp run`. Defaults are shown commented out.",
         "",
     ]
-    for env, default, meaning in settings_rows():
-        lines.append(f"# {meaning}")
-        if env in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"):
-            lines.append(f"{env}=")
-        else:
-            lines.append(f"# {env}={'' if default == '—' else default}")
-        lines.append("")
+    for area in AREAS:
+        lines += [f"# ---- {area.title} ----", ""]
+        for env, default, meaning in settings_rows(area):
+            lines.append(f"# {meaning}")
+            if env in ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN"):
+                lines.append(f"{env}=")
+            else:
+                lines.append(f"# {env}={'' if default == '—' else default}")
+            lines.append("")
     return "\n".join(lines)
 
 

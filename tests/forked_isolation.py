@@ -8,18 +8,15 @@ last line of stdout), like tests/sandbox_attacks.py. The bot's environment holds
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
-import sys
 import uuid
 from pathlib import Path
 from typing import Any
 
-from slackinterp.kernels.execution import run_cell
-from slackinterp.kernels.local import privileges, sandbox
-from slackinterp.kernels.local.backend import LocalBackend
 from slackinterp.kernels.local.kernel import LocalKernel
+from tests.forked_child import cell, fork_backend, main
+from tests.process_memory import SOURCE
 
 SECRET_PREFIX = "xoxb-FAKE-SECRET-"
 # Matches the secret but not itself: the probe's own code never counts as a find.
@@ -94,7 +91,9 @@ out["nested_userns"] = "ok" if libc.unshare(0x10000000) == 0 else os.strerror(ct
 print(json.dumps(out))
 """
 
-SCAN = """
+SCAN = (
+    SOURCE
+    + """
 import gc, json, os, re
 pattern = re.compile(PATTERN.encode())
 found = {"environ": bool(pattern.search(open("/proc/self/environ", "rb").read())),
@@ -103,30 +102,12 @@ found = {"environ": bool(pattern.search(open("/proc/self/environ", "rb").read())
 for obj in gc.get_objects():
     if isinstance(obj, str) and pattern.search(obj.encode(errors="ignore")):
         found["objects"] += 1
-with open("/proc/self/maps") as maps, open("/proc/self/mem", "rb", 0) as mem:
-    for line in maps:
-        fields = line.split()
-        if "r" not in fields[1] or (len(fields) > 5 and fields[5] in ("[vvar]", "[vsyscall]")):
-            continue
-        start, end = (int(x, 16) for x in fields[0].split("-"))
-        if end - start > 1 << 30:
-            continue
-        try:
-            mem.seek(start)
-            chunk = mem.read(end - start)
-        except (OSError, OverflowError, ValueError):
-            continue
-        found["bytes_scanned"] += len(chunk)
-        found["memory"] += len(pattern.findall(chunk))
+for chunk in readable_memory():
+    found["bytes_scanned"] += len(chunk)
+    found["memory"] += len(pattern.findall(chunk))
 print(json.dumps(found))
 """
-
-
-async def cell(kernel: LocalKernel, code: str) -> str:
-    result = await run_cell(kernel, code, timeout=120, grace=1.0, max_output_chars=200_000)
-    if result.error is not None:
-        raise AssertionError(f"{result.error.ename}: {result.error.evalue}")
-    return result.text
+)
 
 
 def template_control_inode(template_pid: int) -> list[str]:
@@ -154,18 +135,8 @@ async def probe(base: Path) -> dict[str, Any]:
     secret = SECRET_PREFIX + uuid.uuid4().hex
     os.environ["SLACK_BOT_TOKEN"] = secret  # the bot's own secret: nothing below may get it
     os.environ["OPENAI_API_KEY"] = secret
-    user = privileges.kernel_user("nobody")
     data = base / "data"
-    backend = LocalBackend(
-        kernel_name="python3",
-        cache_dir=data / "cache",
-        limits=sandbox.Limits(2048 * 1024 * 1024, 512, 1 << 30),
-        runtime_dir=data / "run",
-        bwrap=sandbox.bwrap_path(),
-        hidden=[data],
-        kernel_user=user,
-        start_mode="fork",
-    )
+    backend = fork_backend(data)
     found: dict[str, Any] = {"bot_uid": os.geteuid(), "cpus": sorted(os.sched_getaffinity(0))}
     kernels: list[LocalKernel] = []
     try:
@@ -233,10 +204,5 @@ async def _still_alive(pids: list[int | None], seconds: float = 30.0) -> list[in
     return alive
 
 
-def main() -> None:
-    base = Path(json.loads(sys.stdin.read())["base"])
-    print(json.dumps(asyncio.run(probe(base))))
-
-
 if __name__ == "__main__":
-    main()
+    main(probe)

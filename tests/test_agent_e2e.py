@@ -16,6 +16,7 @@ from tests.slack_harness import (
     all_text,
     bot_messages,
     model_bot,
+    model_settings,
     running_bot,
     wait_cells,
     wait_final,
@@ -88,11 +89,7 @@ async def test_files_and_variables_reach_the_prompt(tmp_path: Path) -> None:
 
 async def test_history_survives_a_bot_restart(tmp_path: Path) -> None:
     async with FakeSlack() as slack, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-        }
+        values = model_settings(model)
         model.script(py("secret_number = 1234"), Reply(text="Stored it."))
         async with running_bot(slack, tmp_path, **values):
             ts, _ = await slack.user_message(CHANNEL, "<@UBOT> remember 1234")

@@ -18,9 +18,10 @@ import pytest
 from sqlalchemy.engine import make_url
 
 from tests.datasource_db import SECRET_ENV, Warehouse, make_sqlite
-from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Dynamic, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
-from tests.slack_harness import CHANNEL, all_text, running_bot, wait_cells, wait_final
+from tests.process_memory import readable_memory
+from tests.slack_harness import CHANNEL, all_text, model_bot, running_bot, wait_cells, wait_final
 
 pytestmark = [
     pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed"),
@@ -76,117 +77,113 @@ async def test_signups_by_region_and_what_a_kernel_cannot_get(
 ) -> None:
     monkeypatch.setenv(SECRET_ENV, warehouse.password)
     sales = make_sqlite(tmp_path / "sales.db")
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        settings = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 10,
-            "admins": [ADMIN],
-            "data_sources_file": sources_file(tmp_path, warehouse, sales),
-            "data_max_rows": 200,
-        }
-        async with running_bot(slack, tmp_path, **settings) as bot:
-            assert bot.runtime.data is not None
-            # 1. The worked example: the model sees the warehouse's tables and queries it.
-            model.script(
-                py(
-                    """
-                    df = sql('''SELECT region, count(*) AS signups FROM signups
-                                WHERE created_at >= '2026-11-05' GROUP BY region ORDER BY region''')
-                    print(df.to_string(index=False))
-                    """
-                ),
-                Dynamic(lambda body: Reply(text="By region: " + last_tool(body))),
-            )
-            ts, _ = await slack.user_message(CHANNEL, "<@UBOT> signups by region last week")
-            answer = await wait_final(slack, ts, "By region:", timeout=60)
-            assert "amer" in answer["text"] and "apac" in answer["text"]
-            system = model.requests[0].messages[0]["content"]
-            assert "warehouse (postgresql): the analytics warehouse" in system
-            assert "signups(id integer, region text" in system and "sql(" in system
-            assert "sales" not in system  # not enabled in this channel
-            cell = await cell_text(slack, ts, 1)
-            assert "SELECT region" in cell and "emea" in cell
+    async with model_bot(
+        tmp_path,
+        model_timeout=10,
+        admins=[ADMIN],
+        data_sources_file=sources_file(tmp_path, warehouse, sales),
+        data_max_rows=200,
+    ) as (slack, model, bot):
+        assert bot.runtime.data is not None
+        # 1. The worked example: the model sees the warehouse's tables and queries it.
+        model.script(
+            py(
+                """
+                df = sql('''SELECT region, count(*) AS signups FROM signups
+                            WHERE created_at >= '2026-11-05' GROUP BY region ORDER BY region''')
+                print(df.to_string(index=False))
+                """
+            ),
+            Dynamic(lambda body: Reply(text="By region: " + last_tool(body))),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> signups by region last week")
+        answer = await wait_final(slack, ts, "By region:", timeout=60)
+        assert "amer" in answer["text"] and "apac" in answer["text"]
+        system = model.requests[0].messages[0]["content"]
+        assert "warehouse (postgresql): the analytics warehouse" in system
+        assert "signups(id integer, region text" in system and "sql(" in system
+        assert "sales" not in system  # not enabled in this channel
+        cell = await cell_text(slack, ts, 1)
+        assert "SELECT region" in cell and "emea" in cell
 
-            # 2. `@interp data` lists the channel's sources and tables; `data refresh` too.
-            await slack.user_message(CHANNEL, "<@UBOT> data", thread_ts=ts)
-            listing = await wait_final(slack, ts, "Data sources of this channel")
-            assert "`warehouse`" in listing["text"] and "signups(id integer" in listing["text"]
-            assert "vault" not in listing["text"]  # the role cannot read it
+        # 2. `@interp data` lists the channel's sources and tables; `data refresh` too.
+        await slack.user_message(CHANNEL, "<@UBOT> data", thread_ts=ts)
+        listing = await wait_final(slack, ts, "Data sources of this channel")
+        assert "`warehouse`" in listing["text"] and "signups(id integer" in listing["text"]
+        assert "vault" not in listing["text"]  # the role cannot read it
 
-            # 3. Only admins enable a source; then `%%sql` binds a frame from it.
-            assert (await command(slack, "data allow sales", "U1")).startswith("Only ")
-            assert "is now enabled" in await command(slack, "data allow sales", ADMIN)
-            await slack.user_message(
-                CHANNEL,
-                code(
-                    """
-                    %%sql by_region --source sales
-                    SELECT region, count(*) AS n FROM signups GROUP BY region ORDER BY region
-                    """
-                ),
-                thread_ts=ts,
-            )
-            await wait_cells(slack, ts, 2, timeout=60)
-            await slack.user_message(
-                CHANNEL,
-                code(
-                    """
-                    print(by_region.n.tolist())
-                    capped = sql("SELECT * FROM signups", source="warehouse")
-                    print(len(capped))
-                    """
-                ),
-                thread_ts=ts,
-            )
-            text = await cell_text(slack, ts, 3)
-            assert "[100, 100, 100]" in text
-            assert "200" in text and "SLACKINTERP_DATA_MAX_ROWS" in text
+        # 3. Only admins enable a source; then `%%sql` binds a frame from it.
+        assert (await command(slack, "data allow sales", "U1")).startswith("Only ")
+        assert "is now enabled" in await command(slack, "data allow sales", ADMIN)
+        await slack.user_message(
+            CHANNEL,
+            code(
+                """
+                %%sql by_region --source sales
+                SELECT region, count(*) AS n FROM signups GROUP BY region ORDER BY region
+                """
+            ),
+            thread_ts=ts,
+        )
+        await wait_cells(slack, ts, 2, timeout=60)
+        await slack.user_message(
+            CHANNEL,
+            code(
+                """
+                print(by_region.n.tolist())
+                capped = sql("SELECT * FROM signups", source="warehouse")
+                print(len(capped))
+                """
+            ),
+            thread_ts=ts,
+        )
+        text = await cell_text(slack, ts, 3)
+        assert "[100, 100, 100]" in text
+        assert "200" in text and "SLACKINTERP_DATA_MAX_ROWS" in text
 
-            # 4. The red team, as model-written code would try.
-            await slack.user_message(CHANNEL, code(ATTACKS), thread_ts=ts)
-            text = await cell_text(slack, ts, 4)
-            assert "✗" not in text and ":x:" not in text, text  # the cell itself ran whole
-            # The memory of every process the bot started (kernels, sandboxes, the template),
-            # read from the host: the password is in none of them.
-            if os.geteuid() == 0:
-                scanned = kernels_memory_holding(warehouse.password.encode())
-                assert scanned["bytes"] > 10 * 1024 * 1024, scanned  # a kernel was read
-                assert scanned["holding"] == [], scanned
-            (found_file,) = bot.runtime.settings.threads_dir.glob("*/.found.json")
-            found = json.loads(found_file.read_text())
-            assert found["sockets"] == ["data.sock"]
-            for attack in (
-                "set_rw",
-                "drop",
-                "multiple",
-                "copy_program",
-                "set_config",
-                "timeout_escape",
-                "vault",
-            ):
-                assert found[attack].startswith("refused:"), (attack, found[attack])
-            assert found["still_there"] == 300
-            (seen_file,) = bot.runtime.settings.threads_dir.glob("*/.seen.json")
-            seen = json.loads(seen_file.read_text())
-            assert any(p.endswith("/environ") for p in seen) and "env" in seen
-            haystack = json.dumps(seen)
-            port = str(make_url(warehouse.url).port)
-            for secret in (warehouse.password, warehouse.role, f":{port}", SECRET_ENV):
-                assert secret not in haystack, secret
+        # 4. The red team, as model-written code would try.
+        await slack.user_message(CHANNEL, code(ATTACKS), thread_ts=ts)
+        text = await cell_text(slack, ts, 4)
+        assert "✗" not in text and ":x:" not in text, text  # the cell itself ran whole
+        # The memory of every process the bot started (kernels, sandboxes, the template),
+        # read from the host: the password is in none of them.
+        if os.geteuid() == 0:
+            scanned = kernels_memory_holding(warehouse.password.encode())
+            assert scanned["bytes"] > 10 * 1024 * 1024, scanned  # a kernel was read
+            assert scanned["holding"] == [], scanned
+        (found_file,) = bot.runtime.settings.threads_dir.glob("*/.found.json")
+        found = json.loads(found_file.read_text())
+        assert found["sockets"] == ["data.sock"]
+        for attack in (
+            "set_rw",
+            "drop",
+            "multiple",
+            "copy_program",
+            "set_config",
+            "timeout_escape",
+            "vault",
+        ):
+            assert found[attack].startswith("refused:"), (attack, found[attack])
+        assert found["still_there"] == 300
+        (seen_file,) = bot.runtime.settings.threads_dir.glob("*/.seen.json")
+        seen = json.loads(seen_file.read_text())
+        assert any(p.endswith("/environ") for p in seen) and "env" in seen
+        haystack = json.dumps(seen)
+        port = str(make_url(warehouse.url).port)
+        for secret in (warehouse.password, warehouse.role, f":{port}", SECRET_ENV):
+            assert secret not in haystack, secret
 
-            # 5. Another channel's kernel: no source there, and no way to the first socket.
-            registry = bot.runtime.registry
-            (first,) = [s.kernel for k, s in registry.slots.items() if k.endswith(ts)]
-            their_socket = str(first.data.path)  # as the host names it
-            assert Path(their_socket).exists()
-            probe = OTHER_KERNEL.replace("THEIRS", repr(their_socket))
-            other, _ = await slack.user_message(OTHER_CHANNEL, code(probe))
-            text = await cell_text(slack, other, 1, OTHER_CHANNEL)
-            assert "no data source is enabled in this channel" in text
-            assert "theirs: FileNotFoundError" in text
-            assert "elsewhere: []" in text, text
+        # 5. Another channel's kernel: no source there, and no way to the first socket.
+        registry = bot.runtime.registry
+        (first,) = [s.kernel for k, s in registry.slots.items() if k.endswith(ts)]
+        their_socket = str(first.data.path)  # as the host names it
+        assert Path(their_socket).exists()
+        probe = OTHER_KERNEL.replace("THEIRS", repr(their_socket))
+        other, _ = await slack.user_message(OTHER_CHANNEL, code(probe))
+        text = await cell_text(slack, other, 1, OTHER_CHANNEL)
+        assert "no data source is enabled in this channel" in text
+        assert "theirs: FileNotFoundError" in text
+        assert "elsewhere: []" in text, text
 
         # Every query was logged and counted.
         from slackinterp import metrics
@@ -202,26 +199,12 @@ def kernels_memory_holding(secret: bytes) -> dict[str, Any]:
     total = 0
     for proc in psutil.Process().children(recursive=True):
         try:
-            maps = Path(f"/proc/{proc.pid}/maps").read_text().splitlines()
-            mem = open(f"/proc/{proc.pid}/mem", "rb", 0)
-        except OSError:
-            continue
-        with mem:
-            for line in maps:
-                fields = line.split()
-                if "r" not in fields[1] or fields[-1] in ("[vvar]", "[vsyscall]"):
-                    continue
-                start, end = (int(x, 16) for x in fields[0].split("-"))
-                if end - start > 1 << 30:
-                    continue
-                try:
-                    mem.seek(start)
-                    chunk = mem.read(end - start)
-                except (OSError, OverflowError, ValueError):
-                    continue
+            for chunk in readable_memory(proc.pid):
                 total += len(chunk)
                 if secret in chunk:
                     holding.append(proc.pid)
+        except OSError:  # gone meanwhile
+            continue
     return {"holding": sorted(set(holding)), "bytes": total}
 
 

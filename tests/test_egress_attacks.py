@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 
 from slackinterp.egress import journal
 from slackinterp.egress.head import BadRequest, parse_head
-from slackinterp.egress.policy import NetworkMode, Policy, decide, parse_rules
+from slackinterp.egress.policy import NetworkMode, Policy, Refusal, decide, parse_rules
 from slackinterp.egress.proxy import Blocked, EgressProxy, KernelListener, ProxyLimits
 from slackinterp.egress.service import Egress
 from slackinterp.engine.notices import network_blocked
@@ -301,7 +301,7 @@ async def test_one_persons_threads_cannot_take_everyones_tunnels(tmp_path: Path)
     assert len(held) == 3 * limits.reserve + limits.per_channel
     caps = {b.rule for listener in attackers for b in listener.take_blocked()}
     assert caps == {"the per-channel cap of 6 connections"}, caps
-    note = network_blocked(Blocked("", 0, "too-many-tunnels", caps.pop()))
+    note = network_blocked(Blocked("", 0, Refusal.TOO_MANY_TUNNELS, caps.pop()))
     assert "per-channel cap of 6 connections" in note
     victim = await proxy.listen(tmp_path / "v.sock")
     victim.thread = "T9:CVICTIM:9.1"

@@ -15,6 +15,7 @@ import psutil
 
 from tests.fakes.openai_server import DropStream
 from tests.fakes.slack import FakeSlack
+from tests.processes import stop
 from tests.slack_harness import (
     CHANNEL,
     all_text,
@@ -169,13 +170,7 @@ async def test_bot_killed_mid_turn_then_restarted(tmp_path: Path) -> None:
             last_run = kernels_of(bot.pid)
             assert last_run
         finally:
-            # Wait without blocking this loop: the fake Slack the bot talks to runs on it.
-            bot.send_signal(signal.SIGTERM)
-            try:
-                await asyncio.wait_for(asyncio.to_thread(bot.wait), 20)
-            except TimeoutError:
-                bot.kill()
-                await asyncio.to_thread(bot.wait)
+            await stop(bot)  # without blocking this loop: the fake Slack runs on it
         assert bot.returncode == 0, log.read_text()[-2000:]
         assert still_running(last_run) == []
         assert bot_messages(fake, ts)

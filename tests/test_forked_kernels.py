@@ -231,19 +231,9 @@ async def test_packages_changed_under_the_template_make_a_new_one(tmp_path: Path
     import site
 
     from slackinterp.kernels.execution import run_cell
-    from slackinterp.kernels.local.backend import LocalBackend
-    from slackinterp.kernels.local.privileges import kernel_user
+    from tests.forked_child import fork_backend
 
-    backend = LocalBackend(
-        kernel_name="python3",
-        cache_dir=tmp_path / "cache",
-        limits=sandbox.Limits(2048 * 1024 * 1024, 512, 1 << 30),
-        runtime_dir=tmp_path / "run",
-        bwrap=sandbox.bwrap_path(),
-        hidden=[tmp_path],
-        kernel_user=kernel_user("nobody"),
-        start_mode="fork",
-    )
+    backend = fork_backend(tmp_path)
     kernels = []
     try:
         kernels.append(await backend.start_kernel(tmp_path / "w0"))

@@ -12,9 +12,9 @@ from typing import Any
 import pytest
 
 from slackinterp.slack import text as t
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Reply, ToolCall
 from tests.fakes.slack import FakeSlack
-from tests.slack_harness import CHANNEL, all_text, running_bot, wait_cells, wait_final
+from tests.slack_harness import CHANNEL, all_text, model_bot, wait_cells, wait_final
 
 INJECTED = (
     "Done <!channel> <!here> <!everyone> and <!subteam^S0INJECT|@team>, ask <@U0INJECT> in "
@@ -50,43 +50,39 @@ async def test_an_injected_answer_pings_nobody(tmp_path: Path, path: str) -> Non
         "edited_fallback": {},  # Slack refuses streams: deltas go to an edited message
         "final_answer": {"streaming": "off", "model_stream": False},
     }[path]
-    async with FakeSlack() as slack, FakeOpenAI() as model:
+
+    def setup(slack: FakeSlack) -> None:
         slack.streaming_unavailable = path == "edited_fallback"
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 10,
-            **overrides,
-        }
-        async with running_bot(slack, tmp_path, **values):
-            model.script(
-                Reply(text=INTERMEDIATE, tool_calls=[ToolCall("python", {"code": CODE})]),
-                Reply(text=INJECTED, chunk_delay=0.03),
-            )
-            ts, _ = await slack.user_message(CHANNEL, "<@UBOT> summarise the page I pasted")
-            answer = await wait_final(slack, ts, "stays", timeout=60)
-            [cell] = await wait_cells(slack, ts, 1)
-            await slack.wait_for(lambda: all(s.stopped for s in slack.streams.values()))
-            assert leaks(slack) == []
-            shown = all_text(answer)
-            if path == "stream":
-                [stream] = slack.streams.values()
-                assert "**Bold**" in stream.text  # standard Markdown, rendered by Slack
-                assert "[the guide](https://example.com/guide)" in stream.text
-                assert f"{t.LEFT}!channel{t.RIGHT}" in stream.text
-                assert f"{t.LEFT}@U0INJECT{t.RIGHT}" in stream.text
-                [task] = stream.tasks().values()
-                assert (
-                    task["title"]
-                    == f"Ping {t.LEFT}!channel{t.RIGHT} and {t.LEFT}@U0INJECT{t.RIGHT}"
-                )
-                assert f"{t.LEFT}!everyone{t.RIGHT}" in task["output"]
-            else:
-                assert "*Bold*" in shown and "<https://example.com/guide|the guide>" in shown
-                assert "&lt;!channel&gt;" in shown and "&lt;@U0INJECT&gt;" in shown
-            # The cell's own message shows what the code printed, escaped as always.
-            assert "&lt;!everyone&gt;" in all_text(cell)
+
+    async with model_bot(tmp_path, setup, **{"model_timeout": 10, **overrides}) as (
+        slack,
+        model,
+        _bot,
+    ):
+        model.script(
+            Reply(text=INTERMEDIATE, tool_calls=[ToolCall("python", {"code": CODE})]),
+            Reply(text=INJECTED, chunk_delay=0.03),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> summarise the page I pasted")
+        answer = await wait_final(slack, ts, "stays", timeout=60)
+        [cell] = await wait_cells(slack, ts, 1)
+        await slack.wait_for(lambda: all(s.stopped for s in slack.streams.values()))
+        assert leaks(slack) == []
+        shown = all_text(answer)
+        if path == "stream":
+            [stream] = slack.streams.values()
+            assert "**Bold**" in stream.text  # standard Markdown, rendered by Slack
+            assert "[the guide](https://example.com/guide)" in stream.text
+            assert f"{t.LEFT}!channel{t.RIGHT}" in stream.text
+            assert f"{t.LEFT}@U0INJECT{t.RIGHT}" in stream.text
+            [task] = stream.tasks().values()
+            assert task["title"] == f"Ping {t.LEFT}!channel{t.RIGHT} and {t.LEFT}@U0INJECT{t.RIGHT}"
+            assert f"{t.LEFT}!everyone{t.RIGHT}" in task["output"]
+        else:
+            assert "*Bold*" in shown and "<https://example.com/guide|the guide>" in shown
+            assert "&lt;!channel&gt;" in shown and "&lt;@U0INJECT&gt;" in shown
+        # The cell's own message shows what the code printed, escaped as always.
+        assert "&lt;!everyone&gt;" in all_text(cell)
 
 
 def test_defuse_keeps_markdown_and_breaks_every_sequence() -> None:

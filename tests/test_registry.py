@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from prometheus_client import REGISTRY
 
-from slackinterp.kernels.backend import Kernel
+from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.pool import REFILL_AFTER_CELL, REFILL_DURING_CELL
 from slackinterp.kernels.registry import KernelRegistry
 
@@ -55,7 +55,7 @@ class FakeKernel(Kernel):
         self.detached = True
 
 
-class FakeBackend:
+class FakeBackend(KernelBackend):
     def __init__(self, start_seconds: float = 0.1):
         self.start_seconds = start_seconds
         self.running = 0

@@ -16,6 +16,7 @@ import pytest
 
 from tests.fakes.slack import FakeSlack
 from tests.gateway import Gateway, kernel_gateway  # noqa: F401 - a fixture
+from tests.processes import stop
 from tests.slack_harness import CHANNEL, all_text, bot_messages, finished_cells, wait_text
 
 pytestmark = pytest.mark.slow
@@ -41,16 +42,6 @@ def start_replica(fake: FakeSlack, name: str, tmp_path: Path, db: str, gw: Gatew
         stderr=subprocess.STDOUT,
         cwd=tmp_path,
     )
-
-
-async def stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(asyncio.to_thread(proc.wait), 20)
-        except TimeoutError:
-            proc.kill()
-            await asyncio.to_thread(proc.wait)
 
 
 async def say(fake: FakeSlack, replica: int, text: str, thread_ts: str | None = None):

@@ -21,7 +21,7 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.runtime import Runtime
 from slackinterp.schedules import phrases, timing
 from slackinterp.schedules.phrases import Rule
-from slackinterp.schedules.report import RunReport
+from slackinterp.schedules.report import RunMode, RunReport
 from slackinterp.schedules.runner import ScheduledRunner
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
 from slackinterp.store import SCHEMA_VERSION, Store, StoredSchedule, meta, schedule_runs, schedules
@@ -324,7 +324,7 @@ class CountingRunner:
     async def run(self, schedule: StoredSchedule, occurrence: float) -> RunReport:
         self.seen.append((self.name, occurrence))
         await asyncio.sleep(0.05)  # a run takes a moment: the other replica tries meanwhile
-        return RunReport(occurrence, "replay", seconds=0.05)
+        return RunReport(occurrence, RunMode.REPLAY, seconds=0.05)
 
 
 class Replies:
@@ -586,13 +586,17 @@ PNG = (
 def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
     from slackinterp.kernels.execution import CellResult, Display, Error, Status, Stream
     from slackinterp.schedules.report import RunCell
-    from slackinterp.slack.schedule_front import run_reply
+    from slackinterp.slack.schedule_reply import run_reply
 
     figures = [Display({"image/png": PNG, "text/plain": "<Figure>"}) for _ in range(14)]
     outputs = [Stream("stdout", "<!channel> total: 42\n"), *figures]
     ok = CellResult(Status.OK, 0.5, text="<!channel> total: 42\n", outputs=outputs)
     report = RunReport(
-        1.0, "replay", cells=[RunCell(1, "plot()", ok)], seconds=3.1, notebook=("n.ipynb", b"{}")
+        1.0,
+        RunMode.REPLAY,
+        cells=[RunCell(1, "plot()", ok)],
+        seconds=3.1,
+        notebook=("n.ipynb", b"{}"),
     )
     blocks, files = run_reply(stored(), report, "Mon 2 Dec 09:00 CET")
     text = str(blocks)
@@ -604,7 +608,7 @@ def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
         Status.ERROR, 0.1, error=Error("ZeroDivisionError", "division by zero", "Traceback …")
     )
     cells = [RunCell(1, "x = 1", ok), RunCell(2, "1 / 0", failed)]
-    report = RunReport(1.0, "replay", cells=cells, seconds=0.6, planned=7)
+    report = RunReport(1.0, RunMode.REPLAY, cells=cells, seconds=0.6, planned=7)
     report.failed = report.cells[-1]
     blocks, files = run_reply(stored(), report, "Mon 2 Dec 09:00 CET")
     text = str(blocks)
@@ -615,11 +619,11 @@ def test_the_reply_keeps_to_ten_files_with_the_notebook_and_says_so() -> None:
 def test_the_reply_shows_blocked_requests_notices_and_every_word_of_the_answer() -> None:
     from slackinterp.kernels.execution import CellResult, Status
     from slackinterp.schedules.report import RunCell
-    from slackinterp.slack.schedule_front import run_reply
+    from slackinterp.slack.schedule_reply import run_reply
 
     blocked = "🔒 Network request blocked: `x.test:443` is not on <this> channel's allowlist."
     ok = CellResult(Status.OK, 0.2, text="HTTP Error 403\n")
-    report = RunReport(1.0, "ask", cells=[RunCell(1, "fetch()", ok, (blocked,))], seconds=1.0)
+    report = RunReport(1.0, RunMode.ASK, cells=[RunCell(1, "fetch()", ok, (blocked,))], seconds=1.0)
     report.note_network((blocked,))
     report.interim = ["Let me <fetch> the data first."]
     report.answer = "The source refused the request."
@@ -653,7 +657,7 @@ def test_the_report_is_a_fold_of_the_runs_turn_events(tmp_path: Path) -> None:
     ok = CellResult(Status.OK, 0.1, text="ok\n")
     failed = CellResult(Status.ERROR, 0.1)
     blocked = "Network request blocked: `x.test:443`"
-    fold = RunFold(RunReport(1.0, "ask", planned=2), restoring=2)
+    fold = RunFold(RunReport(1.0, RunMode.ASK, planned=2), restoring=2)
     events = [
         TurnStarted(),
         CellFinished("a", "x = 1", ok),
@@ -678,7 +682,7 @@ def test_the_report_is_a_fold_of_the_runs_turn_events(tmp_path: Path) -> None:
     assert report.notices == ["`big.bin` not attached: over the limit"]
     assert report.interim == ["Looking first."] and report.answer == "The source refused."
     # Restoring fails: the run stops there, and says so.
-    fold = RunFold(RunReport(1.0, "ask", planned=2), restoring=2)
+    fold = RunFold(RunReport(1.0, RunMode.ASK, planned=2), restoring=2)
     for event in (CellFinished("a", "x = 1", ok), CellFinished("b", "1 / 0", failed)):
         fold.take(event)
     report = fold.finish()

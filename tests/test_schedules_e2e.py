@@ -15,9 +15,17 @@ from pathlib import Path
 from typing import Any
 
 from slackinterp.store import Store, sqlite_url
-from tests.fakes.openai_server import Dynamic, FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Dynamic, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
-from tests.slack_harness import CHANNEL, all_text, bot_messages, running_bot, wait_cells, wait_text
+from tests.slack_harness import (
+    CHANNEL,
+    all_text,
+    bot_messages,
+    model_bot,
+    running_bot,
+    wait_cells,
+    wait_text,
+)
 
 FAST = {"schedule_min_interval": 1, "schedule_sync_interval": 0.5}
 
@@ -278,43 +286,35 @@ def py(code: str) -> Reply:
 
 
 async def test_a_scheduled_ask_runs_a_model_turn_with_the_prompt(tmp_path: Path) -> None:
-    async with FakeSlack() as fake, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-            **FAST,
-        }
-        async with running_bot(fake, tmp_path, **values) as bot:
-            ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```revenue = [10, 12, 15]```")
-            await wait_cells(fake, ts, 1, timeout=60)
-            confirm = await schedule_in(fake, ts, "every hour ask: how did revenue change?")
-            assert "the question “how did revenue change?”" in confirm["text"]
-            schedule = await only_schedule(bot)
-            assert schedule.ask == "how did revenue change?"
-            model.script(
-                py("print(revenue[-1] - revenue[-2])"),
-                Dynamic(
-                    lambda body: Reply(
-                        text="Revenue rose by "
-                        + [m["content"] for m in body["messages"] if m["role"] == "tool"][-1]
-                        .strip()
-                        .splitlines()[-1]
-                    )
-                ),
-            )
-            assert bot.schedules is not None
-            assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
-            reply = runs(fake, ts)[0]
-            body = all_text(reply)
-            assert "Revenue rose by 3" in body and "how did revenue change?" in body
-            assert any(n.endswith(".ipynb") for n in file_names(reply))
-            asked = model.requests[0].messages
-            user_turn = [m for m in asked if m["role"] == "user"][-1]["content"]
-            assert "how did revenue change?" in user_turn and "scheduled run" in user_turn
-            # The run's model turn is not the thread's history.
-            assert await bot.runtime.store.history(f"T1:{CHANNEL}:{ts}") == []
+    async with model_bot(tmp_path, **FAST) as (fake, model, bot):
+        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```revenue = [10, 12, 15]```")
+        await wait_cells(fake, ts, 1, timeout=60)
+        confirm = await schedule_in(fake, ts, "every hour ask: how did revenue change?")
+        assert "the question “how did revenue change?”" in confirm["text"]
+        schedule = await only_schedule(bot)
+        assert schedule.ask == "how did revenue change?"
+        model.script(
+            py("print(revenue[-1] - revenue[-2])"),
+            Dynamic(
+                lambda body: Reply(
+                    text="Revenue rose by "
+                    + [m["content"] for m in body["messages"] if m["role"] == "tool"][-1]
+                    .strip()
+                    .splitlines()[-1]
+                )
+            ),
+        )
+        assert bot.schedules is not None
+        assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+        reply = runs(fake, ts)[0]
+        body = all_text(reply)
+        assert "Revenue rose by 3" in body and "how did revenue change?" in body
+        assert any(n.endswith(".ipynb") for n in file_names(reply))
+        asked = model.requests[0].messages
+        user_turn = [m for m in asked if m["role"] == "user"][-1]["content"]
+        assert "how did revenue change?" in user_turn and "scheduled run" in user_turn
+        # The run's model turn is not the thread's history.
+        assert await bot.runtime.store.history(f"T1:{CHANNEL}:{ts}") == []
 
 
 async def test_also_send_to_channel_and_a_reset_thread_is_refused(tmp_path: Path) -> None:
@@ -386,39 +386,34 @@ async def test_a_scheduled_ask_says_what_a_turn_says(tmp_path: Path) -> None:
     """Like a person's turn: a failing `!command` fails its cell, the model sees the blocked
     request with the cell's result, and the reply carries the blocked request, the agent's
     notices, and the model's words between cells as well as its final answer."""
-    async with FakeSlack() as fake, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 5,
-            "network": "allowlist",
-            **FAST,
-        }
-        async with running_bot(fake, tmp_path, **values) as bot:
-            ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```x = 1```")
-            await wait_cells(fake, ts, 1, timeout=60)
-            await schedule_in(fake, ts, "every hour ask: fetch the data")
-            schedule = await only_schedule(bot)
-            model.script(
-                Reply(
-                    text="First the tool check.",
-                    tool_calls=[ToolCall("python", {"code": "!false\nprint('went on')"})],
-                ),
-                py(BLOCKED_FETCH),
-                Reply(tool_calls=[ToolCall("shell", {"cmd": "ls"})]),
-                Reply(text="The data source is not reachable from here."),
-            )
-            assert bot.schedules is not None
-            assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
-            body = all_text(runs(fake, ts)[0])
-            assert "First the tool check." in body
-            assert "The data source is not reachable from here." in body
-            assert "Network request blocked: `192.0.2.10:443`" in body
-            assert "named `shell`, which does not exist" in body
-            tools = [m["content"] for m in model.requests[-1].messages if m["role"] == "tool"]
-            assert tools[0].startswith("status: error") and "CalledProcessError" in tools[0]
-            assert "Network request blocked: `192.0.2.10:443`" in tools[1]
+    async with model_bot(tmp_path, network="allowlist", **FAST) as (
+        fake,
+        model,
+        bot,
+    ):
+        ts, _ = await fake.user_message(CHANNEL, "<@UBOT> ```x = 1```")
+        await wait_cells(fake, ts, 1, timeout=60)
+        await schedule_in(fake, ts, "every hour ask: fetch the data")
+        schedule = await only_schedule(bot)
+        model.script(
+            Reply(
+                text="First the tool check.",
+                tool_calls=[ToolCall("python", {"code": "!false\nprint('went on')"})],
+            ),
+            py(BLOCKED_FETCH),
+            Reply(tool_calls=[ToolCall("shell", {"cmd": "ls"})]),
+            Reply(text="The data source is not reachable from here."),
+        )
+        assert bot.schedules is not None
+        assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
+        body = all_text(runs(fake, ts)[0])
+        assert "First the tool check." in body
+        assert "The data source is not reachable from here." in body
+        assert "Network request blocked: `192.0.2.10:443`" in body
+        assert "named `shell`, which does not exist" in body
+        tools = [m["content"] for m in model.requests[-1].messages if m["role"] == "tool"]
+        assert tools[0].startswith("status: error") and "CalledProcessError" in tools[0]
+        assert "Network request blocked: `192.0.2.10:443`" in tools[1]
 
 
 TWO_FILES_AND_LONG_OUTPUT = (

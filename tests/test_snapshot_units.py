@@ -4,12 +4,25 @@ notices built from them."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
+
+import pytest
 
 from slackinterp.engine import notices
 from slackinterp.engine.snapshots import cells_label, nothing_more, over_cap, undone_text
 from slackinterp.errors import RestoreReason
+from slackinterp.kernels.inside import forking
 from slackinterp.kernels.restore import RestoreReport
-from slackinterp.kernels.snapshots import MARK, Loaded, Rerun, Saved, Undone, parse
+from slackinterp.kernels.snapshots import (
+    MARK,
+    Copied,
+    Loaded,
+    Rebased,
+    Rerun,
+    Saved,
+    Undone,
+    parse,
+)
 
 
 def test_the_last_answer_line_counts_and_junk_is_no_answer() -> None:
@@ -59,3 +72,47 @@ def test_undo_and_cap_wording() -> None:
     assert "Undid cell #2 (`x = 2`)" in undone_text(Undone(undone=True), [2], "x = 2")
     assert "SLACKINTERP_SNAPSHOT_GENERATIONS" in nothing_more(3)
     assert "`a`, `b`" in over_cap(["a", "b"], 512) and "512 MiB" in over_cap(["a"], 512)
+
+
+def test_a_forks_copy_keeps_links_as_links_and_counts_only_the_users_files(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    source = tmp_path / "source"
+    (source / "sub").mkdir(parents=True)
+    (source / "data.txt").write_text("hello")
+    (source / "sub" / "more.csv").write_text("a,b")
+    (source / ".slackinterp-snapshots").mkdir()
+    (source / ".slackinterp-snapshots" / "gen-1.json").write_text("{}")
+    (source / "secret").symlink_to("/etc/hostname")
+    (source / "elsewhere").symlink_to("/etc", target_is_directory=True)
+    target = tmp_path / "target"
+    target.mkdir()
+    monkeypatch.chdir(target)
+    copied = parse(forking.copy("../source"), Copied)
+    assert copied is not None and copied.found and copied.files == 2
+    assert (target / "sub" / "more.csv").read_text() == "a,b"
+    assert (target / ".slackinterp-snapshots" / "gen-1.json").exists()
+    assert (target / "secret").is_symlink() and (target / "elsewhere").is_symlink()
+    missing = parse(forking.copy("../nowhere"), Copied)
+    assert missing is not None and not missing.found
+
+
+def test_a_forks_snapshot_is_renumbered_to_the_new_threads_cells(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    folder = tmp_path / ".slackinterp-snapshots"
+    folder.mkdir()
+    for number, cell in ((1, 5), (2, 7), (3, 99)):
+        gen = {"format": 1, "cell": cell, "prev": number - 1, "vars": {"x": {"k": "module"}}}
+        (folder / f"gen-{number}.json").write_text(json.dumps(gen))
+    (folder / "gen-4.json").write_text("{not json")
+    monkeypatch.chdir(tmp_path)
+    rebased = parse(forking.rebase(json.dumps([[5, 105], [7, 107]])), Rebased)
+    assert rebased is not None and rebased.generations == 2
+    assert json.loads((folder / "gen-1.json").read_text())["cell"] == 105
+    second = json.loads((folder / "gen-2.json").read_text())
+    assert (
+        second["cell"] == 107 and second["prev"] == 1 and second["vars"] == {"x": {"k": "module"}}
+    )
+    assert not (folder / "gen-3.json").exists()  # a cell the new thread does not have
+    assert not (folder / "gen-4.json").exists()

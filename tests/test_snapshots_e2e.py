@@ -17,6 +17,7 @@ from tests.slack_harness import (
     bot_messages,
     code,
     finished_cells,
+    model_settings,
     running_bot,
     wait_cells,
     wait_text,
@@ -190,11 +191,7 @@ async def test_a_kernel_death_restores_the_last_snapshot_then_replays_the_cells_
     tmp_path: Path,
 ) -> None:
     async with FakeSlack() as fake, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-        }
+        values = model_settings(model)
         async with running_bot(fake, tmp_path, **values) as bot:
             ts, _ = await fake.user_message(CHANNEL, code("a = 1"))
             await wait_cells(fake, ts, 1)
@@ -220,48 +217,62 @@ async def test_a_kernel_death_restores_the_last_snapshot_then_replays_the_cells_
 
 async def test_fork_starts_a_new_thread_where_this_one_stands(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path) as bot:
-        first = (
-            "import random\nrv = random.random()\nopen('data.txt', 'w').write('hello')\n"
-            "open('effects.txt', 'a').write('ran\\n')\nprint(rv)"
+        await fork_and_check(fake, bot)
+
+
+async def test_a_gateway_thread_forks_on_the_gateways_side(
+    tmp_path: Path,
+    kernel_gateway: Gateway,  # noqa: F811
+) -> None:
+    # The files and the snapshot are copied by the new thread's kernel, on the gateway.
+    gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **gateway) as bot:
+        await fork_and_check(fake, bot)
+
+
+async def fork_and_check(fake: FakeSlack, bot: SlackBot) -> None:
+    first = (
+        "import random\nrv = random.random()\nopen('data.txt', 'w').write('hello')\n"
+        "open('effects.txt', 'a').write('ran\\n')\nprint(rv)"
+    )
+    ts, _ = await fake.user_message(CHANNEL, code(first))
+    cells = await wait_cells(fake, ts, 1)
+    shown = re.search(r"0\.\d{6,}", all_text(cells[0]))
+    assert shown is not None
+    await settled(fake, bot)
+    await fake.user_message(CHANNEL, "<@UBOT> fork", thread_ts=ts)
+    told = await wait_text(fake, ts, "Forked into")
+    top = await fake.wait_for(
+        lambda: next(
+            (
+                m
+                for m in fake.history(CHANNEL)
+                if "Forked from" in m.get("text", "")
+                and m.get("thread_ts", m["ts"]) == m["ts"]  # a thread's root
+            ),
+            None,
         )
-        ts, _ = await fake.user_message(CHANNEL, code(first))
-        cells = await wait_cells(fake, ts, 1)
-        shown = re.search(r"0\.\d{6,}", all_text(cells[0]))
-        assert shown is not None
-        await settled(fake, bot)
-        await fake.user_message(CHANNEL, "<@UBOT> fork", thread_ts=ts)
-        told = await wait_text(fake, ts, "Forked into")
-        top = await fake.wait_for(
-            lambda: next(
-                (
-                    m
-                    for m in fake.history(CHANNEL)
-                    if "Forked from" in m.get("text", "")
-                    and m.get("thread_ts", m["ts"]) == m["ts"]  # a thread's root
-                ),
-                None,
-            )
-        )
-        new_ts = top["ts"]
-        assert "p" + new_ts.replace(".", "") in told["text"]  # a link to the new thread
-        assert "p" + ts.replace(".", "") in top["text"]  # and back
-        ready = await wait_text(fake, new_ts, "Ready")
-        assert "2 files copied" in ready["text"]
-        assert "Restored 2 variables from the snapshot (" in ready["text"]
-        assert "of the original thread" in ready["text"]
-        # The fork has the same variables and a copy of the files; nothing re-ran.
-        check = "print(rv, open('data.txt').read(), open('effects.txt').read().count('ran'))"
-        await fake.user_message(CHANNEL, f"```{check}```", thread_ts=new_ts)
-        cells = await wait_cells(fake, new_ts, 1)
-        assert f"{shown.group()} hello 1" in all_text(cells[0])
-        # From now on the two are independent.
-        await fake.user_message(
-            CHANNEL, "```rv = 'fork'\nopen('data.txt', 'w').write('fork')```", thread_ts=new_ts
-        )
-        await wait_cells(fake, new_ts, 2)
-        await fake.user_message(CHANNEL, "```print(rv, open('data.txt').read())```", thread_ts=ts)
-        cells = await wait_cells(fake, ts, 2)
-        assert f"{shown.group()} hello" in all_text(cells[1])
+    )
+    new_ts = top["ts"]
+    assert "p" + new_ts.replace(".", "") in told["text"]  # a link to the new thread
+    assert "p" + ts.replace(".", "") in top["text"]  # and back
+    ready = await wait_text(fake, new_ts, "Ready")
+    assert "2 files copied" in ready["text"]
+    assert "Restored 2 variables from the snapshot (" in ready["text"]
+    assert "of the original thread" in ready["text"]
+    # The fork has the same variables and a copy of the files; nothing re-ran.
+    check = "print(rv, open('data.txt').read(), open('effects.txt').read().count('ran'))"
+    await fake.user_message(CHANNEL, f"```{check}```", thread_ts=new_ts)
+    cells = await wait_cells(fake, new_ts, 1)
+    assert f"{shown.group()} hello 1" in all_text(cells[0])
+    # From now on the two are independent.
+    await fake.user_message(
+        CHANNEL, "```rv = 'fork'\nopen('data.txt', 'w').write('fork')```", thread_ts=new_ts
+    )
+    await wait_cells(fake, new_ts, 2)
+    await fake.user_message(CHANNEL, "```print(rv, open('data.txt').read())```", thread_ts=ts)
+    cells = await wait_cells(fake, ts, 2)
+    assert f"{shown.group()} hello" in all_text(cells[1])
 
 
 async def test_gateway_kernels_save_and_load_their_own_snapshots(

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
-from contextlib import asynccontextmanager
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -20,13 +19,13 @@ from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.slack.bot import SlackBot
 from slackinterp.slack.render import TAKEN_REACTION
-from tests.fakes.openai_server import Dynamic, FakeOpenAI, RecordedRequest, Reply, Step, ToolCall
+from tests.fakes.openai_server import Dynamic, RecordedRequest, Reply, Step, ToolCall
 from tests.fakes.slack import FakeSlack
 from tests.slack_harness import (
     CHANNEL,
     all_text,
     bot_messages,
-    running_bot,
+    model_bot,
     wait_cells,
     wait_final,
     wait_text,
@@ -35,20 +34,9 @@ from tests.slack_harness import (
 MARK = "New message from"
 
 
-@asynccontextmanager
-async def steer_bot(
-    tmp_path: Path, **overrides: Any
-) -> AsyncIterator[tuple[FakeSlack, FakeOpenAI, SlackBot]]:
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        values: dict[str, Any] = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": "test-model",
-            "model_timeout": 30,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values) as bot:
-            yield slack, model, bot
+def steer_bot(tmp_path: Path, **overrides: Any) -> Any:
+    """model_bot, with time for model calls that wait on the test."""
+    return model_bot(tmp_path, **{"model_timeout": 30, **overrides})
 
 
 def py(src: str) -> Reply:

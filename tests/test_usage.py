@@ -80,6 +80,13 @@ def test_caps_as_people_write_them() -> None:
     assert parse_cap("none") is None and parse_cap("") is None and parse_cap("0") is None
     with pytest.raises(ValueError, match="200k tokens"):
         parse_cap("lots")
+    assert parse_cap("20 Tokens") == Cap(20, CapUnit.TOKENS) == parse_cap("20 TOKENS", "EUR")
+    # Money in another currency than the configured one is refused, not read as that.
+    assert parse_cap("20 usd", "USD") == Cap(20, CapUnit.MONEY) == parse_cap("€20", "EUR")
+    assert parse_cap("$20", "CAD") == Cap(20, CapUnit.MONEY)  # another dollar
+    for other in ("20 EUR", "€20", "£5"):
+        with pytest.raises(ValueError, match="counted in USD here"):
+            parse_cap(other, "USD")
 
 
 def test_settings_refuse_a_cap_they_cannot_read(tmp_path: Path) -> None:
@@ -87,6 +94,9 @@ def test_settings_refuse_a_cap_they_cannot_read(tmp_path: Path) -> None:
 
     with pytest.raises(ValidationError, match="cannot read the cap"):
         make_settings(tmp_path, budget_person_day="twenty")
+    with pytest.raises(ValidationError, match="BUDGET_CHANNEL_MONTH: money is counted in USD"):
+        make_settings(tmp_path, budget_channel_month="€300")
+    assert make_settings(tmp_path, budget_channel_month="300 eur", currency="EUR")
     with pytest.raises(ValidationError, match="IANA"):
         make_settings(tmp_path, budget_timezone="Mars/Olympus")
 
@@ -107,18 +117,6 @@ def test_budget_windows_follow_the_time_zone(tmp_path: Path) -> None:
 
 
 # --- the store, on both databases ------------------------------------------------------------
-@pytest.fixture
-async def two_stores(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
-    """Two replicas' stores on one database."""
-    first = await Store.open(db_url)
-    second = await Store.open(db_url)
-    try:
-        yield first, second
-    finally:
-        await first.close()
-        await second.close()
-
-
 @pytest.fixture
 async def replicas_of(db_url: str) -> AsyncIterator[tuple[Store, Store]]:
     """What replicas share: on PostgreSQL two stores (two replicas' pools); on SQLite, which

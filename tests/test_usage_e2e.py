@@ -4,30 +4,21 @@ replies carry `usage` as real servers' do (or none)."""
 from __future__ import annotations
 
 import time
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 from slackinterp.pricing import PriceTable
-from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
+from tests.fakes.openai_server import Reply, ToolCall
 from tests.fakes.slack import FakeSlack
-from tests.slack_harness import CHANNEL, all_text, bot_messages, running_bot, wait_cells, wait_final
+from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
+from tests.slack_harness import model_bot as harness_model_bot
 
 MODEL = "gpt-5-mini"  # priced by the built-in table
 
 
-@asynccontextmanager
-async def model_bot(tmp_path: Path, **overrides: Any):
-    async with FakeSlack() as slack, FakeOpenAI() as model:
-        values = {
-            "openai_base_url": model.base_url,
-            "openai_api_key": "sk-test",
-            "openai_model": MODEL,
-            "model_timeout": 5,
-        }
-        values.update(overrides)
-        async with running_bot(slack, tmp_path, **values) as bot:
-            yield slack, model, bot
+def model_bot(tmp_path: Path, **overrides: Any) -> Any:
+    """The harness's bot with a model this bot's price table knows."""
+    return harness_model_bot(tmp_path, **{"openai_model": MODEL, **overrides})
 
 
 def py(code: str, usage: tuple[int, int, int]) -> Reply:
@@ -177,6 +168,26 @@ async def test_an_admin_raises_the_channel_cap_and_the_next_turn_runs(tmp_path: 
             lambda: next((r for r in slack.responses if "Top people" in str(r)), None)
         )
         assert "<@U1>" in str(view) and "165 of 1,000 tokens" in str(view)
+        # Mistyped, or in another currency: said so, and nothing changes.
+        for typed, said in (
+            ("budget set peron 20/day", "did you mean `person`?"),
+            ("budget set person 20/dya", "did you mean `day`?"),
+            ("budget set 20 EUR/month", "money is counted in USD here"),
+        ):
+            await slack.slash_command("/interp", typed, channel=CHANNEL, user="UADMIN")
+            await slack.wait_for(lambda said=said: any(said in str(r) for r in slack.responses))
+        # An admin lifts the person cap the settings would set: shown as lifted, by whom.
+        await slack.slash_command(
+            "/interp", "budget set person 0/daily", channel=CHANNEL, user="UADMIN"
+        )
+        await slack.wait_for(
+            lambda: any(
+                "each person: no cap per day (set by <@UADMIN>)" in str(r) for r in slack.responses
+            )
+        )
+        await slack.slash_command("/interp", "budget show", channel=CHANNEL)
+        shown = await slack.wait_for(lambda: [r for r in slack.responses if "Budgets in" in str(r)])
+        assert "1,000 tokens per day" in str(shown[-1]) and "no cap per day" in str(shown[-1])
 
 
 async def test_scheduled_runs_have_their_own_cap_and_a_refused_run_says_so(tmp_path: Path) -> None:
@@ -192,12 +203,17 @@ async def test_scheduled_runs_have_their_own_cap_and_a_refused_run_says_so(tmp_p
         assert bot.schedules is not None
         assert await bot.schedules.fire(schedule.id, time.time()) == "ran"
         await slack.wait_for(lambda: len(runs(slack, ts)) == 1)
+        store = bot.runtime.store
+        executed = await store.cell_totals(0, time.time() + 7200)
+        assert executed[CHANNEL][0] == 2  # the person's cell, and the run's re-run of it
         # The next run finds the scheduled cap spent: not started, and the thread is told.
         assert await bot.schedules.fire(schedule.id, time.time() + 3600) == "refused"
         await slack.wait_for(lambda: len(runs(slack, ts)) == 2)
         refused = all_text(runs(slack, ts)[1])
         assert "not run" in refused and "budget for scheduled runs is spent" in refused
         assert "160 of 100 tokens" in refused and len(model.requests) == 1
+        # Refused before anything ran: the thread's cell was not re-run for nothing.
+        assert (await store.cell_totals(0, time.time() + 7200))[CHANNEL][0] == 2
         # A person's turn does not count the schedule's spend.
         model.script(Reply(text="Still free for people.", usage=(10, 0, 5)))
         await slack.user_message(CHANNEL, "<@UBOT> and you?", thread_ts=ts)
@@ -229,3 +245,25 @@ async def test_a_server_refusing_stream_options_still_answers_with_an_estimate(
         await slack.user_message(CHANNEL, "again", thread_ts=ts)
         await wait_reply(slack, ts, "Second answer.")
         assert all("stream_options" not in r.body for r in model.requests[2:])
+
+
+async def test_a_money_cap_on_a_model_without_a_price_is_said_to_never_fill(tmp_path: Path) -> None:
+    overrides = {"openai_model": "my-local-model", "admins": ["UADMIN"]}
+    async with model_bot(tmp_path, **overrides) as (slack, _model, _bot):
+        await slack.slash_command("/interp", "budget set 5/day", channel=CHANNEL, user="UADMIN")
+        done = await slack.wait_for(lambda: [r for r in slack.responses if "Done." in str(r)])
+        assert "`my-local-model` has no price" in str(done[0]) and "SLACKINTERP_PRICES" in str(
+            done[0]
+        )
+        # In tokens it holds whatever the price: no such line.
+        await slack.slash_command(
+            "/interp", "budget set 200k tokens/day", channel=CHANNEL, user="UADMIN"
+        )
+        both = await slack.wait_for(
+            lambda: (
+                (done := [r for r in slack.responses if "Done." in str(r)])
+                and len(done) == 2
+                and done
+            )
+        )
+        assert "200,000 tokens per day" in str(both[1]) and "no price" not in str(both[1])

@@ -43,7 +43,7 @@ QUEUE_FRAMES = 4
 
 
 class ChannelSources(Protocol):
-    """The store's per-channel data rules (store/datarules.py)."""
+    """The store's per-channel data rules (store/channel_rules.py)."""
 
     async def data_rules(self, channel: str) -> list[tuple[str, str]]: ...
 

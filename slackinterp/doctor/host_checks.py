@@ -12,7 +12,7 @@ import subprocess
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from slackinterp.config import Settings, env_name
+from slackinterp.config import SandboxMode, Settings, env_name
 from slackinterp.doctor.checks import (
     DATA_DIR,
     DATABASE,
@@ -27,6 +27,7 @@ from slackinterp.doctor.checks import (
     skipped,
 )
 from slackinterp.doctor.kernel_check import kernel_user
+from slackinterp.egress.policy import NetworkMode
 
 
 def check_data_dir(settings: Settings) -> Check:
@@ -108,14 +109,14 @@ async def check_sandbox(settings: Settings) -> Check:
     """Informational unless bubblewrap was asked for: then its absence is a failure."""
     if settings.gateway_url:
         return skipped(SANDBOX, "kernels run on the gateway; isolation is the gateway's (pods)")
-    mode = str(settings.sandbox)  # a StrEnum prints as its value
+    mode = settings.sandbox  # compared with ==: a model_copy may hold the plain value
     works, what = await _bwrap_works()
     try:
         who = _kernel_user_text(settings)
     except ValueError as exc:  # SLACKINTERP_KERNEL_USER names no user here
         return failed(SANDBOX, str(exc), "set SLACKINTERP_KERNEL_USER to an existing user")
-    allowlist = settings.network.value == "allowlist"
-    if works and mode == "none":
+    allowlist = settings.network == NetworkMode.ALLOWLIST
+    if works and mode == SandboxMode.NONE:
         if allowlist:
             return failed(
                 SANDBOX,
@@ -132,7 +133,7 @@ async def check_sandbox(settings: Settings) -> Check:
             SANDBOX,
             f"{what}; {env_name('sandbox')}={mode} uses it; {who}; {network_text(settings)}",
         )
-    if mode == "bwrap" or allowlist:
+    if mode == SandboxMode.BWRAP or allowlist:
         fix = (
             "apt-get install bubblewrap"
             if "not installed" in what
@@ -141,7 +142,7 @@ async def check_sandbox(settings: Settings) -> Check:
         )
         asked = (
             f"{env_name('sandbox')}=bwrap"
-            if mode == "bwrap"
+            if mode == SandboxMode.BWRAP
             else (f"{env_name('network')}=allowlist")
         )
         return failed(SANDBOX, f"{asked}, but {what}", f"{fix}, or set it to none")
@@ -159,10 +160,10 @@ NO_POLICY = (
 
 def network_text(settings: Settings) -> str:
     """The network policy in force for sandboxed kernels, in one clause."""
-    mode = settings.network.value
-    if mode == "off":
+    mode = settings.network
+    if mode == NetworkMode.OFF:
         return f"network: off ({env_name('network')}), kernels reach nothing"
-    if mode == "open":
+    if mode == NetworkMode.OPEN:
         return f"network: open ({env_name('network')}), kernels use the host's network"
     allow = ", ".join(settings.network_allow) or "nothing"
     text = f"network: allowlist of {allow}"

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from slackinterp.egress.policy import Decision
+from slackinterp.egress.policy import Decision, Refusal
 
 _HOP_BY_HOP = {
     "connection",
@@ -122,9 +122,9 @@ def _authority(text: str, default_port: int | None) -> tuple[str, int]:
 
 def why(decision: Decision) -> str:
     where = f"{decision.host}:{decision.port}"
-    if decision.reason == "blocked-by-denylist":
+    if decision.reason is Refusal.DENIED:
         return f"{where} is denied by the network policy (rule {decision.rule})"
-    if decision.reason == "bad-host":
+    if decision.reason is Refusal.BAD_HOST:
         return f"malformed host {decision.host!r}"
     return f"{where} is not on this channel's network allowlist"
 

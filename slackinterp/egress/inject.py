@@ -139,17 +139,7 @@ class SecretInjector:
             async with asyncio.timeout(HANDSHAKE_TIMEOUT):
                 while conn.their_state is h11.IDLE or conn.their_state is h11.SEND_BODY:
                     await self._next(conn, reader)
-            body = (message + "\n").encode()
-            headers = [
-                ("content-type", "text/plain"),
-                ("content-length", str(len(body))),
-                ("x-proxy-error", "secret-host"),
-                ("connection", "close"),
-            ]
-            writer.write(conn.send(h11.Response(status_code=status, headers=headers)) or b"")
-            writer.write(conn.send(h11.Data(data=body)) or b"")
-            writer.write(conn.send(h11.EndOfMessage()) or b"")
-            await writer.drain()
+            await self._refuse(conn, writer, status, message)
         except (Closed, h11.ProtocolError, ConnectionError, TimeoutError, ssl.SSLError):
             pass
 
@@ -255,6 +245,7 @@ class SecretInjector:
     async def _refuse(
         self, conn: h11.Connection, writer: asyncio.StreamWriter, status: int, message: str
     ) -> None:
+        """A plain-text error the kernel's client can read; the connection then closes."""
         body = (message + "\n").encode()
         headers = [
             ("content-type", "text/plain"),

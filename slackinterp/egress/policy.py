@@ -96,8 +96,21 @@ class Host:
 
 
 class Verdict(StrEnum):
+    """What a decision says; also a channel rule's kind (the verdict it gives when it matches)."""
+
     ALLOW = "allow"
     DENY = "deny"
+
+
+class Refusal(StrEnum):
+    """Why a kernel's request was refused: the proxy's answer, its log and metric label, and
+    the line under the cell (engine/notices.py) all follow from it."""
+
+    BAD_HOST = "bad-host"  # not a well-formed name or address
+    DENIED = "blocked-by-denylist"  # a deny rule matched (the name, or an address it has)
+    NOT_ALLOWED = "blocked-by-allowlist"  # no allow rule matched
+    PRIVATE_ADDRESS = "blocked-address"  # it resolves only to private or local addresses
+    TOO_MANY_TUNNELS = "too-many-tunnels"  # a cap on open connections (before the request)
 
 
 @dataclass(frozen=True)
@@ -106,12 +119,17 @@ class Decision:
     host: str  # canonical (what is logged, resolved and shown)
     port: int
     rule: str | None = None  # the rule that decided, as written; None: no rule matched
-    reason: str = ""  # blocked-by-denylist | blocked-by-allowlist | bad-host
+    reason: Refusal | None = None  # why a denial denies; None for an allow
     private: bool = False  # the allowing rule lets the name resolve to private addresses
 
     @property
     def allowed(self) -> bool:
         return self.verdict is Verdict.ALLOW
+
+    @property
+    def refusal(self) -> Refusal:
+        """Why this denial denies (every denial names its reason; no rule: not allowed)."""
+        return self.reason or Refusal.NOT_ALLOWED
 
 
 @dataclass(frozen=True)
@@ -348,15 +366,15 @@ def decide(policy: Policy, host: str, port: int) -> Decision:
     try:
         canonical = canonical_host(host)
     except BadHost:
-        return Decision(Verdict.DENY, host[:80], port, reason="bad-host")
+        return Decision(Verdict.DENY, host[:80], port, reason=Refusal.BAD_HOST)
     if not 0 < port < 65536:
-        return Decision(Verdict.DENY, canonical.name, port, reason="bad-host")
+        return Decision(Verdict.DENY, canonical.name, port, reason=Refusal.BAD_HOST)
     if policy.mode is NetworkMode.OPEN:
         return Decision(Verdict.ALLOW, canonical.name, port, rule="open")
     for rule in policy.deny:
         if rule.matches(canonical, port, deny=True):
             return Decision(
-                Verdict.DENY, canonical.name, port, rule=rule.text, reason="blocked-by-denylist"
+                Verdict.DENY, canonical.name, port, rule=rule.text, reason=Refusal.DENIED
             )
     if policy.mode is NetworkMode.ALLOWLIST:
         for rule in policy.allow:
@@ -364,4 +382,4 @@ def decide(policy: Policy, host: str, port: int) -> Decision:
                 return Decision(
                     Verdict.ALLOW, canonical.name, port, rule=rule.text, private=rule.private
                 )
-    return Decision(Verdict.DENY, canonical.name, port, reason="blocked-by-allowlist")
+    return Decision(Verdict.DENY, canonical.name, port, reason=Refusal.NOT_ALLOWED)

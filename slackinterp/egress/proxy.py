@@ -15,7 +15,6 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
-import os
 import socket
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -31,6 +30,7 @@ from slackinterp.egress.policy import (
     Decision,
     IPAddress,
     Policy,
+    Refusal,
     Verdict,
     canonical_host,
     decide,
@@ -39,6 +39,7 @@ from slackinterp.egress.policy import (
 from slackinterp.egress.shares import ProxyLimits as ProxyLimits
 from slackinterp.egress.shares import Shares
 from slackinterp.egress.tunnel import Flow, tunnel
+from slackinterp.private_socket import PrivateSocket
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +52,7 @@ class Blocked:
 
     host: str
     port: int
-    # blocked-by-allowlist | blocked-by-denylist | blocked-address | bad-host |
-    # too-many-tunnels (host "" and port 0: refused before its request was read)
-    reason: str
+    reason: Refusal  # TOO_MANY_TUNNELS: host "" and port 0 (refused before the request)
     rule: str | None = None  # the rule that refused; for too-many-tunnels, the cap
 
 
@@ -74,17 +73,12 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-class KernelListener:
+class KernelListener(PrivateSocket):
     """One kernel's listener: who it speaks for, its open connections, what it refused."""
 
     def __init__(self, proxy: EgressProxy, path: Path, uid: int | None, gid: int | None):
+        super().__init__(path, uid, gid, limit=CHUNK)
         self.proxy = proxy
-        self.path = path
-        self.uid = uid
-        self.gid = gid
-        self.thread: str | None = None  # the thread key; None while the kernel is pooled
-        self.server: asyncio.Server | None = None
-        self.tasks: set[asyncio.Task[None]] = set()
         self.held = 0  # open connections (Shares.take)
         self.journal = Journal(log, lambda: self.thread)
         self._blocked: dict[tuple[str, int], Blocked] = {}
@@ -108,23 +102,12 @@ class KernelListener:
         self._blocked.clear()
         return found
 
-    async def close(self) -> None:
-        """Stop listening and end every connection (the kernel stopped or restarted)."""
-        if self.server is not None:
-            self.server.close()
-            self.server = None
-        for task in list(self.tasks):
-            task.cancel()
-        if self.tasks:
-            await asyncio.gather(*self.tasks, return_exceptions=True)
-        with contextlib.suppress(OSError):
-            self.path.unlink()
-        self.journal.flush()
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await self.proxy.serve(self, reader, writer)
 
-    async def restart(self) -> None:
-        """The kernel restarts: its connections end and a new listener takes the path."""
-        await self.close()
-        await self.proxy.start(self)
+    async def close(self) -> None:
+        await super().close()
+        self.journal.flush()
 
 
 class EgressProxy:
@@ -152,29 +135,10 @@ class EgressProxy:
     ) -> KernelListener:
         """A listener at `path` (created before the kernel starts), usable by `uid` only."""
         listener = KernelListener(self, path, uid, gid)
-        await self.start(listener)
+        await listener.start()
         return listener
 
-    async def start(self, listener: KernelListener) -> None:
-        path = listener.path
-        with contextlib.suppress(FileNotFoundError):
-            path.unlink()
-
-        async def handle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-            task = asyncio.current_task()
-            assert task is not None
-            listener.tasks.add(task)
-            try:
-                await self._serve(listener, reader, writer)
-            finally:
-                listener.tasks.discard(task)
-
-        listener.server = await asyncio.start_unix_server(handle, path=str(path), limit=CHUNK)
-        os.chmod(path, 0o600)
-        if listener.uid is not None:
-            os.chown(path, listener.uid, listener.gid if listener.gid is not None else -1)
-
-    async def _serve(
+    async def serve(
         self, listener: KernelListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
     ) -> None:
         grant = self.shares.take(listener.held, listener.channel)
@@ -182,16 +146,16 @@ class EgressProxy:
             metrics.EGRESS_REQUESTS.labels("deny", "limit").inc()
             listener.journal.write(
                 logging.WARNING,
-                Key("egress.limit", "deny", "too-many-tunnels"),
+                Key("egress.limit", "deny", Refusal.TOO_MANY_TUNNELS),
                 "egress.limit thread=%s cap=%s kernel_active=%d shared_active=%d",
                 listener.thread,
                 grant.replace(" ", "_"),
                 listener.held,
                 self.shares.shared,
             )
-            listener.note_blocked(Blocked("", 0, "too-many-tunnels", grant))
+            listener.note_blocked(Blocked("", 0, Refusal.TOO_MANY_TUNNELS, grant))
             message = f"too many open connections ({grant}); close some or try later"
-            await answer(writer, 503, "too-many-tunnels", message)
+            await answer(writer, 503, Refusal.TOO_MANY_TUNNELS, message)
             writer.close()
             return
         listener.held += 1
@@ -244,8 +208,8 @@ class EgressProxy:
         policy = await self.policy_for(listener.channel)
         decision = decide(policy, request.host, request.port)
         if not decision.allowed:
-            self._refused(listener, decision, decision.reason, request)
-            await answer(writer, 403, decision.reason, why(decision))
+            self._refused(listener, decision, request)
+            await answer(writer, 403, decision.refusal, why(decision))
             return
         upstream = await self._dial(listener, policy, decision, request, writer)
         if upstream is None:
@@ -315,11 +279,11 @@ class EgressProxy:
                     rule = denied_address(policy, found[0], decision.port)
                     assert rule is not None
                     refused = Decision(
-                        Verdict.DENY, decision.host, decision.port, rule.text, "blocked-by-denylist"
+                        Verdict.DENY, decision.host, decision.port, rule.text, Refusal.DENIED
                     )
-                    self._refused(listener, refused, refused.reason, request, found)
+                    self._refused(listener, refused, request, found)
                     message = f"{decision.host} resolves to an address denied by rule {rule.text}"
-                    await answer(writer, 403, refused.reason, message)
+                    await answer(writer, 403, Refusal.DENIED, message)
                     return None
                 vetted = addresses.vet(kept, private=decision.private, own=self.own_addresses())
                 if not vetted:
@@ -328,13 +292,13 @@ class EgressProxy:
                         decision.host,
                         decision.port,
                         decision.rule,
-                        "blocked-address",
+                        Refusal.PRIVATE_ADDRESS,
                     )
-                    self._refused(listener, refused, "blocked-address", request, found)
+                    self._refused(listener, refused, request, found)
                     await answer(
                         writer,
                         403,
-                        "blocked-address",
+                        Refusal.PRIVATE_ADDRESS,
                         f"{decision.host} resolves only to private or local addresses, which "
                         "this rule does not allow",
                     )
@@ -385,10 +349,10 @@ class EgressProxy:
         self,
         listener: KernelListener,
         decision: Decision,
-        reason: str,
         request: Request,
         found: list[IPAddress] | None = None,
     ) -> None:
+        reason = decision.refusal
         metrics.EGRESS_REQUESTS.labels("deny", reason).inc()
         listener.journal.write(
             logging.INFO,

@@ -19,7 +19,7 @@ from typing import Protocol
 
 from slackinterp.egress import ca, relay
 from slackinterp.egress.inject import SecretInjector
-from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, parse_rules
+from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, Verdict, parse_rules
 from slackinterp.egress.proxy import (
     EgressProxy,
     KernelListener,
@@ -37,7 +37,7 @@ SOCKET_NAME = "egress.sock"
 
 
 class ChannelRules(Protocol):
-    """The store's per-channel rules (store/network.py)."""
+    """The store's per-channel rules (store/channel_rules.py)."""
 
     async def network_rules(self, channel: str) -> list[tuple[str, str]]: ...
 
@@ -136,13 +136,14 @@ class Egress:
     def combine(self, rows: list[tuple[str, str]]) -> Policy:
         allow: list[Rule] = list(self.allow)
         deny: list[Rule] = list(self.deny)
-        for kind, text in rows:
+        for kind, text in rows:  # a rule's kind is the verdict it gives
             try:
                 rules = parse_rules(text)
             except BadRule as exc:  # stored by an older version, say: skip it, loudly
                 log.warning("egress.bad_channel_rule rule=%s error=%s", text, exc)
                 continue
-            (allow if kind == "allow" else deny).extend(rules)
+            # Only an allow rule allows: any other kind denies (fails closed).
+            (allow if kind == Verdict.ALLOW else deny).extend(rules)
         sources = ("settings", "channel") if rows else ("settings",)
         return Policy(self.mode, tuple(allow), tuple(deny), sources)
 

@@ -157,9 +157,15 @@ class Budgets:
 
     # --- a turn --------------------------------------------------------------------------
     @contextlib.asynccontextmanager
-    async def turn(self, key: ThreadKey, user: str, origin: TurnOrigin) -> AsyncIterator[Meter]:
+    async def turn(
+        self, key: ThreadKey, user: str, origin: TurnOrigin, admitted: Meter | None = None
+    ) -> AsyncIterator[Meter]:
         """Admit a model turn (BudgetRefused when a cap is reached, before any model call)
-        and meter its calls; the reservation is settled when the block ends."""
+        and meter its calls; the reservation is settled when the block ends. `admitted`: the
+        turn was admitted earlier, by an outer block (a scheduled run, before its cells)."""
+        if admitted is not None:
+            yield admitted
+            return
         caps = await self.caps(key.channel, origin)
         meter = Meter(self, key, user, origin, uuid.uuid4().hex, caps)
         if caps:

@@ -15,12 +15,14 @@ import logging
 import shutil
 import time
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from slackinterp.engine import notices
 from slackinterp.engine.session import ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
+from slackinterp.kernels.files import TransferError
 from slackinterp.kernels.restore import ReplayCell, Replayer, RestoreReport, restore
 from slackinterp.kernels.snapshots import StateLost
 
@@ -78,51 +80,67 @@ async def fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSessio
     """Make `target` (a new, empty thread) start where `source` stands."""
     store, registry, settings = steps.store, steps.registry, steps.settings
     began = time.monotonic()
-    if registry.backend.workdir_files(source.workdir) is None:
-        raise ForkError(
-            "Forking needs the thread's files on this machine: with kernels on a gateway it "
-            "is not available yet."
-        )
+    here = registry.backend.workdir_files(source.workdir) is not None
+    lease = None
     async with source.lock, store.thread_lock(source.key.id):
         await steps.save(source)  # up to date (nothing to do after a turn)
         found = await store.replayable_cells(source.key.id)
-        cells = [ReplayCell(c.id, c.code, c.answers) for c in found]
-        files = await asyncio.to_thread(copy_files, source.workdir, target.workdir)
         history = await store.history(source.key.id)
-    async with target.lock, store.thread_lock(target.key.id):
-        await store.start_turn(target.key.id)  # the thread exists from now on
-        await store.turn_finished(target.key.id)
-        copied = await store.fork_cells(source.key.id, target.key.id)
-        await store.add_history(target.key.id, history)
-        if not cells:
-            return Forked(0, files, time.monotonic() - began, None)
-        lease = await registry.acquire(target.key.id, target.workdir, fresh=True)
-        lost = None
-        try:
+        # The files are copied on this disk by the bot, before the new kernel takes the
+        # directory over (its user then owns what is in it); on a gateway by the new kernel
+        # itself, beside them, never through the bot.
+        if here:
+            files = await asyncio.to_thread(copy_files, source.workdir, target.workdir)
+        if found or not here:
+            lease = await registry.acquire(target.key.id, target.workdir, fresh=True)
+        if not here:
+            assert lease is not None
+            try:
+                files = await lease.kernel.copy_thread(source.workdir) or 0
+            except BaseException as exc:
+                registry.mark_idle(target.key.id)
+                if isinstance(exc, TransferError):
+                    raise ForkError(f"The thread's files could not be copied: {exc}") from exc
+                raise
+    lost: RestoreReason | None = None
+    try:
+        async with target.lock, store.thread_lock(target.key.id):
+            await store.start_turn(target.key.id)  # the thread exists from now on
+            await store.turn_finished(target.key.id)
+            copied = await store.fork_cells(source.key.id, target.key.id)
+            await store.add_history(target.key.id, history)
+            if lease is None or not copied:
+                return Forked(0, files, time.monotonic() - began, None)
+            # Cells a turn added to the source after the copy come last: replayed.
+            cells = [
+                ReplayCell(new, code, old.answers if old else ())
+                for (new, code), old in zip_longest(copied, found[: len(copied)])
+            ]
+            snapshots = registry.snapshots
+            if snapshots is not None:
+                try:  # the copied snapshot, renumbered to the new thread's cells
+                    ids = [(old.id, new) for old, (new, _) in zip(found, copied, strict=False)]
+                    await snapshots.rebase(lease.kernel, ids, timeout=settings.restore_timeout)
+                except StateLost:
+                    lost = RestoreReason.RESTARTED
             replayer = Replayer(
-                registry.snapshots,
+                snapshots if lost is None else None,
                 settings.restore_timeout,
                 settings.interrupt_grace,
                 settings.max_output_chars,
             )
-            report = await restore(
-                replayer, target.key.id, lease.kernel, cells, RestoreReason.FORKED
-            )
-            if registry.snapshots is not None and copied:
-                try:  # the copy is saved again under the new thread's own cells
-                    await registry.snapshots.save(
-                        lease.kernel, cell=copied[-1][0], since=copied[0][0]
-                    )
-                except StateLost:
-                    lost = RestoreReason.RESTARTED
-        finally:
+            key = target.key.id
+            report = await restore(replayer, key, lease.kernel, cells, RestoreReason.FORKED)
+            lost = None  # the restore brought the state back, by replay if it had to
+    finally:
+        if lease is not None:
             registry.mark_idle(target.key.id, state_lost=lost)
     log.info(
         "fork.done source=%s target=%s cells=%d files=%d seconds=%.2f",
         source.key.id,
         target.key.id,
-        len(cells),
+        len(copied),
         files,
         time.monotonic() - began,
     )
-    return Forked(len(cells), files, time.monotonic() - began, report)
+    return Forked(len(copied), files, time.monotonic() - began, report)

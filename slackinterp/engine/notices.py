@@ -6,6 +6,7 @@ lets a reader see everything the bot can tell a thread without following the cod
 
 from __future__ import annotations
 
+from slackinterp.egress.policy import Refusal
 from slackinterp.egress.proxy import Blocked
 from slackinterp.engine.events import Notice
 from slackinterp.engine.workspace import USAGE_SECONDS, Usage, human_size
@@ -230,7 +231,7 @@ def network_notes(kernel: Kernel, command: str = "/interp") -> tuple[str, ...]:
 def network_blocked(blocked: Blocked, command: str = "/interp") -> str:
     """One line under the cell (and in the model's view of it) per refused host: clients
     hide the proxy's answer ("No matching distribution", "Tunnel connection failed: 403")."""
-    if blocked.reason == "too-many-tunnels":  # refused before its request was read
+    if blocked.reason is Refusal.TOO_MANY_TUNNELS:  # refused before its request was read
         return (
             f"🔒 A network connection was refused: too many open at once ({blocked.rule}). "
             "Close connections the code no longer needs, or retry later."
@@ -239,18 +240,18 @@ def network_blocked(blocked: Blocked, command: str = "/interp") -> str:
     where = f"{host}:{blocked.port}"
     rule = host if blocked.port == 443 else where
     lead = f"🔒 Network request blocked: `{where}`"
-    if blocked.reason == "blocked-by-denylist":
+    if blocked.reason is Refusal.DENIED:
         return (
             f"{lead} is denied by the rule `{blocked.rule}`. A channel's deny rules are "
             f"removed with `{command} network reset`, by {NETWORK_ADMINS}; "
             "SLACKINTERP_NETWORK_DENY is the operator's."
         )
-    if blocked.reason == "blocked-address":
+    if blocked.reason is Refusal.PRIVATE_ADDRESS:
         return (
             f"{lead} resolves only to private or local addresses. {_who()} can allow that "
             f"with `{command} network allow {rule}+private`."
         )
-    if blocked.reason == "bad-host":
+    if blocked.reason is Refusal.BAD_HOST:
         return f"{lead} is not a valid host name."
     return (
         f"{lead} is not on this channel's network allowlist. {_who()} can allow it with "

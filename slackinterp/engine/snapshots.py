@@ -87,12 +87,13 @@ class SnapshotSteps:
         key = session.key.id
         if snapshots is None or cell is None or not session.restores:
             return
-        slot = self.registry.slot(key)
-        if slot is None or slot.busy or slot.needs_restore:
-            return  # no kernel (or one that lost its state): nothing worth saving
         since = await self.store.replay_floor(key)
         if since is None:
             return
+        # No await from here to the lease: an eviction must not take the kernel in between.
+        slot = self.registry.slot(key)
+        if slot is None or slot.busy or slot.needs_restore:
+            return  # no kernel (or one that lost its state): nothing worth saving
         slot.busy_since = time.monotonic()  # leased: neither reaped nor evicted meanwhile
         lost = None
         try:

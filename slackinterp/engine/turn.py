@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from slackinterp import metrics
 from slackinterp.config import Settings
 from slackinterp.engine import fork, inputs, intake, notebook, notices, steering, workspace
-from slackinterp.engine.budgets import BudgetRefused, Budgets
+from slackinterp.engine.budgets import BudgetRefused, Budgets, Meter
 from slackinterp.engine.cells import CellRunner, Emit, QuotaExceeded
 from slackinterp.engine.events import (
     AgentStarted,
@@ -229,7 +229,7 @@ class Engine:
         emit(TurnStarted())
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
-        await asyncio.to_thread(clear_staging, self.cells.outbox(session))
+        await self.cells.clear_outbox(session)
         deadline = None
         if request.deadline is not None:
             wait = max(0.0, request.deadline - started)
@@ -238,7 +238,11 @@ class Engine:
             )
         try:
             # The kernel stays between a turn's cells (a model turn's rounds): not evicted then.
-            async with self.registry.turn(session.key.id):
+            async with self.registry.turn(session.key.id), contextlib.AsyncExitStack() as held:
+                admitted = None  # a scheduled run's model turn: admitted before anything runs
+                if request.cells and request.text.strip() and direct_code(request.text) is None:
+                    turn = self.budgets.turn(session.key, request.user, request.origin)
+                    admitted = await held.enter_async_context(turn)
                 start = await self.store.start_turn(session.key.id, context_at=request.position)
                 if self.data is not None and request.user:  # the audit line's user for sql()
                     self.data.note_user(session.key.id, request.user)
@@ -252,7 +256,7 @@ class Engine:
                     failed = await self._run_cells(session, request.cells, emit)
                     if failed or session.stop_requested.is_set() or not request.text.strip():
                         return  # nothing runs after a failed cell; the text asks for nothing more
-                await self._dispatch(session, request, context, received, emit)
+                await self._dispatch(session, request, context, received, emit, admitted)
         except ModelError as exc:
             metrics.TURNS_FAILED.labels(exc.kind).inc()
             emit(TurnFailed(exc.message, kind=exc.kind))
@@ -286,8 +290,9 @@ class Engine:
         context: ThreadContext,
         received: list[FileReceived],
         emit: Emit,
+        admitted: Meter | None = None,
     ) -> None:
-        """Direct code, a notebook run, or the model."""
+        """Direct code, a notebook run, or the model (`admitted`: its turn already was)."""
         code = direct_code(request.text) or context.code
         run = notebook.run_request(request.text, [f.name for f in received])
         if code is not None:
@@ -303,7 +308,8 @@ class Engine:
             text = prompts.with_earlier_conversation(
                 context.earlier, request.text, self.settings.thread_context_chars
             )
-            async with self.budgets.turn(session.key, request.user, request.origin) as meter:
+            turn = self.budgets.turn(session.key, request.user, request.origin, admitted)
+            async with turn as meter:
                 port = EnginePort(self.cells, self.store, session, emit, self.data, meter)
                 emit(AgentStarted(request.text.strip()))
                 session.steerable = True  # later messages steer this turn (steering.py)
@@ -475,23 +481,19 @@ class Engine:
             emit(Notice(NoticeKind.NOTEBOOK, text))
 
     # --- lifecycle notices from the registry ----------------------------------------------
-    async def _tell(self, session: ThreadSession, notice: Notice) -> None:
-        for listener in list(self.notice_listeners):
-            try:
-                await listener(session.key, notice)
-            except Exception as exc:
-                log.error("engine.notice_failed thread=%s error=%s", session.key.id, exc)
-
-    async def _on_lifecycle(self, key_id: str, what: ReleaseReason) -> None:
-        key = ThreadKey.parse(key_id)
-        notice = notices.stopped_kernel(what, self.settings.idle_timeout)
-        if notice is None or key.run:  # a scheduled run's reply says what happened to it
-            return
+    async def _tell(self, session: ThreadSession | ThreadKey, notice: Notice) -> None:
+        key = session if isinstance(session, ThreadKey) else session.key
         for listener in list(self.notice_listeners):
             try:
                 await listener(key, notice)
             except Exception as exc:
-                log.error("engine.notice_failed thread=%s error=%s", key_id, exc)
+                log.error("engine.notice_failed thread=%s error=%s", key.id, exc)
+
+    async def _on_lifecycle(self, key_id: str, what: ReleaseReason) -> None:
+        key = ThreadKey.parse(key_id)
+        notice = notices.stopped_kernel(what, self.settings.idle_timeout)
+        if notice is not None and not key.run:  # a scheduled run's reply says what happened
+            await self._tell(key, notice)
 
 
 def _ignore(_event: Event) -> None:

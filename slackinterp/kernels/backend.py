@@ -82,6 +82,12 @@ class Kernel(Protocol):
         disk; a gateway kernel's files are reached through the kernel itself."""
         return True
 
+    async def copy_thread(self, source: Path) -> int | None:
+        """Copy thread `source`'s working directory (files and snapshot) into this kernel's,
+        where the files live (a fork); how many of the user's files. None: the files are on
+        this disk, and the bot copies them itself."""
+        return None
+
     def hurry(self, on: bool) -> None:
         """Run at the bot's own priority (on) or back at the kernels' lower one (off). A
         cell's first moments are what a person waits for; kernels otherwise stay below the
@@ -115,6 +121,13 @@ class KernelBackend(Protocol):
         ...
 
     async def cleanup_orphans(self) -> int: ...
+
+    # Capabilities some backends have: the no-op default is what a backend without it does.
+    def hand_over(self, directory: Path) -> None:
+        """Make a directory the bot filled (a scheduled run's copy of a thread's files) its
+        kernels' own, so that they may change and delete what is in it. Nothing where kernels
+        run as the bot's own user, or keep their files elsewhere (a gateway's)."""
+        return None
 
 
 class ProcessRecorder(Protocol):

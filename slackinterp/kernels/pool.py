@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
+from slackinterp.kernels import tasks
 from slackinterp.kernels.backend import Kernel
 from slackinterp.kernels.execution import run_cell
 
@@ -153,13 +154,7 @@ class WarmPool:
         self._cancel_timer()
         self._first_cells.clear()
         if self._task is not None:
-            self._task.cancel()
-            try:
-                await self._task
-            except asyncio.CancelledError:
-                pass
-            except Exception as exc:
-                log.warning("kernels.pool_refill_failed error=%s", exc)
+            await tasks.cancel(self._task, log, "kernels.pool_refill_failed")
         kernels, self.kernels = self.kernels, []
         return kernels
 

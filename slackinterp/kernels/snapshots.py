@@ -34,6 +34,7 @@ def _inside(name: str) -> tuple[str, str]:
 
 SNAPSHOT = _inside("snapshot")
 REBUILD = _inside("rebuild")
+FORKING = _inside("forking")
 MARK = "slackinterp-snapshot:"
 MAX_ANSWER = 256 * 1024  # characters of the kernel's answer read at most
 DIRNAME = ".slackinterp-snapshots"
@@ -68,6 +69,7 @@ class Loaded(_Answer):
     reran: list[Rerun] = Field(default_factory=list, max_length=1000)
     lost: list[tuple[str, str]] = Field(default_factory=list, max_length=1000)
     seconds: float = 0.0
+    cpu: float = 0.0  # of the load, in the kernel (seconds is its wall time)
 
 
 class Rebuilt(_Answer):
@@ -82,6 +84,15 @@ class Saved(_Answer):
     seconds: float
     unsaved: dict[str, str] = Field(default_factory=dict)
     over_cap: list[str] = Field(default_factory=list)
+
+
+class Copied(_Answer):
+    files: int
+    found: bool
+
+
+class Rebased(_Answer):
+    generations: int
 
 
 class Undone(_Answer):
@@ -139,25 +150,18 @@ class Snapshots:
     async def undo(self, kernel: Kernel, *, since: int, timeout: float) -> Undone | None:
         return await self._call(kernel, SNAPSHOT, f"undo({since:d})", Undone, timeout)
 
+    async def rebase(
+        self, kernel: Kernel, ids: list[tuple[int, int]], *, timeout: float
+    ) -> Rebased | None:
+        """A fork's copied snapshot renumbered to the new thread's cells: [(source id, new
+        id)]. Instead of saving the loaded state again (pickling all of it once more)."""
+        mapping = json.dumps([[int(a), int(b)] for a, b in ids])
+        return await self._call(kernel, FORKING, f"rebase({mapping!r})", Rebased, timeout)
+
     async def _call(
         self, kernel: Kernel, module: tuple[str, str], call: str, answer: type[A], timeout: float
     ) -> A | None:
-        name, source = module
-        code = (
-            "def __si_snapshot_call():\n"
-            "    import sys\n"
-            f"    module = sys.modules.get({name!r})\n"
-            "    if module is None:\n"
-            f"        module = type(sys)({name!r})\n"
-            f"        code = compile({source!r}, {name!r}, 'exec')\n"
-            "        exec(code, module.__dict__)\n"
-            f"        sys.modules[{name!r}] = module\n"
-            f"    print(module.{call})\n"
-            "try:\n"
-            "    __si_snapshot_call()\n"
-            "finally:\n"
-            "    del __si_snapshot_call\n"
-        )
+        code = call_code(module, call)
         try:
             result = await run_cell(
                 kernel,
@@ -168,7 +172,7 @@ class Snapshots:
                 silent=True,
             )
         except Exception as exc:
-            log.warning("snapshot.call_failed kernel=%s error=%s", kernel.kernel_id, exc)
+            log.warning("snapshot.call_failed kernel=%s error=%r", kernel.kernel_id, exc)
             return None
         if result.restarted:
             raise StateLost(call.partition("(")[0])
@@ -177,6 +181,27 @@ class Snapshots:
             log.warning("snapshot.call_failed kernel=%s error=%s", kernel.kernel_id, error)
             return None
         return parse(result.text, answer)
+
+
+def call_code(module: tuple[str, str], call: str) -> str:
+    """A silent cell that loads `module` (once per kernel, kept in sys.modules under a name
+    that changes with its source) and prints what `call`, one of its functions, answers."""
+    name, source = module
+    return (
+        "def __si_snapshot_call():\n"
+        "    import sys\n"
+        f"    module = sys.modules.get({name!r})\n"
+        "    if module is None:\n"
+        f"        module = type(sys)({name!r})\n"
+        f"        code = compile({source!r}, {name!r}, 'exec')\n"
+        "        exec(code, module.__dict__)\n"
+        f"        sys.modules[{name!r}] = module\n"
+        f"    print(module.{call})\n"
+        "try:\n"
+        "    __si_snapshot_call()\n"
+        "finally:\n"
+        "    del __si_snapshot_call\n"
+    )
 
 
 def parse(text: str, answer: type[A]) -> A | None:

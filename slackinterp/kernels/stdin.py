@@ -18,6 +18,8 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from slackinterp.kernels import tasks
+
 log = logging.getLogger(__name__)
 
 
@@ -114,12 +116,5 @@ class StdinServer:
     @staticmethod
     async def stop(task: asyncio.Task[None] | None) -> None:
         """End the server with its cell; a failure in it is logged, never the cell's."""
-        if task is None:
-            return
-        task.cancel()
-        try:
-            await task
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:
-            log.warning("cell.stdin_failed error=%s", exc)
+        if task is not None:
+            await tasks.cancel(task, log, "cell.stdin_failed")

@@ -10,9 +10,18 @@ from __future__ import annotations
 import json
 import re
 from dataclasses import asdict, dataclass
-from typing import Literal
+from enum import StrEnum
 
-RuleKind = Literal["weekly", "daily", "weekdays", "monthly", "interval"]
+
+class RuleKind(StrEnum):
+    """How a rule repeats: on wall-clock days (in the owner's zone) or every N seconds."""
+
+    WEEKLY = "weekly"
+    DAILY = "daily"
+    WEEKDAYS = "weekdays"
+    MONTHLY = "monthly"
+    INTERVAL = "interval"
+
 
 DAYS = ("monday", "tuesday", "wednesday", "thursday", "friday", "saturday", "sunday")
 DAY_NAMES = tuple(d.capitalize() for d in DAYS)
@@ -40,6 +49,10 @@ class Rule:
     day: int = 1  # monthly: day of the month (past a short month's end: its last day)
     seconds: int = 0  # interval
 
+    def __post_init__(self) -> None:
+        # Stored rules come back from JSON as text: the kind is checked and typed here, once.
+        object.__setattr__(self, "kind", RuleKind(self.kind))
+
     def to_json(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
 
@@ -50,24 +63,24 @@ class Rule:
     @property
     def gap(self) -> int:
         """The shortest time between two runs, in seconds (for the minimum interval)."""
-        if self.kind == "interval":
+        if self.kind is RuleKind.INTERVAL:
             return self.seconds
-        if self.kind in ("daily", "weekdays"):
+        if self.kind in (RuleKind.DAILY, RuleKind.WEEKDAYS):
             return 24 * 3600 - 3600  # a daylight-saving night is an hour shorter
-        if self.kind == "weekly":
+        if self.kind is RuleKind.WEEKLY:
             return 7 * 24 * 3600 - 3600
         return 28 * 24 * 3600 - 3600
 
     def describe(self) -> str:
         """How the rule is said back: `every Monday at 09:00`."""
         at = f"at {self.hour:02d}:{self.minute:02d}"
-        if self.kind == "weekly":
+        if self.kind is RuleKind.WEEKLY:
             return f"every {DAY_NAMES[self.weekday]} {at}"
-        if self.kind == "daily":
+        if self.kind is RuleKind.DAILY:
             return f"every day {at}"
-        if self.kind == "weekdays":
+        if self.kind is RuleKind.WEEKDAYS:
             return f"every weekday (Monday to Friday) {at}"
-        if self.kind == "monthly":
+        if self.kind is RuleKind.MONTHLY:
             return f"on the {ordinal(self.day)} of every month {at}"
         return "every " + duration(self.seconds)
 
@@ -132,18 +145,18 @@ _UNITS = {
     "hrs": 3600,
     "h": 3600,
 }
-_PATTERNS: list[tuple[str, re.Pattern[str]]] = [
-    ("daily", re.compile(rf"^(?:every\s+day|daily|each\s+day)\s+{_AT}$")),
-    ("weekdays", re.compile(rf"^every\s+(?:weekday|work\s*day|business\s+day)s?\s+{_AT}$")),
+_PATTERNS: list[tuple[RuleKind, re.Pattern[str]]] = [
+    (RuleKind.DAILY, re.compile(rf"^(?:every\s+day|daily|each\s+day)\s+{_AT}$")),
+    (RuleKind.WEEKDAYS, re.compile(rf"^every\s+(?:weekday|work\s*day|business\s+day)s?\s+{_AT}$")),
     (
-        "monthly",
+        RuleKind.MONTHLY,
         re.compile(
             rf"^on\s+the\s+(?P<dom>\d{{1,2}})(?:st|nd|rd|th)?\s+(?:day\s+)?of\s+(?:every|each)"
             rf"\s+month\s+{_AT}$"
         ),
     ),
-    ("weekly", re.compile(rf"^every\s+(?P<day>[a-z]+?)s?\s+{_AT}$")),
-    ("interval", re.compile(r"^(?:every\s+(?:(?P<n>\d+)\s+)?(?P<unit>[a-z]+)|hourly)$")),
+    (RuleKind.WEEKLY, re.compile(rf"^every\s+(?P<day>[a-z]+?)s?\s+{_AT}$")),
+    (RuleKind.INTERVAL, re.compile(r"^(?:every\s+(?:(?P<n>\d+)\s+)?(?P<unit>[a-z]+)|hourly)$")),
 ]
 
 
@@ -157,20 +170,20 @@ def parse(text: str) -> Parsed | None:
         if match is None:
             continue
         groups = match.groupdict()
-        if kind == "interval":
+        if kind is RuleKind.INTERVAL:
             return _interval(groups, ask)
         hour, minute = _time_of(groups)
-        if kind == "weekly":
+        if kind is RuleKind.WEEKLY:
             weekday = _DAY_ALIASES.get(groups["day"])
             if weekday is None:
                 continue
-            return Parsed(Rule("weekly", hour, minute, weekday=weekday), ask)
-        if kind == "monthly":
+            return Parsed(Rule(RuleKind.WEEKLY, hour, minute, weekday=weekday), ask)
+        if kind is RuleKind.MONTHLY:
             day = int(groups["dom"])
             if not 1 <= day <= 31:
                 raise PhraseError(f"there is no {ordinal(day)} day in a month")
-            return Parsed(Rule("monthly", hour, minute, day=day), ask)
-        return Parsed(Rule(kind, hour, minute), ask)  # type: ignore[arg-type]
+            return Parsed(Rule(RuleKind.MONTHLY, hour, minute, day=day), ask)
+        return Parsed(Rule(kind, hour, minute), ask)
     return None
 
 
@@ -193,7 +206,7 @@ def _interval(groups: dict[str, str | None], ask: str | None) -> Parsed | None:
     count = int(number) if number else 1
     if count < 1:
         raise PhraseError("the interval must be at least 1")
-    return Parsed(Rule("interval", seconds=count * per), ask)
+    return Parsed(Rule(RuleKind.INTERVAL, seconds=count * per), ask)
 
 
 def _time_of(groups: dict[str, str | None]) -> tuple[int, int]:

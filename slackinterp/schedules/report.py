@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import shutil
 from dataclasses import dataclass, field, replace
+from enum import StrEnum
 from pathlib import Path
 
 from slackinterp.engine.events import (
@@ -27,6 +28,18 @@ from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 
 MAX_NOTICES = 10  # notices kept for the reply
+
+
+class RunMode(StrEnum):
+    """What a scheduled run does: re-run the thread's cells, or ask the model its question."""
+
+    REPLAY = "replay"
+    ASK = "ask"
+
+    @classmethod
+    def of(cls, ask: str | None) -> RunMode:
+        """A schedule with a question (`ask: …`) is a model turn; without, a replay."""
+        return cls.ASK if ask else cls.REPLAY
 
 
 @dataclass(frozen=True)
@@ -49,7 +62,7 @@ class RunReport:
     """What one scheduled run did, for the front-end to show in one reply."""
 
     occurrence: float
-    mode: str  # "replay" | "ask"
+    mode: RunMode
     planned: int = 0  # the thread's successful cells this run re-runs (or restores)
     cells: list[RunCell] = field(default_factory=list)  # the visible cells, in order
     seconds: float = 0.0
@@ -129,7 +142,7 @@ class RunFold:
                         )
                     return
                 report.cells.append(cell)
-                if report.mode == "replay" and not result.ok and report.failed is None:
+                if report.mode is RunMode.REPLAY and not result.ok and report.failed is None:
                     report.failed = cell
             case Notice(kind=NoticeKind.NETWORK, text=text):
                 report.note_network((text,))

@@ -24,10 +24,9 @@ from slackinterp.engine import notebook
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey, safe_component
 from slackinterp.errors import TurnOrigin
-from slackinterp.kernels.local import privileges
 from slackinterp.kernels.registry import KernelRegistry, ReplayCell
 from slackinterp.llm.port import TurnAgent
-from slackinterp.schedules.report import RunFold, RunReport
+from slackinterp.schedules.report import RunFold, RunMode, RunReport
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)
@@ -64,8 +63,7 @@ class ScheduledRunner:
         self.engine = engine or Engine(settings, store, registry, agent)
 
     async def run(self, schedule: StoredSchedule, occurrence: float) -> RunReport:
-        mode = "ask" if schedule.ask else "replay"
-        report = RunReport(occurrence, mode)
+        report = RunReport(occurrence, RunMode.of(schedule.ask))
         started = time.monotonic()
         try:
             await self._run(schedule, report, started)
@@ -151,7 +149,7 @@ class ScheduledRunner:
                 )
         else:
             target.mkdir(parents=True, exist_ok=True)
-        privileges.hand_over(target, getattr(self.registry.backend, "user", None))
+        self.registry.backend.hand_over(target)
 
     def _notebook(self, schedule: StoredSchedule, report: RunReport) -> tuple[str, bytes] | None:
         entries: list[notebook.Entry] = []

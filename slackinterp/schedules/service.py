@@ -24,6 +24,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from enum import StrEnum
 
 from apscheduler.schedulers.asyncio import AsyncIOScheduler
 from apscheduler.triggers.date import DateTrigger
@@ -35,13 +36,26 @@ from slackinterp.errors import SlackinterpError
 from slackinterp.schedules import timing
 from slackinterp.schedules.phrases import Parsed, Rule, duration
 from slackinterp.schedules.ports import ScheduleFront
-from slackinterp.schedules.report import RunReport
+from slackinterp.schedules.report import RunMode, RunReport
 from slackinterp.schedules.runner import ScheduledRunner
 from slackinterp.store import Store, StoredSchedule
 
 log = logging.getLogger(__name__)
 
 PAUSE_AFTER = 3  # failed runs in a row before a schedule pauses itself
+
+
+class Fired(StrEnum):
+    """What `fire` did with one occurrence."""
+
+    RAN = "ran"
+    FAILED = "failed"
+    REFUSED = "refused"  # a limit or a rule refused it (no kernel was started)
+    MISSED = "missed"  # later than SLACKINTERP_SCHEDULE_GRACE: skipped, with a note
+    TAKEN = "taken"  # another replica or an earlier run has it
+    BUSY = "busy"  # this schedule is running here now; its next run is planned when that ends
+    GONE = "gone"  # deleted or paused
+    ERROR = "error"  # a fault of ours (logged)
 
 
 class ScheduleRefused(SlackinterpError):
@@ -174,18 +188,16 @@ class ScheduleService:
         self._plan(schedule, self.due(schedule, self.clock()))
 
     # --- one occurrence ------------------------------------------------------------------
-    async def fire(self, schedule_id: str, occurrence: float) -> str:
-        """Run one occurrence if this caller claims it: "ran", "failed", "refused", "missed",
-        "taken" (another replica or an earlier run has it), "busy" (this schedule is running
-        here now; its next run is planned when that ends) or "gone" (deleted or paused)."""
+    async def fire(self, schedule_id: str, occurrence: float) -> Fired:
+        """Run one occurrence if this caller claims it, and say what became of it."""
         if schedule_id in self.busy:
-            return "busy"
+            return Fired.BUSY
         self.busy.add(schedule_id)
         try:
             return await self._fire(schedule_id, occurrence)
         except Exception:
             log.exception("schedule.fire_failed schedule=%s", schedule_id)
-            return "error"
+            return Fired.ERROR
         finally:
             self.busy.discard(schedule_id)
             try:
@@ -193,16 +205,16 @@ class ScheduleService:
             except Exception as exc:
                 log.warning("schedule.plan_failed schedule=%s error=%s", schedule_id, exc)
 
-    async def _fire(self, schedule_id: str, occurrence: float) -> str:
+    async def _fire(self, schedule_id: str, occurrence: float) -> Fired:
         schedule = await self.store.schedule(schedule_id)
         if schedule is None or not schedule.active or not self.enabled:
-            return "gone"
+            return Fired.GONE
         tz = timing.zone(schedule.tz)
         label = timing.local_label(occurrence, tz)
         late = self.clock() - occurrence
         if late > self.settings.schedule_grace:
             if not await self.store.claim_run(schedule_id, occurrence, self.replica, "missed"):
-                return "taken"
+                return Fired.TAKEN
             log.info("schedule.missed schedule=%s late=%.0f", schedule_id, late)
             metrics.SCHEDULED_RUNS.labels("missed").inc()
             rule = Rule.from_json(schedule.rule)
@@ -213,22 +225,22 @@ class ScheduleService:
                 f"{_lateness(late)} late (more than SLACKINTERP_SCHEDULE_GRACE). "
                 f"Next run: {timing.local_label(upcoming, tz)}.",
             )
-            return "missed"
+            return Fired.MISSED
         if not await self.store.claim_run(schedule_id, occurrence, self.replica):
-            return "taken"
+            return Fired.TAKEN
         log.info("schedule.run schedule=%s occurrence=%d", schedule_id, int(occurrence))
         refusal = await self.front.refusal(schedule) if self.front is not None else None
         if refusal is not None:
-            mode = "ask" if schedule.ask else "replay"
-            report = RunReport(occurrence, mode, problem=refusal, refused=True)
+            report = RunReport(occurrence, RunMode.of(schedule.ask), problem=refusal, refused=True)
         else:
             report = await self.runner.run(schedule, occurrence)
         return await self._finish(schedule, occurrence, report, label)
 
     async def _finish(
         self, schedule: StoredSchedule, occurrence: float, report: RunReport, label: str
-    ) -> str:
-        outcome = "ok" if report.ok else ("refused" if report.refused else "failed")
+    ) -> Fired:
+        fired = Fired.RAN if report.ok else (Fired.REFUSED if report.refused else Fired.FAILED)
+        outcome = "ok" if fired is Fired.RAN else fired.value  # as recorded and counted
         metrics.SCHEDULED_RUNS.labels(outcome).inc()
         try:
             await self.store.finish_run(schedule.id, occurrence, outcome)
@@ -251,7 +263,7 @@ class ScheduleService:
             )
         finally:
             await asyncio.to_thread(report.cleanup)
-        return "ran" if report.ok else outcome
+        return fired
 
     async def _note(self, schedule: StoredSchedule, text: str) -> None:
         if self.front is None:

@@ -15,7 +15,7 @@ import math
 from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-from slackinterp.schedules.phrases import Rule
+from slackinterp.schedules.phrases import Rule, RuleKind
 
 # Wall-clock rules: a run is found within this many days (a monthly rule needs ≤ 62).
 _SEARCH_DAYS = 400
@@ -31,7 +31,7 @@ def zone(name: str | None) -> ZoneInfo:
 
 def next_run(rule: Rule, after: float, tz: ZoneInfo, anchor: float) -> float:
     """The first run strictly after `after`."""
-    if rule.kind == "interval":
+    if rule.kind is RuleKind.INTERVAL:
         steps = math.floor((after - anchor) / rule.seconds) + 1
         return anchor + max(steps, 1) * rule.seconds
     local = datetime.fromtimestamp(after, tz).date() - timedelta(days=1)
@@ -45,7 +45,7 @@ def next_run(rule: Rule, after: float, tz: ZoneInfo, anchor: float) -> float:
 
 def last_run(rule: Rule, at_or_before: float, tz: ZoneInfo, anchor: float) -> float | None:
     """The latest run at or before the moment (None before the first one)."""
-    if rule.kind == "interval":
+    if rule.kind is RuleKind.INTERVAL:
         steps = math.floor((at_or_before - anchor) / rule.seconds)
         return anchor + steps * rule.seconds if steps >= 1 else None
     local = datetime.fromtimestamp(at_or_before, tz).date() + timedelta(days=1)
@@ -59,11 +59,11 @@ def last_run(rule: Rule, at_or_before: float, tz: ZoneInfo, anchor: float) -> fl
 
 def _on(rule: Rule, day: date, tz: ZoneInfo) -> float | None:
     """The rule's run on that local day, if it runs that day."""
-    if rule.kind == "weekly" and day.weekday() != rule.weekday:
+    if rule.kind is RuleKind.WEEKLY and day.weekday() != rule.weekday:
         return None
-    if rule.kind == "weekdays" and day.weekday() >= 5:
+    if rule.kind is RuleKind.WEEKDAYS and day.weekday() >= 5:
         return None
-    if rule.kind == "monthly":
+    if rule.kind is RuleKind.MONTHLY:
         last = calendar.monthrange(day.year, day.month)[1]
         if day.day != min(rule.day, last):
             return None

@@ -8,40 +8,28 @@ from typing import Any
 from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.slack import access
 from slackinterp.slack.listener_base import ListenerBase
+from slackinterp.slack.press import Press, button
 from slackinterp.slack.render import STOP_ACTION
 
 
 class ButtonListeners(ListenerBase):
     """The Stop and Reset buttons and the reset shortcut."""
 
-    async def on_button(
-        self,
-        ack: Any,
-        body: dict[str, Any],
-        action: dict[str, Any],
-        respond: Any,
-        client: AsyncWebClient,
-    ) -> None:
-        await ack()
-        who = access.actor(body)  # the one reading of a payload's channel and user
-        user, channel = who.user, who.channel
+    @button
+    async def on_button(self, press: Press) -> None:
+        user, client = press.who.user, press.client
         try:
-            key = ThreadKey.parse(str(action.get("value", "")))
+            key = ThreadKey.parse(press.value)
         except ValueError:
             return
-        if key.channel != channel:
+        if key.channel != press.who.channel:
             return  # a forged button value pointing at another channel's thread
-        if action.get("action_id") == STOP_ACTION:
+        if press.action.get("action_id") == STOP_ACTION:
             if self.engine.stop(key):
                 await self._reply(client, key, f":black_square_for_stop: <@{user}> pressed Stop.")
             else:
-                await respond(
-                    response_type="ephemeral",
-                    replace_original=False,
-                    text="Nothing is running in that thread.",
-                )
+                await press.tell("Nothing is running in that thread.")
             return
         self.spawn(self._reset_from(client, key, user), f"reset-{key.id}")
 

@@ -26,6 +26,7 @@ from slackinterp.kernels.execution import (
     Stream,
 )
 from slackinterp.slack import text as t
+from slackinterp.slack.blocks import context, section
 from slackinterp.slack.inputs import Question, answer_button, question_block
 
 STOP_ACTION = "interp_stop"
@@ -94,14 +95,6 @@ def buttons(key_id: str, *, running: bool, answer: str | None = None) -> dict[st
         }
     )
     return {"type": "actions", "block_id": "interp_controls", "elements": elements}
-
-
-def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": t.clip_mrkdwn(text)}}
-
-
-def _context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": t.clip_mrkdwn(text)}]}
 
 
 def _cell(text: str) -> dict[str, Any]:
@@ -194,12 +187,12 @@ class CellView:
             "model_text_fixed": FIXED_LABEL,
         }.get(self.source, " (written by the model)")
         status = status_line(self.result, self.started, timeout)
-        blocks = [_section(t.code_block(code)), _context(status + who)]
+        blocks = [section(t.code_block(code)), context(status + who)]
         output_blocks, notes, self.cut = render_outputs(self.shown, self.result, tables=tables)
         blocks += output_blocks
         notes = self.notes + notes
         if notes:
-            blocks.append(_context(t.clip_mrkdwn(t.escape(" · ".join(notes)), 500)))
+            blocks.append(context(t.clip_mrkdwn(t.escape(" · ".join(notes)), 500)))
         asking = self.asking if self.result is None else None
         if asking is not None:
             blocks.append(question_block(asking))
@@ -236,11 +229,11 @@ def render_outputs(
         block: dict[str, Any] | None = None
         if isinstance(item, str):  # merged stream text
             limit = min(STREAM_BUDGET, budget)
-            block = _section(t.code_block(item, limit))
+            block = section(t.code_block(item, limit))
             cut = cut or len(t.escape(item.rstrip("\n"))) > limit - 8
         elif isinstance(item, Error):
             text = item.traceback or f"{item.ename}: {item.evalue}"
-            block = _section(t.code_block(text, min(ERROR_BUDGET, max(budget, 600))))
+            block = section(t.code_block(text, min(ERROR_BUDGET, max(budget, 600))))
         else:
             assert not isinstance(item, Stream)  # merged into text above
             view = mime.pick(item.data, item.metadata)
@@ -253,17 +246,17 @@ def render_outputs(
                 table_used = True  # Slack allows one table block per message
                 block, _ = table_block(view.table)
             elif view.kind == "table":
-                block = _section(t.code_block(view.text, min(TEXT_BUDGET, budget)))
+                block = section(t.code_block(view.text, min(TEXT_BUDGET, budget)))
             elif view.kind == "markdown":
                 limit = min(t.SECTION_LIMIT, budget)
-                block = _section(t.clip_mrkdwn(t.markdown_to_mrkdwn(view.text), limit))
+                block = section(t.clip_mrkdwn(t.markdown_to_mrkdwn(view.text), limit))
             elif view.kind == "html":
-                block = _section(t.clip_mrkdwn(t.escape(view.text), min(TEXT_BUDGET, budget)))
+                block = section(t.clip_mrkdwn(t.escape(view.text), min(TEXT_BUDGET, budget)))
             elif view.kind == "unknown":
                 notes.append(f"an output of type {', '.join(view.mimes)} is not shown in Slack")
                 continue
             else:  # text, latex (its source), json (pretty)
-                block = _section(t.code_block(view.text, min(TEXT_BUDGET, budget)))
+                block = section(t.code_block(view.text, min(TEXT_BUDGET, budget)))
         blocks.append(block)
         budget -= _size(block)
     if skipped:

@@ -1,10 +1,10 @@
 """`/interp data [show|allow NAME|deny NAME|refresh]` and `@interp data …`: a channel's SQL
 data sources from Slack.
 
-Anyone may look (the sources enabled here, with their tables); only admins (slack/admins.py)
-enable or disable one. Sources themselves are named by the operator in the bot's settings,
-never from Slack: a channel can only choose among them. The choice is stored (every replica
-and restart applies it) and checked on each query, so it takes effect at once.
+Anyone may look (the sources enabled here, with their tables); only admins enable or disable
+one (slack/channel_policy.py). Sources themselves are named by the operator in the bot's
+settings, never from Slack: a channel can only choose among them. The choice is stored (every
+replica and restart applies it) and checked on each query, so it takes effect at once.
 """
 
 from __future__ import annotations
@@ -12,12 +12,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from slack_sdk.web.async_client import AsyncWebClient
-
 from slackinterp.config import Settings
 from slackinterp.datasources import catalog
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
+from slackinterp.slack.channel_policy import ChannelPolicyCommand
 from slackinterp.store import Store
 
 if TYPE_CHECKING:
@@ -37,19 +36,15 @@ def is_data_command(words: list[str]) -> bool:
     return len(words) == 1 or (words[1].lower() in ACTIONS and len(words) <= 3)
 
 
-class DataCommand:
-    def __init__(self, settings: Settings, store: Store, data: DataSources | None, admins: Admins):
-        self.settings = settings
-        self.store = store
-        self.data = data
-        self.admins = admins
+class DataCommand(ChannelPolicyCommand):
+    word = "data"
+    subject = "data sources"
 
-    async def handle(
-        self, client: AsyncWebClient, user: str, channel: str, words: list[str]
-    ) -> str:
-        """The answer for the user."""
-        command = self.settings.command
-        action = words[0].lower() if words else "show"
+    def __init__(self, settings: Settings, store: Store, data: DataSources | None, admins: Admins):
+        super().__init__(settings, store, admins)
+        self.data = data
+
+    async def look(self, channel: str, action: str, words: list[str]) -> str | None:
         if self.data is None:
             return (
                 "No SQL data sources are configured for this bot (the operator names them with "
@@ -60,14 +55,16 @@ class DataCommand:
         if action == "refresh":
             return await self.show(channel, refresh=True)
         if action not in ("allow", "deny") or len(words) != 2:
-            return f"Usage: `{command} {USAGE}`."
+            return f"Usage: `{self.settings.command} {USAGE}`."
         name = words[1].strip("`")
         if name not in self.data.specs:
             known = ", ".join(f"`{n}`" for n in self.data.names) or "none"
             return f"No data source {t.inline_code(name)}. The bot's sources: {known}."
-        if not await self.admins.is_admin(client, user):
-            log.info("data.change_refused channel=%s user=%s action=%s", channel, user, action)
-            return f"Only {WHO_MAY} may change this channel's data sources."
+        return None
+
+    async def change(self, user: str, channel: str, action: str, words: list[str]) -> str:
+        assert self.data is not None  # look answered otherwise
+        name = words[1].strip("`")
         changed = await self.store.set_data_rule(channel, name, action, user)
         self.data.changed(channel)
         log.info(

@@ -15,13 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from slack_sdk.errors import SlackApiError
-from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp.engine import inputs
 from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.slack import access
 from slackinterp.slack import text as t
+from slackinterp.slack.press import Press, button
 
 log = logging.getLogger(__name__)
 
@@ -113,38 +112,31 @@ class InputListeners:
         pending = session.inputs.pending if session is not None else None
         return pending if pending is not None and pending.cell_id == cell_id else None
 
-    async def on_answer_button(
-        self,
-        ack: Any,
-        body: dict[str, Any],
-        action: dict[str, Any],
-        respond: Any,
-        client: AsyncWebClient,
-    ) -> None:
-        await ack()
-        who = access.actor(body)
-        target = _target(str(action.get("value", "")))
+    @button
+    async def on_answer_button(self, press: Press) -> None:
+        who = press.who
+        target = _target(press.value)
         if target is None or target[0].channel != who.channel:
             return  # a forged value pointing at another channel's thread
         key, cell_id = target
         pending = self._pending(key, cell_id)
-        refusal = None
         if pending is None:
-            refusal = "That question is no longer waiting: it was answered, or the cell ended."
-        elif pending.asker and who.user != pending.asker:
-            refusal = f"Only <@{pending.asker}> can answer: the cell runs for their request."
-        if refusal is not None or pending is None:
-            await respond(response_type="ephemeral", replace_original=False, text=refusal)
+            await press.tell(
+                "That question is no longer waiting: it was answered, or the cell ended."
+            )
+            return
+        if pending.asker and who.user != pending.asker:
+            await press.tell(
+                f"Only <@{pending.asker}> can answer: the cell runs for their request."
+            )
             return
         try:
-            await client.views_open(trigger_id=body["trigger_id"], view=answer_modal(pending, key))
+            await press.client.views_open(
+                trigger_id=press.body["trigger_id"], view=answer_modal(pending, key)
+            )
         except SlackApiError as exc:
             log.warning("input.modal_failed error=%s", exc.response.get("error"))
-            await respond(
-                response_type="ephemeral",
-                replace_original=False,
-                text="Slack did not open the answer box; press Answer again.",
-            )
+            await press.tell("Slack did not open the answer box; press Answer again.")
 
     async def on_answer_submitted(
         self, ack: Any, body: dict[str, Any], view: dict[str, Any]

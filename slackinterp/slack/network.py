@@ -1,6 +1,6 @@
 """`/interp network show|allow RULE|deny RULE|reset`: a channel's egress rules from Slack.
 
-Anyone may look; only admins (slack/admins.py) may change them. Rules are stored (every
+Anyone may look; only admins may change them (slack/channel_policy.py). Rules are stored (every
 replica and restart applies them) and take effect on the kernels' next connection, with no
 kernel restart. The operator's SLACKINTERP_NETWORK_DENY stays absolute: a channel's allow
 cannot lift it.
@@ -12,12 +12,11 @@ import logging
 import re
 from typing import TYPE_CHECKING
 
-from slack_sdk.web.async_client import AsyncWebClient
-
 from slackinterp.config import Settings
 from slackinterp.egress.policy import BadRule, NetworkMode, parse_rules
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
+from slackinterp.slack.channel_policy import ChannelPolicyCommand
 from slackinterp.store import Store
 
 if TYPE_CHECKING:
@@ -44,26 +43,23 @@ def unlink(text: str) -> str:
     return _LINK.sub(lambda m: m.group(2) or m.group(1), text)
 
 
-class NetworkCommand:
-    def __init__(self, settings: Settings, store: Store, egress: Egress | None, admins: Admins):
-        self.settings = settings
-        self.store = store
-        self.egress = egress
-        self.admins = admins
+class NetworkCommand(ChannelPolicyCommand):
+    word = "network"
+    subject = "network rules"
 
-    async def handle(
-        self, client: AsyncWebClient, user: str, channel: str, words: list[str]
-    ) -> str:
-        """The answer for the user (ephemeral)."""
-        command = self.settings.command
-        action = words[0].lower() if words else "show"
+    def __init__(self, settings: Settings, store: Store, egress: Egress | None, admins: Admins):
+        super().__init__(settings, store, admins)
+        self.egress = egress
+
+    async def look(self, channel: str, action: str, words: list[str]) -> str | None:
         if action == "show":
             return await self.show(channel)
         if action not in ("allow", "deny", "reset") or (action != "reset" and len(words) != 2):
+            command = self.settings.command
             return f"Usage: `{command} {USAGE}`. Rules: docs/SECURITY.md (Network egress)."
-        if not await self.admins.is_admin(client, user):
-            log.info("network.change_refused channel=%s user=%s action=%s", channel, user, action)
-            return f"Only {WHO_MAY} may change this channel's network rules."
+        return None
+
+    async def change(self, user: str, channel: str, action: str, words: list[str]) -> str:
         if action == "reset":
             removed = await self.store.clear_network_rules(channel)
             self._changed(channel)

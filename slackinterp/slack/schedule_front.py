@@ -16,31 +16,34 @@ from typing import Any
 from slack_sdk.errors import SlackApiError, SlackClientError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp.engine import mime
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.kernels.execution import Display, Result, Shown
 from slackinterp.schedules import phrases, timing
-from slackinterp.schedules.report import RunCell, RunReport
+from slackinterp.schedules.report import RunReport
 from slackinterp.schedules.service import ScheduleRefused, ScheduleService
-from slackinterp.slack import access
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
-from slackinterp.slack.cells import render_outputs, table_block
+from slackinterp.slack.blocks import context, section
+from slackinterp.slack.press import Press, button
+from slackinterp.slack.schedule_cards import (
+    ACTIONS,
+    DELETE_ACTION,
+    PAUSE_ACTION,
+    RESUME_ACTION,
+    actions,
+    describe,
+    what,
+)
+from slackinterp.slack.schedule_reply import fallback_text, run_reply, without_tables
 from slackinterp.store import StoredSchedule
 
 log = logging.getLogger(__name__)
 
-PAUSE_ACTION = "interp_schedule_pause"
-RESUME_ACTION = "interp_schedule_resume"
-DELETE_ACTION = "interp_schedule_delete"
-BROADCAST_ACTION = "interp_schedule_broadcast"
-ACTIONS = (PAUSE_ACTION, RESUME_ACTION, DELETE_ACTION, BROADCAST_ACTION)
+__all__ = ["ACTIONS", "SlackSchedules", "forms_text", "wants"]
+
 LIST_WORDS = {"schedules", "schedule", "list schedules"}
 UNSCHEDULE_WORDS = {"unschedule", "stop schedule", "delete schedule"}
 MAX_LISTED = 15  # 3 blocks each, within Slack's 50 per message
-MAX_FIGURES = 20
-MAX_ATTACHMENTS = 10  # files on one message, as Slack's own upload allows
-MAX_NOTICE_CHARS = 300  # one notice line of a run (blocked request, cut reply…)
+NOTE_CHARS = 2000  # a context line
 
 
 def wants(text: str) -> bool:
@@ -129,7 +132,7 @@ class SlackSchedules:
             f"reply here. Stop it with `{mention} unschedule`, or with the buttons below "
             f"or in `{mention} schedules`."
         )
-        blocks = [_section(line), _actions(schedule, "card")]
+        blocks = [section(line), actions(schedule, "card")]
         await self._post(client, key, line, blocks)
 
     async def _time_zone(self, client: AsyncWebClient, user: str) -> str | None:
@@ -153,10 +156,9 @@ class SlackSchedules:
                 removed.append(schedule)
             else:
                 refused.append(schedule)
-        lines = [f":wastebasket: Deleted {_what(s)}." for s in removed]
+        lines = [f":wastebasket: Deleted {what(s)}." for s in removed]
         lines += [
-            f"Not deleted: {_what(s)} belongs to <@{s.owner}>; only they or {WHO_MAY} may "
-            "change it."
+            f"Not deleted: {what(s)} belongs to <@{s.owner}>; only they or {WHO_MAY} may change it."
             for s in refused
         ]
         return "\n".join(lines)
@@ -171,39 +173,20 @@ class SlackSchedules:
                 "No schedules in this channel. In a thread whose analysis works, "
                 f"`{mention} every Monday at 9:00` re-runs it every week."
             )
-            return {"text": text, "blocks": [_section(text)]}
+            return {"text": text, "blocks": [section(text)]}
         count = len(found)
         head = f"*{count} schedule{'s' if count != 1 else ''} in this channel*"
-        blocks: list[dict[str, Any]] = [_section(head)]
+        blocks: list[dict[str, Any]] = [section(head)]
         for schedule in found[:MAX_LISTED]:
             link = await self._thread_link(client, schedule)
-            blocks.append(_section(self._describe(schedule, link)))
-            blocks.append(_actions(schedule, "list"))
+            blocks.append(section(self._describe(schedule, link)))
+            blocks.append(actions(schedule, "list"))
         if count > MAX_LISTED:
-            blocks.append(_context(f"… and {count - MAX_LISTED} more not shown"))
+            blocks.append(context(f"… and {count - MAX_LISTED} more not shown", NOTE_CHARS))
         return {"text": f"{count} schedule(s)", "blocks": blocks}
 
     def _describe(self, schedule: StoredSchedule, link: str | None) -> str:
-        zone = timing.zone(schedule.tz)
-        rule = phrases.Rule.from_json(schedule.rule)
-        where = f"<{link}|thread>" if link else f"thread {schedule.thread_key.rsplit(':', 1)[-1]}"
-        kind = (
-            f"ask “{t.escape(t.head_tail(schedule.ask, 80)[0])}”"
-            if schedule.ask
-            else "re-run the cells"
-        )
-        upcoming = self.service.next_run_of(schedule)
-        state = (
-            f"next run {timing.local_label(upcoming, zone)}"
-            if upcoming is not None
-            else ":double_vertical_bar: paused"
-        )
-        last = t.escape(schedule.last_result) if schedule.last_result else "not run yet"
-        sent = " · also sent to the channel" if schedule.broadcast else ""
-        return (
-            f"*{rule.describe()}* ({schedule.tz}) · {kind} · {where} · owner <@{schedule.owner}>\n"
-            f"{state} · last: {last}{sent}"
-        )
+        return describe(schedule, self.service.next_run_of(schedule), link)
 
     async def _thread_link(self, client: AsyncWebClient, schedule: StoredSchedule) -> str | None:
         key = ThreadKey.parse(schedule.thread_key)
@@ -214,76 +197,54 @@ class SlackSchedules:
         return str(response.get("permalink") or "") or None
 
     # --- buttons -------------------------------------------------------------------------
-    async def on_button(
-        self,
-        ack: Any,
-        body: dict[str, Any],
-        action: dict[str, Any],
-        respond: Any,
-        client: AsyncWebClient,
-    ) -> None:
-        await ack()
-        who = access.actor(body)  # the one reading of a payload's channel and user
-        user, channel = who.user, who.channel
-        schedule_id = str(action.get("value", "")).split(":", 1)[0]
-        schedule = await self.store.schedule(schedule_id)
-        if schedule is None or schedule.channel != channel:
-            await respond(
-                response_type="ephemeral",
-                replace_original=False,
-                text="That schedule no longer exists.",
-            )
+    @button
+    async def on_button(self, press: Press) -> None:
+        user, client = press.who.user, press.client
+        schedule = await self.store.schedule(press.value.split(":", 1)[0])
+        if schedule is None or schedule.channel != press.who.channel:
+            await press.tell("That schedule no longer exists.")
             return
         if not await self.may_change(client, schedule, user):
-            await respond(
-                response_type="ephemeral",
-                replace_original=False,
-                text=f"Only the schedule's owner (<@{schedule.owner}>) or {WHO_MAY} may change it.",
+            await press.tell(
+                f"Only the schedule's owner (<@{schedule.owner}>) or {WHO_MAY} may change it."
             )
             return
-        action_id = action.get("action_id")
+        action_id = press.action.get("action_id")
         key = ThreadKey.parse(schedule.thread_key)
         if action_id == PAUSE_ACTION:
             await self.service.pause(schedule.id)
-            note = f":double_vertical_bar: <@{user}> paused {_what(schedule)}."
+            note = f":double_vertical_bar: <@{user}> paused {what(schedule)}."
         elif action_id == RESUME_ACTION:
             await self.service.resume(schedule.id)
-            note = f":arrow_forward: <@{user}> resumed {_what(schedule)}."
+            note = f":arrow_forward: <@{user}> resumed {what(schedule)}."
         elif action_id == DELETE_ACTION:
             await self.service.delete(schedule.id)
-            note = f":wastebasket: <@{user}> deleted {_what(schedule)}."
+            note = f":wastebasket: <@{user}> deleted {what(schedule)}."
         else:
             on = not schedule.broadcast
             await self.service.set_broadcast(schedule.id, on)
-            note = f":mega: <@{user}>: runs of {_what(schedule)} are " + (
+            note = f":mega: <@{user}>: runs of {what(schedule)} are " + (
                 "also sent to the channel." if on else "posted in the thread only."
             )
-        await self._refresh(respond, client, body, action, schedule, user)
+        await self._refresh(press, schedule)
         await self._post(client, key, note)
 
-    async def _refresh(
-        self,
-        respond: Any,
-        client: AsyncWebClient,
-        body: dict[str, Any],
-        action: dict[str, Any],
-        schedule: StoredSchedule,
-        user: str,
-    ) -> None:
+    async def _refresh(self, press: Press, schedule: StoredSchedule) -> None:
         """The message holding the buttons shows the new state."""
-        if str(action.get("block_id", "")).startswith("schedule-list"):
+        client, user = press.client, press.who.user
+        if str(press.action.get("block_id", "")).startswith("schedule-list"):
             reply = await self.listing(client, schedule.channel, user)
         else:
             fresh = await self.store.schedule(schedule.id)
             if fresh is None:
-                text = f"Deleted: {_what(schedule)}."
-                reply = {"text": text, "blocks": [_section(text)]}
+                text = f"Deleted: {what(schedule)}."
+                reply = {"text": text, "blocks": [section(text)]}
             else:
                 link = await self._thread_link(client, fresh)
                 text = self._describe(fresh, link)
-                reply = {"text": text, "blocks": [_section(text), _actions(fresh, "card")]}
+                reply = {"text": text, "blocks": [section(text), actions(fresh, "card")]}
         try:
-            await respond(replace_original=True, **reply)
+            await press.respond(replace_original=True, **reply)
         except Exception as exc:
             log.warning("schedule.refresh_failed error=%s", exc)
 
@@ -313,7 +274,7 @@ class SlackSchedules:
         await self._post(
             self.client,
             key,
-            f":double_vertical_bar: <@{schedule.owner}> {_what(schedule)} failed {failures} "
+            f":double_vertical_bar: <@{schedule.owner}> {what(schedule)} failed {failures} "
             f"times in a row, so I paused it. Fix the analysis in this thread, then Resume it "
             f"in `{self.mention()} schedules`.",
         )
@@ -323,7 +284,7 @@ class SlackSchedules:
         attached to the same message."""
         key = ThreadKey.parse(schedule.thread_key)
         blocks, attachments = await asyncio.to_thread(run_reply, schedule, report, label)
-        fallback = _fallback(blocks)
+        fallback = fallback_text(blocks)
         if schedule.broadcast:
             # Slack shares files without "also send to channel": the reply goes out as a
             # broadcast message, its figures and notebook follow in the thread.
@@ -334,13 +295,15 @@ class SlackSchedules:
         if not attachments:
             await self._post(self.client, key, fallback, blocks)
             return
-        for attempt in (blocks, _without_tables(blocks)):
+        for attempt in (blocks, without_tables(blocks)):
             if await self._upload(key, attachments, attempt):
                 return
         if await self._upload(key, attachments, None, comment=t.clip_mrkdwn(fallback, 3900)):
             return
         # No upload at all (a missing files:write, Slack down): the results still arrive.
-        note = _context("The figures and the notebook of this run could not be attached.")
+        note = context(
+            "The figures and the notebook of this run could not be attached.", NOTE_CHARS
+        )
         await self._post(self.client, key, fallback, [*blocks[:49], note])
 
     async def _upload(
@@ -389,189 +352,3 @@ class SlackSchedules:
             log.warning("slack.reply_failed error=%s", exc.response.get("error"))
             if blocks:  # a block Slack refused: the text alone still tells the thread
                 await self._post(client, key, text, None, broadcast=broadcast)
-
-
-# --- the run's reply, pure ----------------------------------------------------------------
-def run_reply(
-    schedule: StoredSchedule, report: RunReport, label: str
-) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(blocks, files to attach) of a scheduled run's one reply."""
-    rule = phrases.Rule.from_json(schedule.rule)
-    count = len(report.cells)
-    cells = f"{count} cell{'s' if count != 1 else ''}"
-    head = f"Scheduled run, {label}: {cells}, {report.seconds:.1f} s"
-    blocks: list[dict[str, Any]] = []
-    files: list[dict[str, Any]] = []
-    if report.refused:
-        blocks.append(
-            _section(f":no_entry_sign: *{head}*: not run, {t.escape(report.problem or '')}.")
-        )
-    elif report.failed is not None:
-        failed = report.failed
-        assert failed is not None
-        error = failed.result.error
-        what = error.ename if error else failed.result.status.value
-        where = (
-            f"failed at cell {failed.number} of {report.planned or count}"
-            if report.mode == "replay"
-            else t.escape(report.problem or "failed")
-        )
-        if report.mode == "replay" and report.problem:
-            where += f", {t.escape(report.problem)}"
-        blocks.append(_section(f":x: *{head}*: {where} ({t.escape(what)})."))
-        code, _ = t.shorten_code(failed.code, max_chars=1200)
-        blocks.append(_section(t.code_block(code)))
-        trace = (error.traceback or f"{error.ename}: {error.evalue}") if error else what
-        blocks.append(_section(t.code_block(trace, 1500)))
-    else:
-        mark = ":white_check_mark:" if report.ok else ":warning:"
-        problem = f" {t.escape(report.problem)}." if report.problem else ""
-        blocks.append(_section(f"{mark} *{head}*.{problem}"))
-        if schedule.ask:
-            blocks.append(_context(f"Asked: “{t.escape(t.head_tail(schedule.ask, 300)[0])}”"))
-        shown: tuple[Shown, ...] = tuple(o for c in report.cells for o in c.result.outputs)
-        answer = report.joined_answer()
-        if report.mode == "replay" or not answer:
-            output_blocks, notes, cut = render_outputs(shown, None)
-        else:  # ask: the answer says it; figures and tables still come along
-            output_blocks, notes, cut = render_outputs(
-                tuple(o for o in shown if isinstance(o, Display | Result)), None
-            )
-        blocks += output_blocks[:40]
-        if answer:
-            blocks.append(_section(t.clip_mrkdwn(t.markdown_to_mrkdwn(answer), 2900)))
-        if notes:
-            blocks.append(_context(t.clip_mrkdwn(t.escape(" · ".join(notes)), 500)))
-        files += _figures(shown)
-        files += _tables(shown)
-        if cut or any(c.result.truncated_chars for c in report.cells):
-            text = "\n".join(_whole_text(c) for c in report.cells)
-            files.append(_file("output.txt", text.encode()))
-    said = [*report.network, *report.notices]  # what a person's turn shows under its cells
-    if said and not report.refused:
-        lines = [t.escape(t.head_tail(line, MAX_NOTICE_CHARS)[0]) for line in said]
-        blocks.append(_context(t.clip_mrkdwn("\n".join(lines), 2000)))
-    for produced in report.produced:
-        files.append(_file(produced.name.replace("/", "_"), produced.path.read_bytes()))
-    left_out = ""
-    keep = MAX_ATTACHMENTS - (report.notebook is not None)
-    if len(files) > keep:
-        left_out = f" · {len(files) - keep} more files not attached (the notebook has every output)"
-        files = files[:keep]
-    if report.notebook is not None:
-        name, data = report.notebook
-        files.append(_file(name, data))
-    notebook_note = " · notebook of the run attached" if report.notebook else ""
-    blocks.append(
-        _context(
-            f"{t.escape(rule.describe())} ({t.escape(schedule.tz)}) · scheduled by "
-            f"<@{schedule.owner}>{notebook_note}{left_out}"
-        )
-    )
-    return blocks[:50], files
-
-
-def _whole_text(cell: RunCell) -> str:
-    result = cell.result
-    if result.full_output is not None and result.full_output.exists():
-        return result.full_output.read_text(errors="replace")
-    return result.text
-
-
-def _figures(shown: tuple[Shown, ...]) -> list[dict[str, Any]]:
-    files: list[dict[str, Any]] = []
-    for output in shown:
-        if len(files) >= MAX_FIGURES:
-            break
-        if not isinstance(output, Display | Result):
-            continue
-        view = mime.pick(output.data, output.metadata)
-        number = len(files) + 1
-        alt = view.alt or f"Figure {number} of the scheduled run"
-        if view.kind == "image":
-            ext = mime.IMAGE_TYPES[view.mime]
-            files.append(_file(f"figure-{number}.{ext}", view.raw, alt))
-        elif view.kind == "svg":
-            png = mime.svg_to_png(view.svg)
-            if png is not None:
-                files.append(_file(f"figure-{number}.png", png, alt))
-            else:
-                files.append(_file(f"figure-{number}.svg", view.svg.encode(), alt))
-    return files
-
-
-def _tables(shown: tuple[Shown, ...]) -> list[dict[str, Any]]:
-    """A table cut to fit Slack goes along whole as CSV, as in a normal turn."""
-    files: list[dict[str, Any]] = []
-    for output in shown:
-        if not isinstance(output, Display | Result) or "text/html" not in output.data:
-            continue
-        view = mime.pick(output.data, output.metadata)
-        if view.kind == "table" and view.table is not None and table_block(view.table)[1]:
-            files.append(_file(f"table-{len(files) + 1}.csv", view.table.csv()))
-    return files
-
-
-def _file(name: str, content: bytes, alt: str | None = None) -> dict[str, Any]:
-    upload: dict[str, Any] = {"content": content, "filename": name, "title": name}
-    if alt:
-        upload["alt_txt"] = alt[:1000]
-    return upload
-
-
-def _without_tables(blocks: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    return [b for b in blocks if b.get("type") != "table"]
-
-
-def _fallback(blocks: list[dict[str, Any]]) -> str:
-    first = blocks[0]["text"]["text"] if blocks and blocks[0].get("text") else ""
-    return str(first)[:3900]
-
-
-def _what(schedule: StoredSchedule) -> str:
-    return f"the schedule *{t.escape(phrases.Rule.from_json(schedule.rule).describe())}*"
-
-
-def _section(text: str) -> dict[str, Any]:
-    return {"type": "section", "text": {"type": "mrkdwn", "text": t.clip_mrkdwn(text)}}
-
-
-def _context(text: str) -> dict[str, Any]:
-    return {"type": "context", "elements": [{"type": "mrkdwn", "text": t.clip_mrkdwn(text, 2000)}]}
-
-
-def _button(text: str, action_id: str, value: str, **extra: Any) -> dict[str, Any]:
-    return {
-        "type": "button",
-        "text": {"type": "plain_text", "text": text},
-        "action_id": action_id,
-        "value": value,
-        **extra,
-    }
-
-
-def _actions(schedule: StoredSchedule, where: str) -> dict[str, Any]:
-    toggle = "Also send to channel: on" if schedule.broadcast else "Also send to channel: off"
-    elements = [
-        _button("Pause", PAUSE_ACTION, schedule.id)
-        if schedule.active
-        else _button("Resume", RESUME_ACTION, schedule.id, style="primary"),
-        _button(
-            "Delete",
-            DELETE_ACTION,
-            schedule.id,
-            style="danger",
-            confirm={
-                "title": {"type": "plain_text", "text": "Delete this schedule?"},
-                "text": {"type": "plain_text", "text": "Its runs stop; the thread stays."},
-                "confirm": {"type": "plain_text", "text": "Delete"},
-                "deny": {"type": "plain_text", "text": "Cancel"},
-            },
-        ),
-        _button(toggle, BROADCAST_ACTION, schedule.id),
-    ]
-    return {
-        "type": "actions",
-        "block_id": f"schedule-{where}-{schedule.id[:12]}",
-        "elements": elements,
-    }

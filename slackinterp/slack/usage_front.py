@@ -8,12 +8,14 @@ set person|scheduled AMOUNT/day|month | reset`: the channel's caps (admins chang
 
 from __future__ import annotations
 
+import difflib
 import logging
 import time
+from collections.abc import Iterable
 
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp.caps import Cap, CapUnit, Period, describe, parse_cap
+from slackinterp.caps import NO_CAP, Cap, CapUnit, Period, describe, parse_cap
 from slackinterp.engine.budgets import AppliedCap, Budgets
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import TurnOrigin
@@ -154,7 +156,7 @@ class UsageFront:
             return f"Removed this channel's {removed} cap(s); the settings apply.\n" + (
                 await self.show(channel)
             )
-        parsed = _parse_set(words[1:])
+        parsed = _parse_set(words[1:], self.budgets.prices.currency)
         if isinstance(parsed, str):
             return f"{parsed} Usage: `{command} {BUDGET_USAGE}`."
         scope, period, cap = parsed
@@ -187,8 +189,22 @@ class UsageFront:
                 f"• {names[applied.scope]}: {describe(applied.cap, money)} per "
                 f"{applied.period.value} ({where})"
             )
+        for stored in await self.budgets.stored_caps(channel):
+            if stored.amount <= 0:  # an admin lifted the settings' cap here
+                lines.append(
+                    f"• {names.get(stored.scope, stored.scope)}: no cap per {stored.period} "
+                    f"(set by <@{stored.set_by}>)"
+                )
         if len(lines) == 1:
             lines.append("• no caps")
+        model = self.settings.openai_model
+        money_caps = any(a.cap.unit is CapUnit.MONEY for a in person + scheduled)
+        if money_caps and self.budgets.prices.price(model) is None:
+            lines.append(
+                f":warning: The model {t.inline_code(model)} has no price, so its turns cost "
+                "0 and money caps never fill: give it one in SLACKINTERP_PRICES, or cap "
+                "tokens (`200k tokens/day`)."
+            )
         lines.append(
             f"Changed by {WHO_MAY}: `{self.settings.command} budget set 20/day` "
             "(money in the configured currency, or `200k tokens/day`)."
@@ -196,20 +212,37 @@ class UsageFront:
         return "\n".join(lines)
 
 
-def _parse_set(words: list[str]) -> tuple[str, Period, Cap | None] | str:
-    """`[person|scheduled|channel] AMOUNT/day|month` → (scope, period, cap or None)."""
+SCOPES = ("person", "channel", "scheduled")
+PERIODS = {"day": Period.DAY, "daily": Period.DAY, "d": Period.DAY, "days": Period.DAY}
+PERIODS |= {"month": Period.MONTH, "monthly": Period.MONTH, "months": Period.MONTH}
+
+
+def _parse_set(words: list[str], currency: str) -> tuple[str, Period, Cap | None] | str:
+    """`[person|scheduled|channel] AMOUNT/day|month` → (scope, period, cap or None); or what
+    is wrong with it, naming the closest word when one was mistyped."""
     scope = "channel"
-    if words and words[0].lower() in ("person", "channel", "scheduled"):
+    if words and words[0].lower() in SCOPES:
         scope, words = words[0].lower(), words[1:]
+    elif len(words) > 1 and words[0].isalpha() and words[0].lower() not in NO_CAP:
+        return f"{t.inline_code(words[0])} is not a budget: {_closest(words[0], SCOPES, SCOPES)}."
     written = " ".join(words).strip()
     if "/" not in written:
         return "Say the period: `20/day` or `500/month`."
     amount, _, period_word = written.rpartition("/")
     period_word = period_word.strip().lower()
-    if period_word not in ("day", "month"):
-        return f"The period is `day` or `month`, not {t.inline_code(period_word)}."
+    if period_word not in PERIODS:
+        wrong = t.inline_code(period_word)
+        hint = _closest(period_word, PERIODS, ("day", "month"))
+        return f"The period is `day` or `month`, not {wrong}: {hint}."
     try:
-        cap = parse_cap(amount)
+        cap = parse_cap(amount, currency)
     except ValueError as exc:
         return t.escape(str(exc)) + "."
-    return scope, Period(period_word), cap
+    return scope, PERIODS[period_word], cap
+
+
+def _closest(word: str, choices: Iterable[str], shown: Iterable[str]) -> str:
+    close = difflib.get_close_matches(word.lower(), list(choices), n=1, cutoff=0.5)
+    names = [f"`{name}`" for name in shown]
+    listed = ", ".join(names[:-1]) + " or " + names[-1]
+    return f"did you mean `{close[0]}`? ({listed})" if close else f"say {listed}"

@@ -10,9 +10,9 @@ One module per concept: `schema` (tables), `migrations` (versions), `connection`
 `locks` (the per-thread lock across replicas), then one mixin per group of tables — `threads`
 (turns in flight), `replay` (cells and model history), `transcript` (notebook export), `seen`
 (events and thread context), `kernels` (gateway directory, kernel processes), `recurring`
-(recurring analyses and their run claims), `network` (per-channel egress rules), `usage`
-(model calls and cells used, budgets' reservations and caps). `Store` is their
-union.
+(recurring analyses and their run claims), `channel_rules` (per-channel egress rules and
+data sources), `usage` (model calls and cells used, budgets' reservations and caps). `Store`
+is their union.
 """
 
 from __future__ import annotations
@@ -24,8 +24,8 @@ from sqlalchemy.exc import DBAPIError
 
 from slackinterp.config import normalize_database_url
 from slackinterp.store.base import StoreError, advisory_key, redacted, sqlite_url
+from slackinterp.store.channel_rules import DataRules, NetworkRules
 from slackinterp.store.connection import create_engines
-from slackinterp.store.datarules import DataRules
 from slackinterp.store.kernels import Kernels
 from slackinterp.store.migrations import (
     BASE_VERSION,
@@ -35,7 +35,6 @@ from slackinterp.store.migrations import (
     Migration,
     migrate,
 )
-from slackinterp.store.network import NetworkRules
 from slackinterp.store.recurring import Schedules, StoredSchedule
 from slackinterp.store.replay import Replay, StoredCell
 from slackinterp.store.schema import (

@@ -45,7 +45,7 @@ class ThreadLocks(StoreBase):
         except BaseException:
             # Cancelled or failed while waiting: the session may still be queued for the lock
             # (and get it), so it is closed rather than returned to the pool.
-            await _discard(conn)
+            await discard(conn)
             raise
         self._held.add(conn)
         try:
@@ -66,7 +66,7 @@ class ThreadLocks(StoreBase):
         try:
             taken = bool((await conn.execute(_TRY_LOCK, {"key": lock})).scalar())
         except BaseException:
-            await _discard(conn)
+            await discard(conn)
             raise
         try:
             yield taken
@@ -77,7 +77,7 @@ class ThreadLocks(StoreBase):
                 await conn.close()
 
 
-async def _discard(conn: AsyncConnection) -> None:
+async def discard(conn: AsyncConnection) -> None:
     """Close the connection for good (not back to the pool): the server drops its locks."""
     for step in (conn.invalidate, conn.close):
         try:
@@ -95,12 +95,12 @@ async def _release(conn: AsyncConnection, lock: int, key: str) -> None:
         released = (await conn.execute(_UNLOCK, {"key": lock})).scalar()
         if not released:  # the session was lost while held: someone else may have run
             log.warning("store.thread_lock_lost thread=%s", key)
-            await _discard(conn)
+            await discard(conn)
             return
         await conn.close()
     except asyncio.CancelledError:
-        await _discard(conn)
+        await discard(conn)
         raise
     except Exception as exc:
         log.warning("store.thread_unlock_failed thread=%s error=%s", key, type(exc).__name__)
-        await _discard(conn)
+        await discard(conn)

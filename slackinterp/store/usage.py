@@ -6,7 +6,10 @@ person and the channel (always taken in that order, so two admissions never wait
 in a circle); on SQLite the single connection already makes transactions take turns. Inside it
 the spend so far (settled calls plus the reservations of turns still running) is compared with
 each cap, and the new turn's reservation is written, so two replicas racing at a cap cannot both
-see room that only one turn fits in.
+see room that only one turn fits in. On PostgreSQL that is three round trips after the pool's
+ping (the locks with BEGIN; the read and the conditional write in one statement, taken under
+the locks; COMMIT), on SQLite three calls on its one connection; the statements are built once
+(usage_admission.py).
 """
 
 from __future__ import annotations
@@ -16,10 +19,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from sqlalchemy import Table, case, delete, desc, func, select, text, update
+from sqlalchemy import Table, case, delete, desc, func, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.base import StoreBase, advisory_key, clean
+from slackinterp.store.locks import discard
 from slackinterp.store.schema import (
     budget_reservations,
     budget_warnings,
@@ -27,8 +31,15 @@ from slackinterp.store.schema import (
     channel_budgets,
     model_usage,
 )
+from slackinterp.store.usage_admission import (
+    NO_LIMIT,
+    admission_postgresql,
+    admission_sums,
+    refused_at,
+    reservation_values,
+)
 
-_XACT_LOCK = text("SELECT pg_advisory_xact_lock(:key)")
+_RESERVE = budget_reservations.insert()
 TURNS_FOR_ESTIMATE = 20  # a reservation is the mean of the channel's last turns
 
 
@@ -187,34 +198,74 @@ class Usage(StoreBase):
         spend in calls alone, from which the turn counts its own.
         One transaction, under the budget locks (see the module's docstring). So every turn
         admitted started below the cap, counting the others in flight: together they pass
-        it by at most the turn that crosses it."""
-        settled: list[Spent] = []
-        async with self._engine.begin() as conn:
-            if self.dialect == "postgresql":
-                for name in (f"person:{user}", f"channel:{channel}"):
-                    await conn.execute(_XACT_LOCK, {"key": advisory_key("budget", name)})
-            for index, (query, (tokens, cost)) in enumerate(zip(queries, limits, strict=True)):
-                calls, held = await self._spent_and_held(conn, query)
-                settled.append(calls)
-                if tokens is not None and calls.tokens + held.tokens >= tokens:
-                    return index, settled
-                if cost is not None and calls.cost + held.cost >= cost:
-                    return index, settled
-            estimate = await self._estimate(conn, channel, origin) if known is None else known
-            if not estimate.tokens:
-                estimate = fallback
-            await conn.execute(
-                budget_reservations.insert().values(
-                    id=reservation,
-                    channel=channel,
-                    user_id=user,
-                    origin=origin,
-                    tokens=estimate.tokens,
-                    cost=estimate.cost,
-                    expires_at=time.time() + ttl,
-                )
+        it by at most the turn that crosses it. On PostgreSQL the reservation's amount is
+        read before, outside the locks (it is an estimate)."""
+        shape = tuple((q.channel is not None, q.user is not None) for q in queries)
+        values: dict[str, Any] = {"now": time.time()}
+        for i, q in enumerate(queries):
+            values |= {f"origin{i}": q.origin, f"channel{i}": q.channel, f"user{i}": q.user}
+            values |= {f"since{i}": q.since}
+        if self._locks is None:  # SQLite: one connection, so the transaction is alone
+            async with self._engine.begin() as conn:
+                row = (await conn.execute(admission_sums(shape), values)).one()
+                refused = refused_at(row, limits)
+                if refused is None:
+                    estimate = (
+                        known if known is not None else await self._estimate(conn, channel, origin)
+                    )
+                    estimate = estimate if estimate.tokens else fallback
+                    held = reservation_values(
+                        reservation,
+                        channel,
+                        user,
+                        origin,
+                        estimate.tokens,
+                        estimate.cost,
+                        ttl,
+                        values,
+                    )
+                    await conn.execute(_RESERVE, {k[1:]: v for k, v in held.items()})
+        else:
+            if known is None:
+                async with self._locks.connect() as conn:
+                    known = await self._estimate(conn, channel, origin)
+            estimate = known if known.tokens else fallback
+            values |= reservation_values(
+                reservation, channel, user, origin, estimate.tokens, estimate.cost, ttl, values
             )
-        return None, settled
+            for i, (tokens, cost) in enumerate(limits):
+                values[f"tokens{i}"] = NO_LIMIT if tokens is None else tokens
+                values[f"cost{i}"] = NO_LIMIT if cost is None else cost
+            row = await self._admit_postgresql(shape, values, user, channel)
+            refused = None if row[-1] else (refused_at(row, limits) or 0)
+        shown = len(limits) if refused is None else refused + 1
+        return refused, [Spent(int(row[4 * i]), float(row[4 * i + 1])) for i in range(shown)]
+
+    async def _admit_postgresql(
+        self, shape: tuple[tuple[bool, bool], ...], values: dict[str, Any], user: str, channel: str
+    ) -> Any:
+        """Three round trips after the pool's ping: BEGIN with the budget locks (person, then
+        channel: never in a circle) in one message; the spend read and the reservation written
+        only if every cap has room, in one statement whose snapshot is taken under the locks;
+        COMMIT. Any failure closes the connection, which rolls back and unlocks."""
+        person = advisory_key("budget", f"person:{user}")
+        place = advisory_key("budget", f"channel:{channel}")
+        assert self._locks is not None
+        async with self._locks.connect() as conn:  # AUTOCOMMIT: the transaction is ours
+            driver = (await conn.get_raw_connection()).driver_connection
+            assert driver is not None
+            try:
+                # Integers we made: safe in the text of a simple query (which takes no values).
+                await driver.execute(
+                    f"BEGIN; SELECT pg_advisory_xact_lock({int(person)}), "
+                    f"pg_advisory_xact_lock({int(place)})"
+                )
+                row = (await conn.execute(admission_postgresql(shape), values)).one()
+                await driver.execute("COMMIT")
+            except BaseException:
+                await discard(conn)
+                raise
+        return row
 
     async def spent(self, query: SpendQuery) -> Spent:
         async with self._engine.connect() as conn:
@@ -357,21 +408,9 @@ class Usage(StoreBase):
         cost = base.add_columns(func.coalesce(func.sum(c.cost), 0.0))
         return tokens.scalar_subquery(), cost.scalar_subquery()
 
-    def _held_sums(self, q: SpendQuery) -> tuple[Any, Any]:
-        r = budget_reservations.c
-        base = self._filtered(select(), budget_reservations, q).where(r.expires_at > time.time())
-        tokens = base.add_columns(func.coalesce(func.sum(r.tokens), 0))
-        cost = base.add_columns(func.coalesce(func.sum(r.cost), 0.0))
-        return tokens.scalar_subquery(), cost.scalar_subquery()
-
     async def _spent(self, conn: AsyncConnection, q: SpendQuery) -> Spent:
         tokens, cost = (await conn.execute(select(*self._calls_sums(q)))).one()
         return Spent(int(tokens), float(cost))
-
-    async def _spent_and_held(self, conn: AsyncConnection, q: SpendQuery) -> tuple[Spent, Spent]:
-        """What calls spent and what turns in flight hold, in one statement."""
-        row = (await conn.execute(select(*self._calls_sums(q), *self._held_sums(q)))).one()
-        return Spent(int(row[0]), float(row[1])), Spent(int(row[2]), float(row[3]))
 
     async def turn_estimate(self, channel: str, origin: str) -> Spent:
         """What one turn costs here (the mean of the last settled turns); 0 before any."""

@@ -29,17 +29,6 @@ CHANNEL = "C1"
 
 
 @pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as server:
-        yield server
-
-
-@pytest.fixture
-def client(fake: FakeSlack) -> AsyncWebClient:
-    return AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)
-
-
-@pytest.fixture
 async def socket_client(fake: FakeSlack) -> AsyncIterator[SocketModeClient]:
     """A real Socket Mode client that acks every request with an empty payload."""
     web_client = AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)

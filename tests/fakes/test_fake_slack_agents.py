@@ -4,7 +4,6 @@ Slack's rules for agent apps and for apps that are not agents."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -16,17 +15,6 @@ from .slack_agents import NO_STOP_SUBSCRIPTION, NOT_AGENT
 
 CHANNEL = "C1"
 WHO = {"recipient_user_id": "U1", "recipient_team_id": "T1"}
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as server:
-        yield server
-
-
-@pytest.fixture
-def client(fake: FakeSlack) -> AsyncWebClient:
-    return AsyncWebClient(token=fake.bot_token, base_url=fake.api_url)
 
 
 async def _error(call: Any) -> str:

@@ -3,7 +3,6 @@ opens one modal, once, within 3 seconds; a malformed view is refused as Slack re
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from typing import Any
 
 import pytest
@@ -12,12 +11,6 @@ from slack_sdk.web.async_client import AsyncWebClient
 
 from . import slack_views
 from .slack import FakeSlack
-
-
-@pytest.fixture
-async def fake() -> AsyncIterator[FakeSlack]:
-    async with FakeSlack() as server:
-        yield server
 
 
 def modal(**extra: Any) -> dict[str, Any]:

@@ -23,7 +23,8 @@ from typing import Any
 
 import aiohttp
 
-from slackinterp.kernels.backend import Kernel, KernelStartError
+from slackinterp.kernels import tasks
+from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
 from slackinterp.kernels.resources import Resources
@@ -32,6 +33,7 @@ log = logging.getLogger(__name__)
 
 PROTOCOL_VERSION = "5.3"
 REMOTE_ROOT = "slackinterp-threads"
+COPY_TIMEOUT = 600.0  # a fork's copy of a thread's files, on the gateway's disk
 ALIVE_CHECK_SECONDS = 2.0  # thread directories, relative to the kernel's start dir
 
 
@@ -134,13 +136,7 @@ class GatewayClient:
 
     async def close(self) -> None:
         await self.ws.close()
-        self._reader.cancel()
-        try:
-            await self._reader
-        except asyncio.CancelledError:
-            pass
-        except Exception as exc:
-            log.warning("gateway.reader_failed error=%s", exc)
+        await tasks.cancel(self._reader, log, "gateway.reader_failed")
 
 
 async def _close(client: GatewayClient) -> None:
@@ -200,6 +196,11 @@ class GatewayKernel(Kernel):
 
     def files(self, max_files: int = 0) -> KernelFiles:
         return KernelFiles(self, max_files=max_files)
+
+    async def copy_thread(self, source: Path) -> int:
+        """The copy runs in this kernel, on the gateway: the source's directory is a sibling
+        of this one there (REMOTE_ROOT/<thread>)."""
+        return await KernelFiles(self, timeout=COPY_TIMEOUT).copy_from(source.name)
 
     @property
     def scratch_dirs(self) -> list[Path]:
@@ -277,7 +278,7 @@ class GatewayKernel(Kernel):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
 
 
-class GatewayBackend:
+class GatewayBackend(KernelBackend):
     """Creates kernels on a gateway. Kernels get only the environment we send (KERNEL_*)."""
 
     files_with_kernel = True  # the working directory is the kernel's, on the gateway

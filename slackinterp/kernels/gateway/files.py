@@ -15,6 +15,7 @@ from slackinterp.kernels import workdir
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.files import CHUNK_BYTES, TransferError, staging_path
 from slackinterp.kernels.inside import transfer, walks
+from slackinterp.kernels.snapshots import FORKING, Copied, call_code, parse
 
 
 class KernelFiles:
@@ -87,6 +88,16 @@ class KernelFiles:
             target.unlink(missing_ok=True)
             raise TransferError(f"{name} is larger than the upload limit")
         return target
+
+    async def copy_from(self, name: str) -> int:
+        """Copy the sibling thread directory `name` (on the gateway) into this one: a fork's
+        files and snapshot, never through the bot. How many of the user's files."""
+        if not name or "/" in name or name.startswith("."):
+            raise TransferError("not a thread directory")
+        copied = parse(await self._run(call_code(FORKING, f"copy({'../' + name!r})")), Copied)
+        if copied is None or not copied.found:
+            raise TransferError("the thread's files were not found on the gateway")
+        return copied.files
 
     async def wipe(self) -> None:
         await self._run(transfer.WIPE)

@@ -1,7 +1,8 @@
 """Code that runs inside a kernel, sent to it by the bot: `figure_alt` (a plot's title as alt
 text), `walks` (a working directory's walks, also imported by the bot for its own disk),
 `transfer` (a gateway kernel's files: reads and writes), `snapshot` and `rebuild` (a thread's
-variables saved and loaded by its own kernel: kernels/snapshots.py) and `sql` (`sql()` and
+variables saved and loaded by its own kernel: kernels/snapshots.py), `forking` (a fork's
+copy and renumbered snapshot, in the new thread's kernel) and `sql` (`sql()` and
 `%%sql`, asking the bot over the kernel's data socket).
 """
 

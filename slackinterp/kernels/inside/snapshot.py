@@ -47,8 +47,8 @@ class _Unsaveable(Exception):
     """This object must not be pickled (or cannot be): the reason, for the notice."""
 
 
-class _NeedsDill(Exception):
-    """A function or class defined in a cell: plain pickle would only name it."""
+class _NeedsDill(Exception):  # a function or class defined in a cell: pickle would only name it
+    pass
 
 
 _LOCKS = (type(threading.Lock()), type(threading.RLock()))
@@ -334,14 +334,9 @@ def save(cell: int, since: int, keep: int, max_bytes: int) -> str:
     _STATE["seen"] = {n: (ns[n], e) for n, e in entries.items() if e["k"] != "unsaved"}
     _STATE["pending"] = []
     unsaved = {n: e["why"] for n, e in entries.items() if e["k"] == "unsaved"}
-    return _report(
-        generation=number,
-        variables=len(entries),
-        written=written,
-        seconds=time.perf_counter() - began,
-        unsaved=unsaved,
-        over_cap=over,
-    )
+    seconds = time.perf_counter() - began
+    return _report(generation=number, variables=len(entries), written=written, over_cap=over,
+                   seconds=seconds, unsaved=unsaved)  # fmt: skip
 
 
 def _entry(value: Any, pending: dict[str, Any], max_bytes: int) -> dict[str, Any]:
@@ -379,22 +374,18 @@ def _load_entry(root: str, entry: dict[str, Any]) -> Any:
             buffers.append(mmap.mmap(fd, size, access=mmap.ACCESS_COPY) if size else bytearray())
         finally:
             os.close(fd)
-    if entry["k"] == "dill":
-        import dill
-
-        return dill.loads(skeleton, buffers=buffers)
-    return pickle.loads(skeleton, buffers=buffers)
+    loads = __import__("dill").loads if entry["k"] == "dill" else pickle.loads
+    return loads(skeleton, buffers=buffers)
 
 
 def _head(root: str, since: int) -> tuple[int, dict[str, Any]] | None:
-    gens = _drop_stale(root, since)
-    return (max(gens), gens[max(gens)]) if gens else None
+    return (max(gens), gens[max(gens)]) if (gens := _drop_stale(root, since)) else None
 
 
 def load(since: int) -> str:
     """Load the newest generation into this (new) kernel. What it could not hold is named in
     the answer (`unsaved`): kernels/inside/rebuild.py re-runs the cells that made it."""
-    began = time.perf_counter()
+    began, cpu = time.perf_counter(), time.process_time()
     _hook()
     root = _root()
     found = _head(root, since)
@@ -416,6 +407,7 @@ def load(since: int) -> str:
         restored=restored,
         unsaved=unsaved,
         seconds=time.perf_counter() - began,
+        cpu=time.process_time() - cpu,  # the kernel's own CPU: the time on an idle machine
     )
 
 
@@ -436,9 +428,8 @@ def _assign(
                 ns[name] = importlib.import_module(str(entry["name"]))
             elif entry["k"] in ("pickle", "dill"):
                 old = seen.get(name)
-                if keep_live and old is not None and old[1] == entry and ns.get(name) is old[0]:
-                    pass
-                else:
+                live = old is not None and old[1] == entry and ns.get(name) is old[0]
+                if not (keep_live and live):
                     blobs = tuple(entry["blobs"])
                     if blobs not in loaded:
                         loaded[blobs] = _load_entry(root, entry)

@@ -20,7 +20,7 @@ import psutil
 
 from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.service import Egress
-from slackinterp.kernels.backend import KernelStartError, ProcessRecorder
+from slackinterp.kernels.backend import KernelBackend, KernelStartError, ProcessRecorder
 from slackinterp.kernels.local import cgroups, privileges, sandbox, spawn
 from slackinterp.kernels.local.files import LocalFiles
 from slackinterp.kernels.local.fork import StartMode, starter
@@ -43,7 +43,7 @@ START_SLOTS_PER_CORE = 2
 FORK_SLOTS_PER_CORE = 8
 
 
-class LocalBackend:
+class LocalBackend(KernelBackend):
     """Starts ipykernel processes with a minimal environment and resource limits."""
 
     files_with_kernel = False  # the working directory is on this disk
@@ -142,6 +142,9 @@ class LocalBackend:
 
     def workdir_files(self, workdir: Path) -> LocalFiles:
         return LocalFiles(workdir)
+
+    def hand_over(self, directory: Path) -> None:
+        privileges.hand_over(directory, self.user)
 
     async def cleanup_orphans(self) -> int:
         """Kill kernels recorded by a run of the bot that is no longer alive."""

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
@@ -47,11 +48,29 @@ SINGLE_THREADED = {
 }
 
 
-class TemplateError(Exception):
-    """The template cannot (or can no longer) fork kernels. `why`: threads, fork, stale,
-    start, gone, setup."""
+class TemplateFailure(StrEnum):
+    """Why the template cannot (or can no longer) fork a kernel. The template sends the first
+    three by value (template.py's WHY_*); the bot finds the others itself."""
 
-    def __init__(self, why: str, message: str):
+    THREADS = "threads"  # the template is not single-threaded
+    STALE = "stale"  # packages changed under it: the starter refreshes it
+    FORK = "fork"  # a fork request failed or went unanswered
+    START = "start"  # the template did not start
+    GONE = "gone"  # the template exited
+
+    @classmethod
+    def of_reply(cls, why: object) -> TemplateFailure:
+        """A reply's `why`; what this bot does not know counts as a failed fork."""
+        try:
+            return cls(str(why))
+        except ValueError:
+            return cls.FORK
+
+
+class TemplateError(Exception):
+    """The template cannot (or can no longer) fork kernels; `why` says which way."""
+
+    def __init__(self, why: TemplateFailure, message: str):
         super().__init__(message)
         self.why = why
 
@@ -141,7 +160,9 @@ class Template:
             )
         except OSError as exc:
             ours.close()
-            raise TemplateError("start", f"cannot run {self.python}: {exc.strerror}") from None
+            raise TemplateError(
+                TemplateFailure.START, f"cannot run {self.python}: {exc.strerror}"
+            ) from None
         finally:
             theirs.close()
         self.pid = self._process.pid
@@ -153,10 +174,12 @@ class Template:
         except TimeoutError:
             await self.close()
             message = f"the template was not ready after {timeout:.0f} s"
-            raise TemplateError("start", message) from None
+            raise TemplateError(TemplateFailure.START, message) from None
         if ready.get("threads") != 1:
             await self.close()
-            raise TemplateError("threads", f"the template has {ready.get('threads')} threads")
+            raise TemplateError(
+                TemplateFailure.THREADS, f"the template has {ready.get('threads')} threads"
+            )
         return ready
 
     async def _read(self, reader: asyncio.StreamReader) -> None:
@@ -186,10 +209,12 @@ class Template:
         """The template is gone: so are its kernels (each dies with its parent)."""
         self.gone = True
         if self._ready is not None and not self._ready.done():
-            self._ready.set_exception(TemplateError("start", "the template exited while starting"))
+            self._ready.set_exception(
+                TemplateError(TemplateFailure.START, "the template exited while starting")
+            )
         for future in self._pending.values():
             if not future.done():
-                future.set_exception(TemplateError("gone", "the template exited"))
+                future.set_exception(TemplateError(TemplateFailure.GONE, "the template exited"))
         self._pending.clear()
         for child in self._children.values():
             child._exited(-signal.SIGKILL, "the template exited")
@@ -197,7 +222,7 @@ class Template:
 
     def _send(self, message: dict[str, Any]) -> None:
         if self.gone or self._writer is None:
-            raise TemplateError("gone", "the template is not running")
+            raise TemplateError(TemplateFailure.GONE, "the template is not running")
         self._writer.write(json.dumps(message).encode() + b"\n")
 
     async def fork(self, request: dict[str, Any]) -> ForkedProcess:
@@ -220,7 +245,9 @@ class Template:
             reply = await asyncio.wait_for(future, REQUEST_TIMEOUT)
         except TimeoutError:
             os.close(status_r)
-            raise TemplateError("fork", "the template did not answer a fork request") from None
+            raise TemplateError(
+                TemplateFailure.FORK, "the template did not answer a fork request"
+            ) from None
         except BaseException:
             os.close(status_r)
             raise
@@ -230,7 +257,7 @@ class Template:
             os.close(status_w)
         if "error" in reply:
             os.close(status_r)
-            raise TemplateError(reply.get("why", "fork"), reply["error"])
+            raise TemplateError(TemplateFailure.of_reply(reply.get("why")), reply["error"])
         os.set_blocking(status_r, False)
         child = ForkedProcess(reply["pid"], self, status_r)
         self._children[child.pid] = child
@@ -241,7 +268,7 @@ class Template:
         buffers, so lines keep their order."""
         writer, sock = self._writer, self._socket
         if self.gone or writer is None or sock is None:
-            raise TemplateError("gone", "the template is not running")
+            raise TemplateError(TemplateFailure.GONE, "the template is not running")
         for _ in range(1000):
             if writer.transport.get_write_buffer_size() == 0:
                 break
@@ -250,9 +277,13 @@ class Template:
         try:
             sent = socket.send_fds(sock, [line], fds)
         except BlockingIOError:
-            raise TemplateError("fork", "the template does not read its requests") from None
+            raise TemplateError(
+                TemplateFailure.FORK, "the template does not read its requests"
+            ) from None
         except OSError as exc:
-            raise TemplateError("gone", f"the template is gone: {exc.strerror}") from None
+            raise TemplateError(
+                TemplateFailure.GONE, f"the template is gone: {exc.strerror}"
+            ) from None
         if sent < len(line):
             writer.write(line[sent:])
 

@@ -228,7 +228,7 @@ async def start(launch: Launch, forks: ForkStarter) -> LocalKernel:
         await kernel.connect(timeout=FORK_READY_TIMEOUT)
     except client.TemplateError as exc:
         await kernel.shutdown()
-        if exc.why == "stale" and await forks.refresh():
+        if exc.why is client.TemplateFailure.STALE and await forks.refresh():
             raise TemplateStale(str(exc)) from None
         raise ForkFailed(str(exc)) from None
     except (KernelStartError, TimeoutError) as exc:

@@ -231,6 +231,12 @@ def threads() -> int:
 
 # --- the template ----------------------------------------------------------------------------
 
+# Why a fork request was refused: a reply's "why", read by the bot as fork/client.py's
+# TemplateFailure (this file imports nothing of slackinterp, so it sends the values).
+WHY_THREADS = "threads"  # not alone: a fork would copy one thread and the locks others hold
+WHY_STALE = "stale"  # packages changed under the template: a new one is due
+WHY_FORK = "fork"  # the fork itself failed
+
 
 def preload() -> list[str]:
     """Import PRELOAD; a missing optional module is skipped (reported, never fatal)."""
@@ -376,12 +382,12 @@ class Template:
         count = threads()
         if count != 1:  # refuse: a fork would copy one thread and whatever locks the rest hold
             error = f"the template has {count} threads"
-            return {"id": request_id, "error": error, "why": "threads"}
+            return {"id": request_id, "error": error, "why": WHY_THREADS}
         if package_stamps() != self.stamps:
             error = "packages changed under the template"
-            return {"id": request_id, "error": error, "why": "stale"}
+            return {"id": request_id, "error": error, "why": WHY_STALE}
         if len(fds) != 2:
-            return {"id": request_id, "error": "fork: no request descriptors", "why": "fork"}
+            return {"id": request_id, "error": "fork: no request descriptors", "why": WHY_FORK}
         body, status_w = fds
         alive_r, alive_w = os.pipe2(os.O_CLOEXEC)
         ids = (os.geteuid(), os.getegid())
@@ -390,7 +396,7 @@ class Template:
         except OSError as exc:
             for fd in (alive_r, alive_w):
                 os.close(fd)
-            return {"id": request_id, "error": f"fork: {exc.strerror}", "why": "fork"}
+            return {"id": request_id, "error": f"fork: {exc.strerror}", "why": WHY_FORK}
         if pid == 0:
             reaper_main(body, status_w, alive_r, ids)
             os._exit(127)  # never reached
