@@ -77,11 +77,17 @@ def cmd_run(_args: argparse.Namespace) -> int:
 
 
 def _run() -> int:
-    from slackinterp.config import SettingsError, load_settings
-    from slackinterp.setting_names import unknown_settings
-    from slackinterp.slack.run_settings import check_run_settings
+    from slackinterp.slack.run_settings import check_run_settings, read_slack_variables
 
-    unknown = [u.problem() for u in unknown_settings()]
+    # The Slack variables first, without the settings' imports (pydantic: about a second on
+    # a busy machine): a missing or malformed token is the likeliest first mistake.
+    problems = check_run_settings(read_slack_variables())
+    if problems:
+        return _fail(problems, warnings=_unknown_names())
+
+    from slackinterp.config import SettingsError, load_settings
+
+    unknown = _unknown_names()
     try:
         settings = load_settings()
     except SettingsError as exc:
@@ -118,6 +124,13 @@ def _run() -> int:
     except Exception:
         logging.getLogger("slackinterp").exception("bot.crashed")
         return 1
+
+
+def _unknown_names() -> list[str]:
+    """Each SLACKINTERP_* name no setting reads, with the closest one."""
+    from slackinterp.setting_names import unknown_settings
+
+    return [u.problem() for u in unknown_settings()]
 
 
 def cmd_manifest(args: argparse.Namespace) -> int:

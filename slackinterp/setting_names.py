@@ -16,7 +16,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from slackinterp.config import PREFIX, Settings
+# config.PREFIX (a test keeps them equal): importing the settings takes pydantic, a second on
+# a busy machine, which `run` pays only when some SLACKINTERP_* name is set at all.
+PREFIX = "SLACKINTERP_"
 
 # Read by something other than the bot's settings: the test suite, a soak test, and the
 # kernels' own egress relay (the bot sets those two in a kernel's environment).
@@ -59,6 +61,8 @@ class UnknownSetting:
 
 def known_names() -> frozenset[str]:
     """Every SLACKINTERP_* name the settings read (fields and their aliases), upper case."""
+    from slackinterp.config import Settings
+
     names = {PREFIX + field.upper() for field in Settings.model_fields}
     for info in Settings.model_fields.values():
         alias = info.validation_alias
@@ -93,13 +97,18 @@ def unknown_settings(
     """Each SLACKINTERP_* name in the environment or `env_file` that no setting reads."""
     environ = os.environ if environ is None else environ
     found: dict[str, UnknownSetting] = {}
-    known = known_names()
     sources = [(Source.ENVIRONMENT, list(environ))]
     if env_file is not None:
         sources.append((Source.DOTENV, _dotenv_names(env_file)))
-    for source, names in sources:
-        for name in names:
-            upper = name.upper()
-            if upper.startswith(PREFIX) and upper not in known and name not in found:
-                found[name] = UnknownSetting(name, source, closest(name, known))
+    candidates = [(source, name) for source, names in sources for name in names if _prefixed(name)]
+    if not candidates:
+        return []
+    known = known_names()
+    for source, name in candidates:
+        if name.upper() not in known and name not in found:
+            found[name] = UnknownSetting(name, source, closest(name, known))
     return list(found.values())
+
+
+def _prefixed(name: str) -> bool:
+    return name.upper().startswith(PREFIX)

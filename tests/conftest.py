@@ -23,6 +23,14 @@ os.environ.setdefault("SLACK_BOT_TOKEN", "xoxb-planted-secret")
 os.environ.setdefault("OPENAI_API_KEY", "sk-planted-secret")
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Tests marked `slow` first. xdist (`--dist loadgroup`) hands out the xdist_group blocks,
+    then the other tests in collection order; a minute-long test handed out last would run
+    alone at the end while the other workers idle. Started first, it overlaps the short ones.
+    The sort is stable, so a module's tests stay together and in order."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
     values: dict[str, object] = {
         "data_dir": tmp_path / "data",

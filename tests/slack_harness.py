@@ -10,6 +10,7 @@ from typing import Any
 
 from slackinterp.slack.bot import SlackBot
 from tests.conftest import make_settings
+from tests.fakes import WAIT_TIMEOUT
 from tests.fakes.openai_server import FakeOpenAI
 from tests.fakes.slack import FakeSlack
 
@@ -42,7 +43,9 @@ async def model_bot(
     async with FakeSlack() as slack, FakeOpenAI() as model:
         if setup is not None:
             setup(slack)
-        values = model_settings(model, **{"model_timeout": 5, **overrides})
+        # A call the fake does not answer fails in 20 s, not the product's 120; not 5: a `stop`
+        # sent while a call hangs must win the race even on a busy machine.
+        values = model_settings(model, **{"model_timeout": 20, **overrides})
         async with running_bot(slack, tmp_path, **values) as bot:
             yield slack, model, bot
 
@@ -80,7 +83,7 @@ def finished_cells(fake: FakeSlack, thread_ts: str, channel: str = CHANNEL) -> l
 
 
 async def wait_cells(
-    fake: FakeSlack, thread_ts: str, n: int, channel: str = CHANNEL, timeout: float = 30
+    fake: FakeSlack, thread_ts: str, n: int, channel: str = CHANNEL, timeout: float = WAIT_TIMEOUT
 ) -> list[dict[str, Any]]:
     return await fake.wait_for(
         lambda: (cells := finished_cells(fake, thread_ts, channel)) and len(cells) >= n and cells,
@@ -98,7 +101,11 @@ async def code_in_thread(
 
 
 async def wait_text(
-    fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
+    fake: FakeSlack,
+    thread_ts: str,
+    needle: str,
+    channel: str = CHANNEL,
+    timeout: float = WAIT_TIMEOUT,
 ) -> dict[str, Any]:
     return await fake.wait_for(
         lambda: next(
@@ -113,7 +120,11 @@ def code(src: str) -> str:
 
 
 async def wait_final(
-    fake: FakeSlack, thread_ts: str, needle: str, channel: str = CHANNEL, timeout: float = 30
+    fake: FakeSlack,
+    thread_ts: str,
+    needle: str,
+    channel: str = CHANNEL,
+    timeout: float = WAIT_TIMEOUT,
 ) -> dict[str, Any]:
     """A bot message containing `needle` that is no longer streaming (no trailing “ …”, and
     not a native stream still open)."""

@@ -135,6 +135,7 @@ PLOTLY_CELL = (
 
 
 @needs_renderer
+@pytest.mark.slow
 async def test_charts_become_pngs_with_their_pages_attached(tmp_path: Path) -> None:
     cells = {
         "plotly": PLOTLY_CELL,

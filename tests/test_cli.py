@@ -235,3 +235,61 @@ def test_doctor_recommends_socket_mode_when_nothing_is_set(tmp_path: Path) -> No
     assert "Socket Mode (SLACK_APP_TOKEN) is recommended" in done.stdout
     assert "neither SLACK_APP_TOKEN (Socket Mode, recommended)" in done.stdout
     assert "HTTP mode" not in done.stdout.split("\n")[0]
+
+
+def test_run_reads_the_slack_variables_as_the_settings_do(tmp_path: Path) -> None:
+    """`run` checks the tokens before it imports the settings (pydantic); what it reads must
+    be what Settings reads: any case, the environment over .env, an empty value as empty."""
+    from slackinterp.config import PREFIX, Settings
+    from slackinterp.setting_names import PREFIX as NAMES_PREFIX
+    from slackinterp.slack.run_settings import SLACK_NAMES, read_slack_variables
+
+    assert NAMES_PREFIX == PREFIX
+    env_file = tmp_path / ".env"
+    cases: list[tuple[dict[str, str], str]] = [
+        ({}, ""),
+        ({"SLACK_BOT_TOKEN": "xoxb-env"}, "SLACK_BOT_TOKEN=xoxb-file\nSLACK_APP_TOKEN=xapp-f\n"),
+        ({"slack_bot_token": "xoxb-lower"}, "slack_signing_secret='quoted # not a comment'\n"),
+        ({"SLACK_APP_TOKEN": ""}, "export SLACK_BOT_TOKEN=xoxb-exported\nSLACK_APP_TOKEN=xapp-1\n"),
+        ({"Slack_Signing_Secret": "s"}, "SLACK_BOT_TOKEN=\n"),
+    ]
+    for environ, dotenv in cases:
+        env_file.write_text(dotenv)
+        quick = read_slack_variables(environ, env_file)
+        old = {k: os.environ.pop(k) for k in list(os.environ) if k.upper() in SLACK_NAMES}
+        os.environ.update(environ)
+        try:
+            full = Settings(_env_file=env_file)  # type: ignore[call-arg]
+        finally:
+            for key in environ:
+                os.environ.pop(key, None)
+            os.environ.update(old)
+        for name in ("slack_bot_token", "slack_app_token", "slack_signing_secret"):
+            assert getattr(quick, name) == getattr(full, name), (environ, dotenv, name)
+
+
+def test_run_without_token_imports_no_settings(tmp_path: Path) -> None:
+    """The answer to a missing token comes before pydantic is imported (bench/cli_start.py
+    times it); a set SLACKINTERP_* name still gets its typo check."""
+    code = (
+        "import sys, runpy\n"
+        "sys.argv = ['slackinterp', 'run']\n"
+        "try:\n"
+        "    runpy.run_module('slackinterp', run_name='__main__')\n"
+        "except SystemExit as exc:\n"
+        "    print(exc.code, 'pydantic' in sys.modules, file=sys.stderr)\n"
+    )
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("SLACK", "OPENAI"))}
+    for extra, imported in (({}, "False"), ({"SLACKINTERP_NETWROK": "open"}, "True")):
+        done = subprocess.run(
+            [sys.executable, "-c", code],
+            env={**base, **extra},
+            capture_output=True,
+            text=True,
+            timeout=60,
+            cwd=tmp_path,
+            check=False,
+        )
+        assert "SLACK_BOT_TOKEN is not set" in done.stderr, done.stderr
+        assert done.stderr.strip().endswith(f"2 {imported}"), done.stderr
+        assert ("did you mean SLACKINTERP_NETWORK?" in done.stderr) == bool(extra)

@@ -66,7 +66,7 @@ class BotProcess:
     def left_behind(self) -> list[int]:
         return still_running(self.seen)
 
-    async def wait_output(self, text: str, count: int = 1, timeout: float = 30) -> None:
+    async def wait_output(self, text: str, count: int = 1, timeout: float = 60) -> None:
         end = time.monotonic() + timeout
         while self.output().count(text) < count:
             if self.proc.poll() is not None:
@@ -138,7 +138,7 @@ async def test_rejected_token_exits_2_naming_the_token(
     async with FakeSlack() as fake:
         fake.fail(method, error=error, times=None)
         async with bot_process(tmp_path, **slack_env(fake)) as bot:
-            code, _ = await bot.wait_exit(30)
+            code, _ = await bot.wait_exit(120)  # a hang guard only: start-up included
         out = bot.output()
     assert code == 2, out
     assert variable in out and error in out, out
@@ -174,7 +174,7 @@ async def test_unreachable_slack_retries_with_backoff_and_stops_on_sigterm(
         # Four attempts (waits of 1, 2, 4 s between them), however slow the start-up.
         await bot.wait_output("cannot reach Slack at", count=4, timeout=120)
         bot.proc.send_signal(signal.SIGTERM)
-        code, _ = await bot.wait_exit(10)
+        code, _ = await bot.wait_exit(60)  # a hang guard only
     out = bot.output()
     assert code == 0, out
     assert "Traceback" not in out
@@ -216,7 +216,7 @@ async def test_slack_5xx_then_recovers(tmp_path: Path) -> None:
             await fake.wait_socket_connected(timeout=60)
             await bot.wait_output("slack.connected mode=socket")
             bot.proc.send_signal(signal.SIGTERM)
-            code, _ = await bot.wait_exit(10)
+            code, _ = await bot.wait_exit(60)  # a hang guard only
     out = bot.output()
     assert code == 0
     lines = [line for line in out.splitlines() if "cannot reach Slack at" in line]
@@ -235,7 +235,7 @@ async def test_sigint_while_connecting_exits_0(tmp_path: Path) -> None:
     assert "Traceback" not in bot.output()
 
 
-async def catches(pid: int, signum: int, timeout: float = 30) -> None:
+async def catches(pid: int, signum: int, timeout: float = 60) -> None:
     """Until the process has a handler for signum (its /proc status, SigCgt)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -263,7 +263,7 @@ async def test_signal_during_start_up_exits_0_quietly(
         await catches(bot.proc.pid, signal.SIGTERM)
         await asyncio.sleep(after)
         bot.proc.send_signal(sig)
-        code, _ = await bot.wait_exit(10)
+        code, _ = await bot.wait_exit(60)  # a hang guard only
     assert code == 0, bot.output()
     assert "Traceback" not in bot.output()
 
@@ -354,6 +354,7 @@ async def test_second_ctrl_c_forces_the_exit(tmp_path: Path) -> None:
     assert bot.left_behind() == []
 
 
+@pytest.mark.slow
 async def test_stop_is_bounded_when_a_cell_ignores_interrupts(tmp_path: Path) -> None:
     async with bot_in_stubborn_cell(tmp_path) as bot:
         bot.proc.send_signal(signal.SIGTERM)
@@ -365,6 +366,7 @@ async def test_stop_is_bounded_when_a_cell_ignores_interrupts(tmp_path: Path) ->
 # --- a dropped connection ------------------------------------------------------------------
 
 
+@pytest.mark.slow
 async def test_dropped_connection_reconnects_one_line_per_attempt(tmp_path: Path) -> None:
     async with FakeSlack() as fake:
         async with bot_process(tmp_path, **slack_env(fake)) as bot:
@@ -381,7 +383,7 @@ async def test_dropped_connection_reconnects_one_line_per_attempt(tmp_path: Path
             cells = await wait_cells(fake, ts, 1, timeout=30)
             assert "kept going" in all_text(cells[0])
             bot.proc.send_signal(signal.SIGTERM)
-            code, _ = await bot.wait_exit(10)
+            code, _ = await bot.wait_exit(60)  # a hang guard only
     out = bot.output()
     assert code == 0, out
     assert "Traceback" not in out

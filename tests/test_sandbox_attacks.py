@@ -278,8 +278,13 @@ def test_1_kernel_code_has_no_privileges(attacks: dict[str, Any]) -> None:
     assert set(got["userns"]) == {"clone", "clone3", "unshare"}, got["userns"]
     assert "ok" not in got["userns"].values(), got["userns"]
     # Kernels run below the bot, and cannot climb back (the bot's acks stay prompt).
-    assert got["nice"] == min(19, attacks["bot_nice"] + sandbox.KERNEL_NICE)
+    nice = min(19, attacks["bot_nice"] + sandbox.KERNEL_NICE)
+    assert got["nice"] == nice
     assert got["nice_raised"] != "ok"
+    # A thread and a process the cell made in its first second, at the bot's niceness when
+    # the bot may renice (root), went below the bot with the rest of the kernel.
+    assert got["born_nice"] in (attacks["bot_nice"], nice)
+    assert got["thread_nice"] == nice and got["process_nice"] == nice, got
     if ROOT:  # a root-owned 0600 file outside the hidden paths stays unreadable
         assert got["secret"] == "Permission denied"
     assert got["upload"] == "1,2\n3,4\n"  # the bot's 0600 upload is the kernel's to change
@@ -393,8 +398,10 @@ def test_1_without_the_sandbox_a_root_bot_still_runs_kernels_unprivileged() -> N
     assert kernel["setuid0"] != "ok" and kernel["raw_socket"] != "ok"
     assert kernel["mount"] != "ok" and kernel["ptrace_init"] != "ok"
     assert kernel["cgroup_escape"] == []  # it cannot leave its pids cgroup to outlive a reset
-    assert kernel["nice"] == min(19, got["bot_nice"] + sandbox.KERNEL_NICE)
+    nice = min(19, got["bot_nice"] + sandbox.KERNEL_NICE)
+    assert kernel["nice"] == nice
     assert kernel["nice_raised"] != "ok"
+    assert kernel["thread_nice"] == nice and kernel["process_nice"] == nice, kernel
     assert kernel["secret"] == "Permission denied"
     assert kernel["upload"] == "1,2\n3,4\n"
 

@@ -85,7 +85,7 @@ async def test_run_logs_the_typo_and_goes_on(tmp_path: Path) -> None:
             await fake.wait_socket_connected(timeout=60)
             await bot.wait_output("slack.connected")
             bot.proc.send_signal(signal.SIGTERM)
-            code, _ = await bot.wait_exit(10)
+            code, _ = await bot.wait_exit(60)  # a hang guard only
     out = bot.output()
     assert code == 0, out
     lines = [line for line in out.splitlines() if "settings.unknown" in line]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import sqlite3
 import subprocess
 import sys
 import textwrap
@@ -28,6 +29,7 @@ from slackinterp.store import (
     metadata,
     migrate,
 )
+from slackinterp.store.connection import switch_to_wal
 from tests.conftest import make_settings
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -92,6 +94,36 @@ async def test_concurrent_opens_of_a_new_database_create_it_once(db_url: str) ->
     finally:
         await engine.dispose()
     assert [tuple(r) for r in rows] == [("schema_version", str(SCHEMA_VERSION))]
+
+
+class _BusyCursor:
+    """Answers SQLITE_BUSY `busy` times, as SQLite does (at once, without busy_timeout) when two
+    connections switch a new database to WAL together, then runs the statement for real."""
+
+    def __init__(self, path: Path, busy: int):
+        self.real = sqlite3.connect(path).cursor()
+        self.busy = busy
+        self.tries = 0
+
+    def execute(self, statement: str) -> None:
+        self.tries += 1
+        if self.tries <= self.busy:
+            error = sqlite3.OperationalError("database is locked")
+            error.sqlite_errorcode = sqlite3.SQLITE_BUSY  # type: ignore[attr-defined]
+            raise error
+        self.real.execute(statement)
+
+
+def test_the_switch_to_wal_waits_out_a_busy_database(tmp_path: Path) -> None:
+    cursor = _BusyCursor(tmp_path / "a.db", busy=3)
+    switch_to_wal(cursor)
+    assert cursor.tries == 4
+    assert cursor.real.execute("PRAGMA journal_mode").fetchone() == ("wal",)
+    stuck = _BusyCursor(tmp_path / "b.db", busy=10**6)
+    started = time.monotonic()
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        switch_to_wal(stuck, deadline=0.3)  # bounded: a database locked for good still fails
+    assert 0.3 <= time.monotonic() - started < 5
 
 
 def _add_note_column(conn: Connection) -> None:

@@ -121,13 +121,22 @@ class Console:
             line = self.typed_ahead.popleft()
             if line is not None:
                 self.screen.write(line + "\n")  # shown after its prompt, where it belongs
+                self._remember(line)
             return line
         if self.editor is not None and self.reader.idle:
             return await self._edit_line(self.editor)
         self._prompt()
         line = await self.reader.readline()
         self.screen.at_line_start = True  # the terminal echoed the user's Enter
+        if line is not None:
+            self._remember(line)
         return line
+
+    def _remember(self, line: str) -> None:
+        """A line typed while the line editor was not up (during a cell, or ahead of the
+        prompt) is recalled by the up arrow too, as the editor's own lines are."""
+        if self.editor is not None:
+            self.editor.remember(line)
 
     async def _edit_line(self, editor: LineEditor) -> str | None:
         """A line from the line editor, which draws the prompt itself. It reads Ctrl-C as a

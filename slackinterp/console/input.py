@@ -194,6 +194,13 @@ class LineEditor:
 
         await run_in_terminal(write)
 
+    def remember(self, line: str) -> None:
+        """Into the history, as prompt_toolkit keeps an accepted line: not blank, and not
+        twice in a row."""
+        history = self.session.history
+        if line.strip() and history.get_strings()[-1:] != [line]:
+            history.append_string(line)
+
     def typed_ahead(self) -> list[str]:
         """Whole lines typed beyond the one returned (a paste, or typing during start-up);
         a trailing part line is kept for the next prompt."""

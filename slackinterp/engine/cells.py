@@ -46,7 +46,7 @@ from slackinterp.kernels.execution import (
     Status,
     run_cell,
 )
-from slackinterp.kernels.files import ThreadFiles, TransferError
+from slackinterp.kernels.files import ThreadFiles, TransferError, clear_staging
 from slackinterp.kernels.registry import KernelRegistry, Lease
 from slackinterp.kernels.resources import Resources
 from slackinterp.kernels.stdin import InputRequest, recorded
@@ -116,6 +116,13 @@ class CellRunner:
     def outbox(self, session: ThreadSession) -> Path:
         """Bot-side copies of produced files (what gets uploaded), kept until the next turn."""
         return self.settings.data_dir / "outbox" / session.key.dirname
+
+    async def clear_outbox(self, session: ThreadSession) -> None:
+        """Most turns left no copies: a stat on the loop spares them a worker thread's round
+        trip before their first cell (milliseconds on a busy machine)."""
+        outbox = self.outbox(session)
+        if outbox.exists():
+            await asyncio.to_thread(clear_staging, outbox)
 
     def spill_dir(self, session: ThreadSession) -> Path:
         """Bot-side, never in the working directory, where code could plant a symlink."""

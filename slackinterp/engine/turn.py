@@ -229,7 +229,7 @@ class Engine:
         emit(TurnStarted())
         cells_before = session.cells_run
         # Copies of the last turn's produced files were uploaded by now.
-        await asyncio.to_thread(clear_staging, self.cells.outbox(session))
+        await self.cells.clear_outbox(session)
         deadline = None
         if request.deadline is not None:
             wait = max(0.0, request.deadline - started)

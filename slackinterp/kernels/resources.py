@@ -17,12 +17,27 @@ class Resources:
 
 
 def process_tree(pid: int) -> Resources | None:
-    """The process and its descendants; None when the process is gone."""
+    """The process and its descendants; None when the process is gone. Finding descendants
+    reads every process's /proc entry on the machine: a kernel that knows its processes
+    otherwise (a cgroup) asks `processes`."""
     try:
         root = psutil.Process(pid)
         procs = [root, *root.children(recursive=True)]
     except (psutil.Error, OSError):
         return None
+    return _measure(procs)
+
+
+def processes(pids: list[int]) -> Resources | None:
+    """These processes (a kernel's cgroup's); None when none of them is left."""
+    procs = []
+    for pid in pids:
+        with contextlib.suppress(psutil.Error, OSError):
+            procs.append(psutil.Process(pid))
+    return _measure(procs) if procs else None
+
+
+def _measure(procs: list[psutil.Process]) -> Resources:
     cpu = 0.0
     peak = 0
     for proc in procs:

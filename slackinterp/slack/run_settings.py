@@ -6,10 +6,14 @@ imports the bot, so a missing or malformed token is reported within a second.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from slackinterp.config import Settings
+# The variables `run` needs before anything else, read as the settings read them.
+SLACK_NAMES = ("SLACK_BOT_TOKEN", "SLACK_APP_TOKEN", "SLACK_SIGNING_SECRET")
 
 HOW_TO_GET = {
     "SLACK_BOT_TOKEN": "install the app to your workspace and copy the Bot User OAuth Token "
@@ -21,7 +25,44 @@ HOW_TO_GET = {
 }
 
 
-def check_run_settings(settings: Settings) -> list[str]:
+class SlackCredentials(Protocol):
+    """What check_run_settings reads: the bot's Settings, or SlackVariables."""
+
+    @property
+    def slack_bot_token(self) -> str | None: ...
+    @property
+    def slack_app_token(self) -> str | None: ...
+    @property
+    def slack_signing_secret(self) -> str | None: ...
+
+
+@dataclass(frozen=True)
+class SlackVariables:
+    slack_bot_token: str | None
+    slack_app_token: str | None
+    slack_signing_secret: str | None
+
+
+def read_slack_variables(
+    environ: Mapping[str, str] | None = None, env_file: Path | None = Path(".env")
+) -> SlackVariables:
+    """The Slack variables as Settings would read them, without pydantic (a second or more
+    to import on a busy machine): names in any case, the environment over `env_file`."""
+    environ = os.environ if environ is None else environ
+    found: dict[str, str | None] = {}
+    if env_file is not None and env_file.is_file():
+        from dotenv import dotenv_values  # what pydantic-settings reads .env with
+
+        try:
+            found.update((k.upper(), v) for k, v in dotenv_values(env_file).items())
+        except (OSError, UnicodeDecodeError):
+            pass  # the settings report an unreadable .env themselves
+    found.update((k.upper(), v) for k, v in environ.items() if k.upper() in SLACK_NAMES)
+    bot, app, secret = (found.get(name) for name in SLACK_NAMES)
+    return SlackVariables(bot, app, secret)
+
+
+def check_run_settings(settings: SlackCredentials) -> list[str]:
     """What `run` needs beyond valid types, each problem with how to fix it."""
     problems = []
     token = settings.slack_bot_token

@@ -2,11 +2,39 @@
 
 from __future__ import annotations
 
+import sqlite3
+import time
 from typing import Any
 
 from sqlalchemy import event
 from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
 from sqlalchemy.pool import PoolResetState
+
+# How long opening a new SQLite database keeps retrying the switch to WAL.
+WAL_SWITCH_SECONDS = 15.0
+
+
+def switch_to_wal(cursor: Any, deadline: float = WAL_SWITCH_SECONDS) -> None:
+    """`PRAGMA journal_mode=WAL`, retried while another connection holds the lock.
+
+    On a database no one has switched yet, two connections switching at once can deadlock
+    (each holds a shared lock and wants the exclusive one). SQLite then answers SQLITE_BUSY
+    at once, without waiting out busy_timeout, so concurrent first opens (replicas, or the
+    bot and `doctor`) failed with "database is locked" about once in a few hundred tries.
+    The loser backs off and tries again; by then the winner has switched, and the pragma
+    only confirms it."""
+    give_up = time.monotonic() + deadline
+    pause = 0.005
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() >= give_up:
+                raise
+        # A blocking pause: this runs while the connection is being made, at open only.
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
 
 
 def create_engines(url: str) -> tuple[AsyncEngine, AsyncEngine | None]:
@@ -34,7 +62,7 @@ def create_engines(url: str) -> tuple[AsyncEngine, AsyncEngine | None]:
             # busy_timeout first: it makes even the switch to WAL wait out a brief lock.
             cursor.execute("PRAGMA busy_timeout=5000")
             # WAL lets readers run beside the writer.
-            cursor.execute("PRAGMA journal_mode=WAL")
+            switch_to_wal(cursor)
             # With WAL, NORMAL stays consistent; only the last commits can be lost on power
             # loss. FULL costs an fsync (~2 ms) per commit on the turn's path.
             cursor.execute("PRAGMA synchronous=NORMAL")

@@ -33,6 +33,8 @@ from typing import Any, TypeAlias
 
 from aiohttp import web
 
+from tests.fakes import WAIT_TIMEOUT
+
 __all__ = [
     "DEFAULT_REPLY_TEXT",
     "DropStream",
@@ -789,7 +791,7 @@ class FakeOpenAI:
     async def wait_until(
         self,
         predicate: Callable[[], bool],
-        timeout: float = 10,
+        timeout: float = WAIT_TIMEOUT,
     ) -> None:
         """Wait (without polling) until ``predicate()`` holds after some request event."""
         try:
@@ -802,7 +804,7 @@ class FakeOpenAI:
     async def wait_for_requests(
         self,
         n: int,
-        timeout: float = 10,
+        timeout: float = WAIT_TIMEOUT,
     ) -> list[RecordedRequest]:
         """Wait until at least ``n`` chat requests have arrived; returns them all."""
         await self.wait_until(lambda: len(self.requests) >= n, timeout)
@@ -811,14 +813,14 @@ class FakeOpenAI:
     async def wait_for_cancelled(
         self,
         n: int = 1,
-        timeout: float = 10,
+        timeout: float = WAIT_TIMEOUT,
     ) -> None:
         """Wait until ``n`` requests were abandoned by the client mid-response."""
         await self.wait_until(lambda: self.cancelled >= n, timeout)
 
     async def wait_for_idle(
         self,
-        timeout: float = 10,
+        timeout: float = WAIT_TIMEOUT,
     ) -> None:
         """Wait until no chat request is being served."""
         await self.wait_until(lambda: self.in_flight == 0, timeout)

@@ -40,6 +40,7 @@ from urllib.parse import quote, urlencode
 
 from aiohttp import ClientError, ClientSession, ClientTimeout, WSCloseCode, WSMsgType, web
 
+from tests.fakes import WAIT_TIMEOUT
 from tests.fakes.slack_agents import AgentSurface  # issue 27: agent sessions, Stop, agent view
 from tests.fakes.slack_views import ViewSurface
 
@@ -2291,7 +2292,7 @@ class FakeSlack(_WebApi, _Files, _Senders, AgentSurface, ViewSurface):
     async def wait_for(
         self,
         predicate: Callable[[], Any],
-        timeout: float = 10,
+        timeout: float = WAIT_TIMEOUT,
     ) -> Any:
         """Wait until ``predicate()`` is truthy and return its value."""
 
@@ -2315,7 +2316,7 @@ class FakeSlack(_WebApi, _Files, _Senders, AgentSurface, ViewSurface):
         self,
         method: str,
         predicate: Callable[[dict[str, Any]], Any] | None = None,
-        timeout: float = 10,
+        timeout: float = WAIT_TIMEOUT,
     ) -> dict[str, Any]:
         """Params of the first (possibly already recorded) matching call."""
 
@@ -2327,12 +2328,14 @@ class FakeSlack(_WebApi, _Files, _Senders, AgentSurface, ViewSurface):
 
         return await self.wait_for(match, timeout)
 
-    async def wait_ack(self, envelope_id: str, timeout: float = 10) -> dict[str, Any] | None:
+    async def wait_ack(
+        self, envelope_id: str, timeout: float = WAIT_TIMEOUT
+    ) -> dict[str, Any] | None:
         """The ack payload (None for an empty ack); details are in ``fake.acks``."""
         await self.wait_for(lambda: envelope_id in self.acks, timeout)
         return self.acks[envelope_id].payload
 
-    async def wait_socket_connected(self, timeout: float = 10) -> None:
+    async def wait_socket_connected(self, timeout: float = WAIT_TIMEOUT) -> None:
         await asyncio.wait_for(self.socket_connected.wait(), timeout)
 
 

@@ -29,6 +29,8 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
+from tests.fakes import WAIT_TIMEOUT
+
 TRIGGER_SECONDS = 3.0
 TITLE_MAX = 24
 LABEL_MAX = 2000
@@ -104,7 +106,11 @@ class ViewSurface:
         return [v for v in self.views.values() if not v.closed and user in (None, v.user)]
 
     async def submit_view(
-        self, view_id: str, values: dict[str, dict[str, str | None]], *, timeout: float = 10
+        self,
+        view_id: str,
+        values: dict[str, dict[str, str | None]],
+        *,
+        timeout: float = WAIT_TIMEOUT,
     ) -> OpenView:
         """The person presses Submit with `values[block_id][action_id]` typed in; returns the
         view once the app acknowledged (closed, or open with the app's errors)."""

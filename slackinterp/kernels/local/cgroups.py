@@ -68,6 +68,19 @@ class KernelCgroup:
         except OSError:
             return []
 
+    def threads(self) -> list[int] | None:
+        """Every thread of every process in the group, from one file (v1 `tasks`, v2
+        `cgroup.threads`): a kernel's code cannot leave its group, so nothing it started is
+        missed, daemons re-parented away included. None when neither file can be read."""
+        for name in ("tasks", "cgroup.threads"):
+            try:
+                return [int(t) for t in (self.path / name).read_text().split()]
+            except FileNotFoundError:
+                continue
+            except (OSError, ValueError):
+                return None
+        return None
+
     def kill_all(self) -> int:
         pids = self.pids()
         for pid in pids:

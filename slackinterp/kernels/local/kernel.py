@@ -25,11 +25,14 @@ from slackinterp.kernels.local.files import LocalFiles, adopt_pooled
 from slackinterp.kernels.local.manager import SandboxedKernelManager
 from slackinterp.kernels.local.processes import kill_group
 from slackinterp.kernels.local.sandbox import KERNEL_NICE
-from slackinterp.kernels.resources import Resources, process_tree
+from slackinterp.kernels.resources import Resources, process_tree, processes
 
 log = logging.getLogger(__name__)
 
 READY_TIMEOUT = 60.0
+# Readings of the kernel's threads when calming it, at most: each lowers the threads the
+# previous ones had not seen, until one finds none (two, unless the cell is making threads).
+CALM_READINGS = 8
 
 
 class LocalKernel(Kernel):
@@ -54,6 +57,7 @@ class LocalKernel(Kernel):
         self.cgroup: cgroups.KernelCgroup | None = None
         self.egress: KernelListener | None = None  # allowlist mode: this kernel's proxy socket
         self._tasks: list[int] | None = None  # every thread of the kernel's processes (hurry)
+        self._may_renice = True  # False once the bot was refused (no CAP_SYS_NICE)
         self.data: Any = None  # data sources: this kernel's sql() socket (launch.KernelSocket)
 
     @property
@@ -68,6 +72,9 @@ class LocalKernel(Kernel):
     def resources(self) -> Resources | None:
         """The kernel's process tree, from the kernel's own accounting (/proc): CPU-seconds
         of the living processes and of the children they reaped, and their peak RSS."""
+        pids = self.cgroup.pids() if self.cgroup is not None else []
+        if pids:  # read on the event loop before and after each cell: one file, not all /proc
+            return processes(pids)
         pid = self.pid
         return process_tree(pid) if pid else None
 
@@ -159,22 +166,45 @@ class LocalKernel(Kernel):
         return self.egress.take_blocked() if self.egress is not None else []
 
     def hurry(self, on: bool) -> None:
-        # Linux nice values are per thread, and the kernel runs in a session of its own
-        # below bwrap or the forked kernel's PID 1: every thread of every process from the
-        # provisioner's down, found once (a few ms) and kept until a restart. Lowering a
-        # niceness needs CAP_SYS_NICE: without it this gives up for good, quietly.
-        if self._tasks is None:
-            self._tasks = _threads_below(self.pid)
+        # Linux nice values are per thread: every thread of every process of the kernel
+        # (_threads). Lowering a niceness needs CAP_SYS_NICE: without it this gives up for
+        # good, quietly (the kernel then never leaves its lower place).
+        if not self._may_renice:
+            return
         bot = os.getpriority(os.PRIO_PROCESS, 0)  # the bot's own, as the kernel's is relative
-        niceness = bot if on else min(bot + KERNEL_NICE, 19)
-        for tid in self._tasks:
-            try:
-                os.setpriority(os.PRIO_PROCESS, tid, niceness)
-            except PermissionError:
-                self._tasks = []
+        if on:
+            # The threads the last calming found (a few ms to find once): one born since
+            # then stays below the bot, which costs only speed.
+            tasks = self._tasks if self._tasks is not None else self._threads()
+            self._tasks = tasks
+            self._may_renice = _renice(tasks, bot)
+            return
+        # Calming reads the threads afresh: a thread or process the kernel made while hurried
+        # was born at the bot's niceness, and would keep it. Again until a reading finds no
+        # thread not yet lowered: one made by a thread not yet lowered, between a reading and
+        # the renice, inherited the bot's niceness too.
+        low = min(bot + KERNEL_NICE, 19)
+        lowered: set[int] = set()
+        for _ in range(CALM_READINGS):
+            fresh = [tid for tid in self._threads() if tid not in lowered]
+            if not fresh:
+                break
+            if not _renice(fresh, low):
+                self._may_renice = False
                 return
-            except OSError:
-                continue  # a thread that ended
+            lowered.update(fresh)
+        else:
+            log.warning("kernel.calm_unfinished kernel=%s threads=%d", self.kernel_id, len(lowered))
+        self._tasks = sorted(lowered)
+
+    def _threads(self) -> list[int]:
+        """Every thread of the kernel: its cgroup's list (one file), else the process tree's
+        (psutil reads every process's /proc entry on the machine for that)."""
+        if self.cgroup is not None:
+            found = self.cgroup.threads()
+            if found is not None:
+                return found
+        return _threads_below(self.pid)
 
     async def detach(self) -> None:
         return None  # never shared (LocalBackend.shared_kernels is False)
@@ -204,6 +234,18 @@ class LocalKernel(Kernel):
             await asyncio.to_thread(self.cgroup.remove)
         if self.runtime_subdir is not None:
             await asyncio.to_thread(shutil.rmtree, self.runtime_subdir, True)
+
+
+def _renice(tasks: list[int], niceness: int) -> bool:
+    """Every thread in `tasks` to `niceness`; False when the bot may not (no CAP_SYS_NICE)."""
+    for tid in tasks:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, niceness)
+        except PermissionError:
+            return False
+        except OSError:
+            continue  # a thread that ended
+    return True
 
 
 def _threads_below(pid: int | None) -> list[int]:
