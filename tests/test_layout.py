@@ -28,6 +28,8 @@ FLOORS: dict[str, int] = {
     "slackinterp.metrics": 0,
     # a Unix socket only one kernel's user may connect to: standard library only
     "slackinterp.private_socket": 0,
+    # an operator's TOML file of named tables (data sources, egress secrets): standard library
+    "slackinterp.tomltables": 0,
     # vocabulary that lives with the code acting on it, but that config types settings with:
     # pure modules, standard library only
     "slackinterp.egress.policy": 1,

@@ -10,13 +10,14 @@ be safe to show. `resolve` puts the password in only when the bot connects; ever
 from __future__ import annotations
 
 import re
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError
+
+from slackinterp.tomltables import named_tables
 
 NAME = re.compile(r"^[A-Za-z][A-Za-z0-9_-]{0,39}$")
 DIALECTS = ("sqlite", "postgresql")
@@ -97,13 +98,8 @@ def parse_inline(pairs: Iterable[str]) -> list[SourceSpec]:
 
 def parse_file(text: str, where: str = "the data sources file") -> list[SourceSpec]:
     """The TOML file: one `[sources.NAME]` table per source."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SourceError(f"{where}: not valid TOML ({exc})") from None
-    tables = data.get("sources", {})
-    if not isinstance(tables, dict):
-        raise SourceError(f"{where}: `sources` must be a table of [sources.NAME] tables")
+    shape = "`sources` must be a table of [sources.NAME] tables"
+    tables = named_tables(text, "sources", where=where, shape=shape, error=SourceError)
     found = []
     for name, table in tables.items():
         _check_name(name)

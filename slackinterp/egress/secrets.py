@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import base64
 import re
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from slackinterp.tomltables import named_tables
 
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 _HOST = re.compile(r"^[a-z0-9]([a-z0-9.-]{0,251}[a-z0-9])?(:\d{1,5})?$")
@@ -66,13 +67,8 @@ def parse(
 ) -> list[HostSecret]:
     """`[hosts."api.internal"]` tables: `headers = {Name = "value with $VAR"}`, or `basic_user`
     and `basic_password` (each with `$VAR`), optional `port` (443) and `ca_file`."""
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise SecretError(f"{where}: not valid TOML ({exc})") from None
-    hosts = data.get("hosts", {})
-    if not isinstance(hosts, dict):
-        raise SecretError(f'{where}: write one [hosts."name"] table per host')
+    shape = 'write one [hosts."name"] table per host'
+    hosts = named_tables(text, "hosts", where=where, shape=shape, error=SecretError)
     found = []
     for host, table in hosts.items():
         here = f'{where}: [hosts."{host}"]'

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from slackinterp.errors import FailureKind, SlackinterpError
 from slackinterp.kernels.execution import CellResult, Display, Error, Result, Stream
+from slackinterp.store.transcript import EntryKind
 
 if TYPE_CHECKING:
     # Imported where used, in the worker threads that export and import notebooks: nbformat
@@ -42,7 +43,7 @@ class NotebookError(SlackinterpError):
 class Entry:
     """One transcript entry: a question or answer (Markdown), or a cell with its outputs."""
 
-    kind: str  # "question" | "answer" | "code"
+    kind: EntryKind
     source: str
     outputs: list[dict[str, Any]]
     execution_count: int | None = None
@@ -146,11 +147,11 @@ def build(entries: list[Entry], *, title: str) -> nbformat.NotebookNode:
     nb.metadata["language_info"] = {"name": "python"}
     nb.metadata["slackinterp"] = {"source": title}
     for entry in entries:
-        if entry.kind == "code":
+        if entry.kind is EntryKind.CODE:
             count = entry.execution_count
             cell = nbformat.v4.new_code_cell(entry.source, execution_count=count)  # type: ignore[no-untyped-call]
             cell.outputs = [nbformat.from_dict(o) for o in entry.outputs]  # type: ignore[no-untyped-call]
-        elif entry.kind == "question":
+        elif entry.kind is EntryKind.QUESTION:
             cell = nbformat.v4.new_markdown_cell(_quote(entry.source))  # type: ignore[no-untyped-call]
         else:
             cell = nbformat.v4.new_markdown_cell(entry.source)  # type: ignore[no-untyped-call]

@@ -19,7 +19,7 @@ from slackinterp.llm import prompts
 from slackinterp.llm.port import CellRun, CellSource
 from slackinterp.llm.steering import Steering
 from slackinterp.llm.usage import ModelCall
-from slackinterp.store import Store
+from slackinterp.store import EntryKind, Store
 
 if TYPE_CHECKING:
     from slackinterp.datasources.service import DataSources
@@ -100,7 +100,7 @@ class EnginePort:
         thread's transcript as questions."""
         taken = steering.take(self.session)
         for instruction in taken:
-            await self.store.add_entry(self.session.key.id, "question", instruction.text)
+            await self.store.add_entry(self.session.key.id, EntryKind.QUESTION, instruction.text)
         return [Steering(i.user, i.text) for i in taken]
 
     async def read_file(self, name: str, max_bytes: int) -> bytes | None:

@@ -50,7 +50,7 @@ from slackinterp.kernels.registry import AtCapacity, KernelRegistry, ReleaseReas
 from slackinterp.llm import prompts
 from slackinterp.llm.agent import ModelError
 from slackinterp.llm.port import TurnAgent
-from slackinterp.store import Store
+from slackinterp.store import EntryKind, Store
 
 if TYPE_CHECKING:
     from slackinterp.datasources.service import DataSources
@@ -304,7 +304,7 @@ class Engine:
                 emit(TurnFailed(notices.NO_MODEL_HINT, kind=FailureKind.NO_MODEL))
         elif request.text.strip() or received or context.earlier:
             if request.text.strip():
-                await self.store.add_entry(session.key.id, "question", request.text.strip())
+                await self.store.add_entry(session.key.id, EntryKind.QUESTION, request.text.strip())
             text = prompts.with_earlier_conversation(
                 context.earlier, request.text, self.settings.thread_context_chars
             )
@@ -325,7 +325,7 @@ class Engine:
                     session.steerable = False
                     if answer:
                         emit(AssistantText(answer))
-                        await self.store.add_entry(session.key.id, "answer", answer)
+                        await self.store.add_entry(session.key.id, EntryKind.ANSWER, answer)
                 finally:
                     session.steerable = False
                     port.show_usage()  # the answer's footer, also after a failed round

@@ -25,6 +25,7 @@ import openai
 from openai import AsyncOpenAI
 
 from slackinterp import metrics
+from slackinterp.config.model import ModelVision, ToolChoice, ToolMode
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm import (
@@ -104,7 +105,7 @@ class Agent:
 
     @property
     def blocks(self) -> bool:
-        return self.config.tool_mode == "blocks"
+        return self.config.tool_mode is ToolMode.BLOCKS
 
     def _system_prompt(self) -> str:
         """The configured prompt; in blocks mode the short one unless one was set."""
@@ -115,8 +116,8 @@ class Agent:
 
     @property
     def vision(self) -> bool:
-        return self.config.vision == "on" or (
-            self.config.vision == "auto" and not self.vision_refused
+        return self.config.vision is ModelVision.ON or (
+            self.config.vision is ModelVision.AUTO and not self.vision_refused
         )
 
     # --- the turn ------------------------------------------------------------------------
@@ -375,9 +376,9 @@ class Agent:
     def _tool_choice(self, state: TurnState) -> Any:
         """None = the server's default (auto). Forcing stops once a cell succeeded, so the
         model can answer."""
-        if self.config.tool_choice == "auto" or state.succeeded or state.blocks:
+        if self.config.tool_choice is ToolChoice.AUTO or state.succeeded or state.blocks:
             return None
-        if self.config.tool_choice == "required":
+        if self.config.tool_choice is ToolChoice.REQUIRED:
             return "required"
         return {"type": "function", "function": {"name": prompts.TOOL_NAME}}
 
@@ -449,7 +450,7 @@ class Agent:
     def _refused_images(self, exc: openai.APIStatusError) -> bool:
         """auto: a request with images refused as invalid (or crashing the server) is taken
         as "no vision"; the retry without images tells whether that was the reason."""
-        return self.config.vision == "auto" and exc.status_code in (400, 415, 422, 500)
+        return self.config.vision is ModelVision.AUTO and exc.status_code in (400, 415, 422, 500)
 
     async def _stop_vision(self, hooks: TurnPort, state: TurnState, exc: Exception) -> None:
         self.vision_refused = True

@@ -7,6 +7,7 @@ from __future__ import annotations
 import logging
 
 from slackinterp.config import Settings
+from slackinterp.config.model import TextToolCalls, ToolMode
 from slackinterp.llm import bounds, model_fit, prompts
 from slackinterp.llm.agent import Agent
 from slackinterp.llm.history import HistoryStore
@@ -28,11 +29,11 @@ def agent_from_settings(settings: Settings, history: HistoryStore, *, network: b
         system_prompt=prompts.load_system_prompt(settings.system_prompt),
         stream=settings.model_stream,
         base_url=public_url(str(client.base_url)),
-        api=settings.model_api.value,
-        text_tool_calls=settings.text_tool_calls.value == "auto"
-        or settings.tool_mode.value == "blocks",
-        tool_choice=settings.tool_choice.value,
-        vision=settings.model_vision.value,
+        api=settings.model_api,
+        text_tool_calls=settings.text_tool_calls is TextToolCalls.AUTO
+        or settings.tool_mode is ToolMode.BLOCKS,
+        tool_choice=settings.tool_choice,
+        vision=settings.model_vision,
         max_images=settings.model_max_images,
         image_max_bytes=settings.model_image_max_kb * 1024,
         reasoning_effort=settings.reasoning_effort.value if settings.reasoning_effort else None,
@@ -41,7 +42,7 @@ def agent_from_settings(settings: Settings, history: HistoryStore, *, network: b
         ),
         reply_seconds=settings.model_reply_seconds,
         temperature=settings.model_temperature,
-        tool_mode=settings.tool_mode.value,
+        tool_mode=settings.tool_mode,
         turn_seconds=settings.turn_seconds,
     )
     agent = Agent(client, config, history)

@@ -18,6 +18,7 @@ from typing import Any
 import openai
 from openai import AsyncOpenAI
 
+from slackinterp.config.model import ModelApi, ToolMode
 from slackinterp.errors import FailureKind
 from slackinterp.llm import bounds, failures, prompts, responses, textcalls
 from slackinterp.llm import usage as tokens
@@ -99,7 +100,7 @@ class Completions:
         SLACKINTERP_TURN_SECONDS when that is less (the SDK's own timeout bounds only the
         wait between bytes, and it retries)."""
         partial = bounds.Partial(
-            text_calls=self.config.text_tool_calls, blocks=self.config.tool_mode == "blocks"
+            text_calls=self.config.text_tool_calls, blocks=self.config.tool_mode is ToolMode.BLOCKS
         )
         started = time.monotonic()
         limit, reason = self.config.reply_seconds, bounds.CUT_TIME
@@ -144,7 +145,7 @@ class Completions:
         carried: responses.Carried,
         partial: bounds.Partial,
     ) -> Reply:
-        if self.config.api == "responses":
+        if self.config.api is ModelApi.RESPONSES:
             return await self.respond(messages, port, tool_choice, carried, partial)
         return await self.chat(messages, port, tool_choice, partial)
 
@@ -187,7 +188,9 @@ class Completions:
         partial: bounds.Partial,
     ) -> Reply:
         kwargs: dict[str, Any] = {"model": self.config.model, "messages": messages}
-        if self.config.tool_mode != "blocks":  # blocks: the model writes code blocks instead
+        if (
+            self.config.tool_mode is not ToolMode.BLOCKS
+        ):  # blocks: the model writes code blocks instead
             kwargs["tools"] = [self.tool()]
         choice = tool_choice
         if choice is not None:
@@ -295,7 +298,7 @@ class Completions:
             "instructions": instructions,
             "input": items,
         }
-        if self.config.tool_mode != "blocks":
+        if self.config.tool_mode is not ToolMode.BLOCKS:
             kwargs["tools"] = [responses.tool(self.tool())]
         choice = tool_choice
         if choice is not None:

@@ -23,6 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from slackinterp.config.model import ToolMode
 from slackinterp.llm.state import AgentConfig
 
 log = logging.getLogger(__name__)
@@ -104,7 +105,7 @@ class ModelFit:
 
     def apply(self, config: AgentConfig) -> AgentConfig:
         """`config` as this model gets it once adapted."""
-        return replace(config, tool_mode="blocks", text_tool_calls=True, **self.bounds())
+        return replace(config, tool_mode=ToolMode.BLOCKS, text_tool_calls=True, **self.bounds())
 
     def recall(self) -> bool:
         """An earlier run adapted this model (and the operator still leaves the mode to us)."""

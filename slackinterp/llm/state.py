@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from slackinterp.config.model import ModelApi, ModelVision, ToolChoice, ToolMode
 from slackinterp.llm import images, prompts, responses
 from slackinterp.llm.turnclock import TurnClock
 
@@ -18,17 +19,19 @@ class AgentConfig:
     system_prompt: str = prompts.SYSTEM_PROMPT
     stream: bool = True
     base_url: str = "https://api.openai.com/v1"
-    api: str = "chat"  # chat | responses
+    api: ModelApi = ModelApi.CHAT
     text_tool_calls: bool = True
-    tool_choice: str = "auto"  # auto | required | python
-    vision: str = "auto"  # auto | on | off
+    tool_choice: ToolChoice = ToolChoice.AUTO
+    vision: ModelVision = ModelVision.AUTO
     max_images: int = 4
     image_max_bytes: int = 2 * 1024 * 1024
     reasoning_effort: str | None = None
     max_completion_tokens: int | None = None  # None or 0: none sent (the server's default)
     reply_seconds: float = 180  # wall time of one model reply, streamed or not
     temperature: float | None = None  # None: not sent (the server's default)
-    tool_mode: str = "function"  # or "blocks": no tool sent, ```python blocks (codeblocks.py)
+    tool_mode: ToolMode = (
+        ToolMode.FUNCTION
+    )  # blocks: no tool sent, ```python blocks (codeblocks.py)
     turn_seconds: float = 600  # wall time of one turn's model rounds; 0: no limit
     # The kernels' notable packages, "name version" (read at start; empty: not known).
     packages: tuple[str, ...] = ()

@@ -62,24 +62,37 @@ def _field(obj: Any, name: str) -> Any:
     return getattr(obj, name, None)
 
 
-def from_chat(usage: Any) -> TokenUsage | None:
-    """Chat Completions' `usage`; None when the server sent none."""
+@dataclass(frozen=True)
+class _UsageFields:
+    """Where one API puts the tokens in its `usage` object."""
+
+    prompt: str
+    details: str  # the prompt's details, holding `cached_tokens`
+    completion: str
+
+
+_CHAT = _UsageFields("prompt_tokens", "prompt_tokens_details", "completion_tokens")
+_RESPONSES = _UsageFields("input_tokens", "input_tokens_details", "output_tokens")
+
+
+def _read(usage: Any, names: _UsageFields) -> TokenUsage | None:
+    """The tokens of a `usage` object under one API's field names; None when none was sent."""
     if usage is None:
         return None
-    details = _field(usage, "prompt_tokens_details")
+    details = _field(usage, names.details)
     cached = _int(_field(details, "cached_tokens")) if details is not None else 0
-    prompt = _int(_field(usage, "prompt_tokens"))
-    return TokenUsage(prompt, min(cached, prompt), _int(_field(usage, "completion_tokens")))
+    prompt = _int(_field(usage, names.prompt))
+    return TokenUsage(prompt, min(cached, prompt), _int(_field(usage, names.completion)))
+
+
+def from_chat(usage: Any) -> TokenUsage | None:
+    """Chat Completions' `usage`; None when the server sent none."""
+    return _read(usage, _CHAT)
 
 
 def from_responses(usage: Any) -> TokenUsage | None:
     """The Responses API's `usage`; None when the server sent none."""
-    if usage is None:
-        return None
-    details = _field(usage, "input_tokens_details")
-    cached = _int(_field(details, "cached_tokens")) if details is not None else 0
-    prompt = _int(_field(usage, "input_tokens"))
-    return TokenUsage(prompt, min(cached, prompt), _int(_field(usage, "output_tokens")))
+    return _read(usage, _RESPONSES)
 
 
 def _content_chars(content: Any) -> tuple[int, int]:

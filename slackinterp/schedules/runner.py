@@ -27,7 +27,7 @@ from slackinterp.errors import TurnOrigin
 from slackinterp.kernels.registry import KernelRegistry, ReplayCell
 from slackinterp.llm.port import TurnAgent
 from slackinterp.schedules.report import RunFold, RunMode, RunReport
-from slackinterp.store import Store, StoredSchedule
+from slackinterp.store import EntryKind, Store, StoredSchedule
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +154,12 @@ class ScheduledRunner:
     def _notebook(self, schedule: StoredSchedule, report: RunReport) -> tuple[str, bytes] | None:
         entries: list[notebook.Entry] = []
         if schedule.ask:
-            entries.append(notebook.Entry("question", schedule.ask, []))
+            entries.append(notebook.Entry(EntryKind.QUESTION, schedule.ask, []))
         for cell in report.cells:
             outputs = notebook.cell_outputs(cell.result, cell.number)
-            entries.append(notebook.Entry("code", cell.code, outputs, cell.number))
+            entries.append(notebook.Entry(EntryKind.CODE, cell.code, outputs, cell.number))
         if report.joined_answer():
-            entries.append(notebook.Entry("answer", report.joined_answer(), []))
+            entries.append(notebook.Entry(EntryKind.ANSWER, report.joined_answer(), []))
         if not entries:
             return None
         name = notebook.export_name(f"scheduled-{schedule.channel}")

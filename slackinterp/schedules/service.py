@@ -38,7 +38,7 @@ from slackinterp.schedules.phrases import Parsed, Rule, duration
 from slackinterp.schedules.ports import ScheduleFront
 from slackinterp.schedules.report import RunMode, RunReport
 from slackinterp.schedules.runner import ScheduledRunner
-from slackinterp.store import Store, StoredSchedule
+from slackinterp.store import RunOutcome, Store, StoredSchedule
 
 log = logging.getLogger(__name__)
 
@@ -213,10 +213,12 @@ class ScheduleService:
         label = timing.local_label(occurrence, tz)
         late = self.clock() - occurrence
         if late > self.settings.schedule_grace:
-            if not await self.store.claim_run(schedule_id, occurrence, self.replica, "missed"):
+            if not await self.store.claim_run(
+                schedule_id, occurrence, self.replica, RunOutcome.MISSED
+            ):
                 return Fired.TAKEN
             log.info("schedule.missed schedule=%s late=%.0f", schedule_id, late)
-            metrics.SCHEDULED_RUNS.labels("missed").inc()
+            metrics.SCHEDULED_RUNS.labels(RunOutcome.MISSED.value).inc()
             rule = Rule.from_json(schedule.rule)
             upcoming = timing.next_run(rule, self.clock(), tz, schedule.anchor)
             await self._note(
@@ -240,8 +242,12 @@ class ScheduleService:
         self, schedule: StoredSchedule, occurrence: float, report: RunReport, label: str
     ) -> Fired:
         fired = Fired.RAN if report.ok else (Fired.REFUSED if report.refused else Fired.FAILED)
-        outcome = "ok" if fired is Fired.RAN else fired.value  # as recorded and counted
-        metrics.SCHEDULED_RUNS.labels(outcome).inc()
+        outcome = {
+            Fired.RAN: RunOutcome.OK,
+            Fired.REFUSED: RunOutcome.REFUSED,
+            Fired.FAILED: RunOutcome.FAILED,
+        }[fired]
+        metrics.SCHEDULED_RUNS.labels(outcome.value).inc()
         try:
             await self.store.finish_run(schedule.id, occurrence, outcome)
             failures, paused = await self.store.record_result(

@@ -21,7 +21,7 @@ from slackinterp.slack.listener_base import ListenerBase
 from slackinterp.slack.network import NetworkCommand
 from slackinterp.slack.render import buttons
 from slackinterp.slack.schedule_front import SlackSchedules
-from slackinterp.slack.usage_front import UsageFront
+from slackinterp.slack.usage_front import BudgetCommand, UsageFront
 
 if TYPE_CHECKING:
     from slackinterp.egress.service import Egress
@@ -38,6 +38,10 @@ class CommandListeners(ListenerBase):
     @functools.cached_property
     def usage(self) -> UsageFront:
         return UsageFront(self.engine.budgets, Admins(self.settings.admins))
+
+    @functools.cached_property
+    def budget(self) -> BudgetCommand:
+        return BudgetCommand(self.engine.budgets, Admins(self.settings.admins))
 
     @functools.cached_property
     def network(self) -> NetworkCommand:
@@ -79,7 +83,7 @@ class CommandListeners(ListenerBase):
             if word == "usage":
                 answer = await self.usage.channel_text(client, channel, user)
             else:
-                answer = await self.usage.budget_command(client, user, channel, words[1:])
+                answer = await self.budget.handle(client, user, channel, words[1:])
             await respond(response_type="ephemeral", text=answer)
             return
         if word not in controls.SLACK_WORDS:

@@ -256,7 +256,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
                 self.spawn(self._answer(client, key, answer), f"usage-{key.id}")
                 return
             if is_budget_command(words):
-                answer = self.usage.budget_command(client, user, channel, words[1:])
+                answer = self.budget.handle(client, user, channel, words[1:])
                 self.spawn(self._answer(client, key, answer), f"budget-{key.id}")
                 return
         if len(text) > MAX_TEXT:

@@ -3,7 +3,8 @@
 `@interp usage` in a thread: the thread's cost, the asker's today and this month, and the
 channel's, each against its cap. `/interp usage`: the same for the channel, privately; admins
 also see the month's top threads and people. `/interp budget show | set AMOUNT/day|month |
-set person|scheduled AMOUNT/day|month | reset`: the channel's caps (admins change them).
+set person|scheduled AMOUNT/day|month | reset`: the channel's caps (admins change them, in
+the order every channel policy command keeps: slack/channel_policy.py).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import TurnOrigin
 from slackinterp.slack import text as t
 from slackinterp.slack.admins import WHO_MAY, Admins
+from slackinterp.slack.channel_policy import ChannelPolicyCommand
 from slackinterp.store import SpendQuery, Spent
 
 log = logging.getLogger(__name__)
@@ -135,35 +137,44 @@ class UsageFront:
                 lines.append(f"• {who}: {tokens:,} tokens · {money(line.cost)}")
         return lines
 
-    # --- `budget` ------------------------------------------------------------------------
-    async def budget_command(
-        self, client: AsyncWebClient, user: str, channel: str, words: list[str]
-    ) -> str:
-        """The answer (ephemeral) to `budget …`; words after `budget`."""
-        command = self.settings.command
-        action = words[0].lower() if words else "show"
+
+class BudgetCommand(ChannelPolicyCommand):
+    """`budget show | set … | reset`: the channel's caps; anyone sees them, admins change them."""
+
+    word = "budget"
+    subject = "budgets"
+
+    def __init__(self, budgets: Budgets, admins: Admins):
+        super().__init__(budgets.settings, budgets.store, admins)
+        self.budgets = budgets
+
+    async def look(self, channel: str, action: str, words: list[str]) -> str | None:
         if action == "show":
             return await self.show(channel)
+        usage = f"Usage: `{self.settings.command} {BUDGET_USAGE}`."
         if action not in ("set", "reset"):
-            return f"Usage: `{command} {BUDGET_USAGE}`."
-        if not await self.admins.is_admin(client, user):
-            log.info("budget.change_refused channel=%s user=%s", channel, user)
-            return f"Only {WHO_MAY} may change this channel's budgets."
+            return usage
+        if action == "set":
+            parsed = _parse_set(words[1:], self.budgets.prices.currency)
+            if isinstance(parsed, str):
+                return f"{parsed} {usage}"
+        return None
+
+    async def change(self, user: str, channel: str, action: str, words: list[str]) -> str:
         if action == "reset":
             removed = await self.store.clear_channel_caps(channel)
             self.budgets.forget_caps(channel)
-            log.info("budget.reset channel=%s user=%s removed=%d", channel, user, removed)
+            self.log.info("budget.reset channel=%s user=%s removed=%d", channel, user, removed)
             return f"Removed this channel's {removed} cap(s); the settings apply.\n" + (
                 await self.show(channel)
             )
         parsed = _parse_set(words[1:], self.budgets.prices.currency)
-        if isinstance(parsed, str):
-            return f"{parsed} Usage: `{command} {BUDGET_USAGE}`."
+        assert not isinstance(parsed, str)  # look answered otherwise
         scope, period, cap = parsed
         amount, unit = (cap.amount, cap.unit.value) if cap else (0.0, CapUnit.MONEY.value)
         await self.store.set_channel_cap(channel, scope, period.value, amount, unit, user)
         self.budgets.forget_caps(channel)
-        log.info(
+        self.log.info(
             "budget.set channel=%s user=%s scope=%s period=%s unit=%s",
             channel,
             user,

@@ -35,7 +35,7 @@ from slackinterp.store.migrations import (
     Migration,
     migrate,
 )
-from slackinterp.store.recurring import Schedules, StoredSchedule
+from slackinterp.store.recurring import RunOutcome, Schedules, StoredSchedule
 from slackinterp.store.replay import Replay, StoredCell
 from slackinterp.store.schema import (
     PENDING_LIMIT,
@@ -58,7 +58,7 @@ from slackinterp.store.schema import (
 )
 from slackinterp.store.seen import Seen
 from slackinterp.store.threads import Threads, TurnStart
-from slackinterp.store.transcript import Transcript
+from slackinterp.store.transcript import EntryKind, Transcript
 from slackinterp.store.usage import (
     CallRow,
     CellUsage,
@@ -77,7 +77,9 @@ __all__ = [
     "SCHEMA_VERSION",
     "CallRow",
     "CellUsage",
+    "EntryKind",
     "Migration",
+    "RunOutcome",
     "SpendQuery",
     "Spent",
     "Store",
@@ -138,7 +140,7 @@ class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules,
             )
             count, used = await self._transcript_stats(conn, key)
             number = count + 1
-            await self._add_entry(conn, key, "code", code, outputs(number, used), number)
+            await self._add_entry(conn, key, EntryKind.CODE, code, outputs(number, used), number)
             if usage is not None:
                 await self._add_cell_usage(conn, key, usage)
         return cell_id

@@ -9,12 +9,23 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, fields
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select, update
 
 from slackinterp.store.base import StoreBase, clean
 from slackinterp.store.schema import schedule_runs, schedules
+
+
+class RunOutcome(StrEnum):
+    """What became of one claimed occurrence: the stored `outcome` and the metric's label."""
+
+    RUNNING = "running"  # claimed, not finished (or the process died meanwhile)
+    OK = "ok"
+    FAILED = "failed"
+    REFUSED = "refused"  # a limit or a rule refused it (no kernel was started)
+    MISSED = "missed"  # later than the grace: skipped, with a note
 
 
 @dataclass(frozen=True)
@@ -111,7 +122,11 @@ class Schedules(StoreBase):
         return bool(result.rowcount)
 
     async def claim_run(
-        self, schedule_id: str, occurrence: float, replica: str, outcome: str = "running"
+        self,
+        schedule_id: str,
+        occurrence: float,
+        replica: str,
+        outcome: RunOutcome = RunOutcome.RUNNING,
     ) -> bool:
         """True for the one caller (anywhere) that gets to run this occurrence."""
         now = time.time()
@@ -121,7 +136,7 @@ class Schedules(StoreBase):
             .values(
                 schedule_id=schedule_id,
                 occurrence=occ,
-                outcome=outcome,
+                outcome=str(outcome),
                 replica=clean(replica, 100),
                 claimed_at=now,
             )
@@ -143,7 +158,7 @@ class Schedules(StoreBase):
                 )
         return won
 
-    async def finish_run(self, schedule_id: str, occurrence: float, outcome: str) -> None:
+    async def finish_run(self, schedule_id: str, occurrence: float, outcome: RunOutcome) -> None:
         async with self._engine.begin() as conn:
             await conn.execute(
                 update(schedule_runs)
@@ -151,10 +166,10 @@ class Schedules(StoreBase):
                     schedule_runs.c.schedule_id == schedule_id,
                     schedule_runs.c.occurrence == round(occurrence),
                 )
-                .values(outcome=outcome, finished_at=time.time())
+                .values(outcome=str(outcome), finished_at=time.time())
             )
 
-    async def schedule_runs(self, schedule_id: str) -> list[tuple[int, str, str]]:
+    async def schedule_runs(self, schedule_id: str) -> list[tuple[int, RunOutcome, str]]:
         """(occurrence, outcome, replica) of every claimed run, oldest first."""
         query = (
             select(schedule_runs.c.occurrence, schedule_runs.c.outcome, schedule_runs.c.replica)
@@ -162,7 +177,7 @@ class Schedules(StoreBase):
             .order_by(schedule_runs.c.occurrence)
         )
         async with self._engine.connect() as conn:
-            return [(int(r[0]), r[1], r[2]) for r in (await conn.execute(query)).all()]
+            return [(int(r[0]), RunOutcome(r[1]), r[2]) for r in (await conn.execute(query)).all()]
 
     async def record_result(
         self, schedule_id: str, *, ok: bool, summary: str, pause_after: int

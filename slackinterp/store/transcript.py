@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Sequence
+from enum import StrEnum
 from typing import Any
 
 from sqlalchemy import delete, func, insert, select
@@ -15,13 +16,21 @@ from slackinterp.store.base import StoreBase, clean
 from slackinterp.store.schema import transcript
 
 
+class EntryKind(StrEnum):
+    """What a transcript entry is; the value is the stored `kind` column."""
+
+    QUESTION = "question"  # the person's words: a quoted Markdown cell
+    ANSWER = "answer"  # the model's words: a Markdown cell
+    CODE = "code"  # a cell with its nbformat outputs
+
+
 class Transcript(StoreBase):
     """The thread's transcript, bounded per thread by the engine."""
 
     async def add_entry(
         self,
         key: str,
-        kind: str,
+        kind: EntryKind,
         source: str,
         outputs: Sequence[dict[str, Any]] = (),
         execution_count: int | None = None,
@@ -34,7 +43,7 @@ class Transcript(StoreBase):
     async def _add_entry(
         conn: AsyncConnection,
         key: str,
-        kind: str,
+        kind: EntryKind,
         source: str,
         outputs: Sequence[dict[str, Any]] = (),
         execution_count: int | None = None,
@@ -54,7 +63,9 @@ class Transcript(StoreBase):
         )
         return size
 
-    async def transcript(self, key: str) -> list[tuple[str, str, list[dict[str, Any]], int | None]]:
+    async def transcript(
+        self, key: str
+    ) -> list[tuple[EntryKind, str, list[dict[str, Any]], int | None]]:
         """(kind, source, outputs, execution_count) since the last reset, in order."""
         query = (
             select(
@@ -68,7 +79,9 @@ class Transcript(StoreBase):
         )
         async with self._engine.connect() as conn:
             rows = (await conn.execute(query)).all()
-        return [(r.kind, r.source, json.loads(r.outputs), r.execution_count) for r in rows]
+        return [
+            (EntryKind(r.kind), r.source, json.loads(r.outputs), r.execution_count) for r in rows
+        ]
 
     async def transcript_stats(self, key: str) -> tuple[int, int]:
         """(code cells, characters stored) of the thread's transcript."""
@@ -78,7 +91,7 @@ class Transcript(StoreBase):
     @staticmethod
     async def _transcript_stats(conn: AsyncConnection, key: str) -> tuple[int, int]:
         query = select(
-            func.count().filter(transcript.c.kind == "code"),
+            func.count().filter(transcript.c.kind == EntryKind.CODE.value),
             func.coalesce(func.sum(transcript.c.size), 0),
         ).where(transcript.c.thread_key == key)
         row = (await conn.execute(query)).one()
