@@ -44,12 +44,24 @@ class RawKernel:
         self.km = AsyncKernelManager()
         self.kc: Any = None
 
-    async def start(self) -> RawKernel:
+    async def start(self, attempts: int = 3) -> RawKernel:
+        """Start it; a kernel that dies before its first reply is started again, because
+        jupyter_client picks free TCP ports before the kernel binds them, and another process
+        can take one in between ("Address already in use"): the baseline must not hang on it."""
         self.cwd.mkdir(parents=True, exist_ok=True)
-        await self.km.start_kernel(cwd=str(self.cwd))
-        self.kc = self.km.client()
-        self.kc.start_channels()
-        await self.kc.wait_for_ready(timeout=READY_TIMEOUT)
+        for attempt in range(attempts):
+            await self.km.start_kernel(cwd=str(self.cwd))
+            self.kc = self.km.client()
+            self.kc.start_channels()
+            try:
+                await self.kc.wait_for_ready(timeout=READY_TIMEOUT)
+                return self
+            except RuntimeError:
+                if attempt == attempts - 1:
+                    raise
+                await self.stop()
+                self.km = AsyncKernelManager()
+                self.kc = None
         return self
 
     async def round_trip(self, code: str) -> float:
