@@ -47,7 +47,10 @@ def last_output(body: dict[str, Any]) -> str:
 
 
 async def test_tool_calls_written_as_json_or_tags_run_as_the_tool(tmp_path) -> None:
-    async with model_bot(tmp_path) as (slack, model, _bot):
+    # Function-calling mode set explicitly: two calls written as text would otherwise switch
+    # this model to blocks mode from the next round (llm/model_fit, tested in
+    # test_model_fit_e2e); here the parser of text-written calls in that mode is tested.
+    async with model_bot(tmp_path, tool_mode="function") as (slack, model, _bot):
         model.script(
             written("print(sum([3, 5, 10]) / 3)", "json"),
             written("print(6 * 7)", "tags", text="Let me compute that."),
@@ -104,7 +107,8 @@ async def _cells_now(slack, ts) -> list[dict]:
 
 
 async def test_repeating_code_that_already_ran_is_not_run_again(tmp_path) -> None:
-    async with model_bot(tmp_path) as (slack, model, _bot):
+    # Function-calling mode set explicitly, as above: the repeat guard in it is what is tested.
+    async with model_bot(tmp_path, tool_mode="function") as (slack, model, _bot):
         model.script(
             written("print(5 * 5)", "json"),
             written("print(5 * 5)", "json"),

@@ -82,6 +82,9 @@ def by_name(checks: list[doctor.Check]) -> dict[str, doctor.Check]:
 
 
 async def test_green_run_passes_every_check(tmp_path: Path, good: dict[str, Any]) -> None:
+    # Kernels an earlier test in this worker is still shutting down (a busy machine) are not
+    # the doctor's: only the kernels started during its run must be gone when it returns.
+    earlier = {process.pid for process in kernel_children()}
     checks = await doctor.run_checks(configured(tmp_path, good))
 
     assert [c.name for c in checks] == NAMES
@@ -102,7 +105,7 @@ async def test_green_run_passes_every_check(tmp_path: Path, good: dict[str, Any]
     assert "(forked from the warm template)" in kernel or "(spawned: " in kernel
     if shutil.which("bwrap") and not found[doctor.SANDBOX].skipped:
         assert "forked" in kernel, kernel
-    assert kernel_children() == []  # the test kernel was shut down
+    assert [k for k in kernel_children() if k.pid not in earlier] == []  # its kernel is gone
 
 
 async def test_kernel_check_names_the_spawn_mode_and_why(
