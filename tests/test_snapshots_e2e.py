@@ -9,7 +9,7 @@ from pathlib import Path
 
 from slackinterp.slack.bot import SlackBot
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import FakeSlack, TsClock
 from tests.gateway import Gateway, kernel_gateway  # noqa: F401 - a fixture
 from tests.slack_harness import (
     CHANNEL,
@@ -220,6 +220,14 @@ async def test_fork_starts_a_new_thread_where_this_one_stands(tmp_path: Path) ->
         await fork_and_check(fake, bot)
 
 
+def own_threads(fake: FakeSlack, start_seconds: int) -> None:
+    """Thread timestamps of this test's own. A thread's files and snapshots on the gateway
+    live under its key (team, channel, ts), as replicas need; every FakeSlack starts its
+    clock at the same second, so two tests sharing the session's gateway would otherwise
+    share a thread's folder (another test's effects.txt, its snapshot generations)."""
+    fake.workspace.clock = TsClock(start_seconds=start_seconds)
+
+
 async def test_a_gateway_thread_forks_on_the_gateways_side(
     tmp_path: Path,
     kernel_gateway: Gateway,  # noqa: F811
@@ -227,6 +235,7 @@ async def test_a_gateway_thread_forks_on_the_gateways_side(
     # The files and the snapshot are copied by the new thread's kernel, on the gateway.
     gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
     async with FakeSlack() as fake, running_bot(fake, tmp_path, **gateway) as bot:
+        own_threads(fake, 1_700_200_000)
         await fork_and_check(fake, bot)
 
 
@@ -282,6 +291,7 @@ async def test_gateway_kernels_save_and_load_their_own_snapshots(
     # The files live with the kernel, on the gateway's side: the kernel does the I/O itself.
     gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
     async with FakeSlack() as fake, running_bot(fake, tmp_path, **gateway) as bot:
+        own_threads(fake, 1_700_100_000)
         first = (
             "import random\nrv = random.random()\nopen('effects.txt', 'a').write('ran')\nprint(rv)"
         )
