@@ -54,7 +54,7 @@ STREAM_FALLBACKS = Counter(
     ["error"],
 )
 FEEDBACK = Counter("slackinterp_feedback_total", "Feedback button clicks on answers", ["value"])
-SCHEDULED_RUNS = Counter(  # issue 28
+SCHEDULED_RUNS = Counter(
     "slackinterp_scheduled_runs_total",
     "Scheduled runs this replica claimed, by outcome (ok, failed, refused, missed)",
     ["outcome"],

@@ -46,7 +46,7 @@ from slackinterp.llm.failures import ModelError
 from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
 from slackinterp.llm.port import CellSource, ReceivedFile, TurnPort
 from slackinterp.llm.state import AgentConfig, TurnState
-from slackinterp.llm.steering import as_message as steering_message  # issue 27
+from slackinterp.llm.steering import as_message as steering_message
 from slackinterp.llm.tooling import tool_result_text
 from slackinterp.llm.turnclock import TurnClock
 from slackinterp.llm.usage import ModelCall
@@ -154,7 +154,7 @@ class Agent:
             if state.clock.spent():
                 log.info("model.turn_out_of_time seconds=%g", self.config.turn_seconds)
                 return turnclock.out_of_time(self.config.turn_seconds, state.ran_cell)
-            await self._steer(key, turn, hooks)  # issue 27: messages sent while it runs
+            await self._steer(key, turn, hooks)  # messages sent while it runs
             variables = await hooks.variables()
             system = (
                 self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)

@@ -87,7 +87,7 @@ class SlackBot:
     listeners: SlackListeners
     fetcher: SlackFileFetcher
     http: aiohttp.ClientSession
-    schedules: ScheduleService | None = None  # issue 28: recurring analyses
+    schedules: ScheduleService | None = None  # recurring analyses
     socket: AsyncSocketModeHandler | None = None
     http_runner: web.AppRunner | None = None
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
@@ -104,7 +104,7 @@ class SlackBot:
             request_verification_enabled=not settings.slack_app_token,
         )
         fetcher = SlackFileFetcher(settings.slack_bot_token or "", settings.max_download_bytes)
-        schedules = ScheduleService(  # issue 28: always built; it idles when schedules are off
+        schedules = ScheduleService(  # always built; it idles when schedules are off
             settings,
             runtime.store,
             ScheduledRunner(
@@ -140,7 +140,7 @@ class SlackBot:
             metrics.add_routes(web_app)
             await self._serve(web_app, self.settings.http_port)
             log.info("slack.listening mode=http port=%d", self.settings.http_port)
-        if self.schedules is not None:  # issue 28: jobs from the stored schedules
+        if self.schedules is not None:  # jobs from the stored schedules
             await self.schedules.start()
         if interrupted:
             log.warning("bot.interrupted_turns count=%d", len(interrupted))
@@ -194,7 +194,7 @@ class SlackBot:
             self.stopped.set()
 
     async def _stop(self) -> None:
-        if self.schedules is not None:  # issue 28: no new runs; running ones end or stop
+        if self.schedules is not None:  # no new runs; running ones end or stop
             await self.schedules.stop(DRAIN_SECONDS / 2)
         await self.listeners.drain(DRAIN_SECONDS)
         if self.socket is not None:

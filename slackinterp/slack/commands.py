@@ -32,7 +32,7 @@ log = logging.getLogger(__name__)
 class CommandListeners(ListenerBase):
     """The slash command's listener."""
 
-    schedules: SlackSchedules | None = None  # issue 28: set by SlackListeners when enabled
+    schedules: SlackSchedules | None = None  # set by SlackListeners when enabled
     egress: Egress | None = None  # the runtime's (slack/bot.py), for `network`
 
     @functools.cached_property
@@ -60,7 +60,7 @@ class CommandListeners(ListenerBase):
         word = words[0].lower() if words else "help"
         channel = body.get("channel_id", "")
         command = self.settings.command
-        if self.schedules is not None and word in ("schedules", "schedule"):  # issue 28
+        if self.schedules is not None and word in ("schedules", "schedule"):
             await ack()
             listing = await self.schedules.listing(client, channel, body.get("user_id") or "")
             await respond(response_type="ephemeral", **listing)

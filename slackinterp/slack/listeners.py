@@ -21,16 +21,16 @@ from slackinterp.engine.workspace import ThreadKey
 from slackinterp.kernels.reaper import SEEN_EVENTS_TTL
 from slackinterp.schedules.service import ScheduleService
 from slackinterp.slack import (
-    agent_session,  # issue 27
+    agent_session,
     controls,
     fork_front,
-    stream,  # issue 14
+    stream,
 )
 from slackinterp.slack import schedule_front as schedule_controls
 from slackinterp.slack import text as t
 from slackinterp.slack.access import AllowList
 from slackinterp.slack.admins import Admins
-from slackinterp.slack.assistant import AssistantView  # issue 14
+from slackinterp.slack.assistant import AssistantView
 from slackinterp.slack.buttons import ButtonListeners
 from slackinterp.slack.commands import CommandListeners
 from slackinterp.slack.data import is_data_command
@@ -75,15 +75,15 @@ class SlackListeners(CommandListeners, ButtonListeners):
     ):
         super().__init__(app, engine, store, settings, fetcher)
         self.access = AllowList(tuple(settings.allowed_channels), tuple(settings.allowed_users))
-        self.schedules = (  # issue 28: recurring analyses
+        self.schedules = (  # recurring analyses
             schedule_controls.SlackSchedules(
                 schedules, app.client, Admins(settings.admins), self._mention
             )
             if schedules is not None
             else None
         )
-        self.stream_memo = stream.StreamMemo()  # issue 14: workspaces that cannot stream
-        self.session_memo = agent_session.SessionMemo()  # issue 27: … that have no sessions
+        self.stream_memo = stream.StreamMemo()  # workspaces that cannot stream
+        self.session_memo = agent_session.SessionMemo()  # … that have no sessions
         engine.notice_listeners.append(self.on_notice)
 
     def register(self) -> None:
@@ -98,7 +98,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
         answers = InputListeners(self.engine)  # a cell's input() / getpass(): the modal
         app.action(ANSWER_ACTION)(answers.on_answer_button)
         app.view(ANSWER_VIEW)(answers.on_answer_submitted)
-        if self.schedules is not None:  # issue 28: Pause, Resume, Delete, Also send to channel
+        if self.schedules is not None:  # Pause, Resume, Delete, Also send to channel
             for action in schedule_controls.ACTIONS:
                 app.action(action)(self.schedules.on_button)
         AssistantView(  # issues 14, 27: agent/assistant view, feedback buttons, Slack's Stop
@@ -233,7 +233,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
         files = event.get("files") or []
         in_thread = thread_ts != event["ts"]
         if mentioned and not files and self.schedules and schedule_controls.wants(text):
-            # issue 28: `every Monday at 9:00`, `schedules`, `unschedule`
+            # `every Monday at 9:00`, `schedules`, `unschedule`
             work = self.schedules.on_mention(client, key, user, text)
             self.spawn(work, f"schedule-{key.id}")
             return
@@ -285,7 +285,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
         request = TurnRequest(
             key, text, user, self.fetcher.incoming(files), context=loader, position=event["ts"]
         )
-        recipient = stream.recipient_of(event, key.team)  # issue 14: who a stream is for
+        recipient = stream.recipient_of(event, key.team)  # who a stream is for
         self.spawn(self._run(client, key, request, event["ts"], recipient), f"turn-{key.id}")
 
     async def _run(
@@ -307,7 +307,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
             status_memo=self.status_memo,
             displays=self.displays,
             grace=self.settings.post_grace,
-            stream=stream.for_turn(  # issue 14: model turns stream natively
+            stream=stream.for_turn(  # model turns stream natively
                 client,
                 self.settings,
                 channel=key.channel,
@@ -316,7 +316,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
                 recipient=recipient or stream.Recipient(request.user or None, key.team),
                 memo=self.stream_memo,
             ),
-            session=agent_session.AgentSession(  # issue 27: Slack's own Stop button
+            session=agent_session.AgentSession(  # Slack's own Stop button
                 client,
                 channel=key.channel,
                 thread_ts=key.thread_ts,

@@ -63,7 +63,7 @@ from slackinterp.slack.cells import (
 )
 from slackinterp.slack.inputs import Question
 from slackinterp.slack.poster import ThreadPoster
-from slackinterp.slack.stream import StreamedTurn  # issue 14
+from slackinterp.slack.stream import StreamedTurn
 
 # Also for listeners.py, controls and tests, which knew them here first.
 __all__ = [
@@ -125,8 +125,8 @@ class TurnRenderer(ThreadPoster):
         self.displays = displays if displays is not None else DisplayMemory()
         self.touched: dict[str, CellView] = {}  # earlier cells this turn's updates changed
         self.skipped: list[tuple[str, str]] = []  # files not uploaded, reported together
-        self.stream = stream  # issue 14: a model turn's native stream (slack/stream.py)
-        self.session = session  # issue 27: a model turn's agent session (Slack's Stop)
+        self.stream = stream  # a model turn's native stream (slack/stream.py)
+        self.session = session  # a model turn's agent session (Slack's Stop)
         if stream is not None:
             stream.session = session
 
@@ -143,7 +143,7 @@ class TurnRenderer(ThreadPoster):
         if self.stream is None:
             await self._show(event)
         else:
-            for shown in await self.stream.handle(event):  # issue 14: model turns stream
+            for shown in await self.stream.handle(event):  # model turns stream
                 await self._show(shown)  # what the stream does not show (slack/stream.py)
         if self.session is not None and isinstance(event, TurnFinished):
             await self.session.settle()  # unless the stream's stopStream ended it
@@ -199,7 +199,7 @@ class TurnRenderer(ThreadPoster):
                 await self._clear_status()
 
     async def _instruction_taken(self) -> None:
-        """Steering (issue 27): the running turn took this message; a reaction on it says
+        """Steering: the running turn took this message; a reaction on it says
         so, or a short line where reactions are refused."""
         if self.user_message_ts and await self.react(self.user_message_ts, TAKEN_REACTION):
             return

@@ -72,7 +72,7 @@ class StreamMemo:
 
     unavailable: dict[str, str] = field(default_factory=dict)
     # Streams Slack closed when someone pressed its Stop button (agent_session_stopped):
-    # the turn goes on without them, without calling Slack to find out (issue 27).
+    # the turn goes on without them, without calling Slack to find out.
     stopped_by_user: set[str] = field(default_factory=set)
 
 
@@ -195,7 +195,7 @@ class StreamedTurn:
         self.fallback: str | None = memo.unavailable.get(team)
         self.lock = asyncio.Lock()
         self.timer: asyncio.Task[None] | None = None
-        # The turn's agent session (issue 27): the last stopStream ends it (session_status).
+        # The turn's agent session: the last stopStream ends it (session_status).
         self.session: AgentSession | None = None
 
     @property
