@@ -164,7 +164,11 @@ class CellRunner:
             emit(CellStarted(cell_id, code, source))
             started = lease.kernel.resources()
             result = await self._execute(session, lease, cell_id, code, emit, source, answers)
-            used = self._usage(session, started, lease.kernel.resources(), result)
+            kernel = lease.kernel
+
+            def used() -> CellUsage:  # read once the cell's message is on its way
+                return self._usage(session, started, kernel.resources(), result)
+
             pages: list[Event] = []  # charts' interactive pages: attached after the cell
             result = await self.charts.render(result, cell_id, self.outbox(session), pages.append)
             notes = notices.network_notes(lease.kernel, self.settings.command)
@@ -255,7 +259,7 @@ class CellRunner:
         result: CellResult,
         emit: Emit,
         network: tuple[str, ...] = (),
-        used: CellUsage | None = None,
+        used: Callable[[], CellUsage] | None = None,
     ) -> list[str]:
         """Count, record and report a finished cell; the files it produced."""
         key = session.key.id
@@ -281,7 +285,7 @@ class CellRunner:
                 duration=result.duration,
                 answers=[answer.kept for answer in result.answers],
                 outputs=lambda number, chars: self._export_outputs(result, number, chars),
-                usage=used,
+                usage=used() if used is not None else None,
             )
             if result.ok:
                 session.unsaved_cell = stored  # saved at the end of the turn
