@@ -69,6 +69,7 @@ class Seen(StoreBase):
                 await conn.execute(
                     delete(context_pending).where(context_pending.c.id.in_([r.id for r in ids]))
                 )
+        self._context_added.add(key)  # the thread's next turn reads it (Threads.read_turn_start)
 
     def _context_parts(self, key: str) -> list[Any]:
         """Within a turn's start (Threads.read_turn_start): the thread's context cursor and
@@ -95,7 +96,7 @@ class Seen(StoreBase):
         took are gone, and the cursor moves forward to `ts` (never back)."""
         if taken:
             await conn.execute(delete(context_pending).where(context_pending.c.id.in_(taken)))
-        if cursor is None or _ts_order(cursor) < _ts_order(ts):
+        if cursor is None or ts_order(cursor) < ts_order(ts):
             await conn.execute(
                 self._insert(thread_context)
                 .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
@@ -135,7 +136,7 @@ class Seen(StoreBase):
         return {(r.file_id, r.version) for r in rows}
 
 
-def _ts_order(ts: str) -> tuple[int, int]:
+def ts_order(ts: str) -> tuple[int, int]:
     """Slack ts "1700000000.000100" as a sortable pair (a float loses the last digit)."""
     seconds, _, micros = ts.partition(".")
     try:

@@ -22,7 +22,10 @@ from slackinterp.store.schema import (
     threads,
     transcript,
 )
-from slackinterp.store.seen import Seen
+from slackinterp.store.seen import Seen, ts_order
+
+# Threads whose last start this process wrote and remembers (read_turn_start), at most.
+KNOWN_STARTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -46,13 +49,24 @@ class Threads(ThreadLocks, Seen):
         async with self._engine.begin() as conn:
             start = await self._read_start(conn, key, context_at)
             fresh = await self._write_start(conn, key, context_at, start)
+        self._know_start(key, start, context_at)
         return replace(start, fresh=fresh)
 
     async def read_turn_start(self, key: str, context_at: str | None = None) -> TurnStart:
         """start_turn's reading half, for the path from a request to its first cell: one
         SELECT and no commit. The caller holds the thread's turn (and, across replicas, its
         lock: ThreadLocks), so the thread cannot be created meanwhile, and writes the start
-        with write_turn_start before the turn ends; it may do so while the cell runs."""
+        with write_turn_start before the turn ends; it may do so while the cell runs.
+
+        A SQLite database belongs to one bot process (docs/deployment.md), so once this process
+        wrote a thread's start it knows the next answer without a trip: the thread exists, its
+        cursor is where that start put it, and nothing is pending unless add_pending_context
+        ran since (which makes the next read go to the database)."""
+        known = self._known_starts
+        if self.dialect == "sqlite" and key in known and key not in self._context_added:
+            return TurnStart(False, known[key] if context_at is not None else None)
+        # Before the read: a message added from now on makes the next turn read again.
+        self._context_added.discard(key)
         async with self._engine.connect() as conn:
             return await self._read_start(conn, key, context_at)
 
@@ -61,6 +75,17 @@ class Threads(ThreadLocks, Seen):
         flight, the context taken and the cursor moved. One transaction."""
         async with self._engine.begin() as conn:
             await self._write_start(conn, key, context_at, start)
+        self._know_start(key, start, context_at)
+
+    def _know_start(self, key: str, start: TurnStart, context_at: str | None) -> None:
+        known = self._known_starts
+        known.pop(key, None)  # the newest last: the oldest go first when it is full
+        if len(known) >= KNOWN_STARTS:
+            del known[next(iter(known))]
+        cursor = start.cursor
+        if context_at is not None and (cursor is None or ts_order(cursor) < ts_order(context_at)):
+            cursor = context_at
+        known[key] = cursor
 
     async def _read_start(
         self, conn: AsyncConnection, key: str, context_at: str | None
@@ -129,6 +154,7 @@ class Threads(ThreadLocks, Seen):
 
     async def forget_thread(self, key: str) -> None:
         """Everything kept for a thread, gone: a scheduled run's own key, once it is over."""
+        self._known_starts.pop(key, None)
         async with self._engine.begin() as conn:
             for table, column in (
                 (cells, cells.c.thread_key),
