@@ -290,7 +290,7 @@ class CellRunner:
                 duration=result.duration,
                 answers=[answer.kept for answer in result.answers],
                 outputs=lambda number, chars: self._export_outputs(result, number, chars),
-                usage=used() if used is not None else None,
+                usage=used,
             )
             if result.ok:
                 session.unsaved_cell = stored  # saved at the end of the turn
