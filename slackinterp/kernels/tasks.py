@@ -14,6 +14,8 @@ async def cancel(task: asyncio.Task[Any], log: logging.Logger, event: str) -> No
     try:
         await task
     except asyncio.CancelledError:
-        pass
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the closer's own cancellation, not the task's: never swallowed
     except Exception as exc:
         log.warning("%s error=%s", event, exc)

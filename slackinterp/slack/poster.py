@@ -233,7 +233,9 @@ async def _settle(task: asyncio.Task[None]) -> None:
     try:
         await task
     except asyncio.CancelledError:
-        pass
+        current = asyncio.current_task()
+        if current is not None and current.cancelling():
+            raise  # the waiter's own cancellation, not the task's: never swallowed
     except Exception as exc:
         log.warning("render.indicator_failed task=%s error=%s", task.get_name(), exc)
 
