@@ -4,7 +4,8 @@ Run by the bot as `python -I template.py <control fd> <bot pid>` with an explici
 environment (never the bot's: it holds the Slack and model secrets). It imports what every
 kernel needs (ipykernel and its lazy imports, IPython, numpy, pandas, matplotlib), loads the
 kernel-side modules the bot sends kernels by source (INSIDE, read from their files, as each
-kernel would load them), freezes the GC, and then only waits on its control socket. Each `fork` request makes one kernel:
+kernel would load them), freezes the GC, and then only waits on its control socket. Each
+`fork` request makes one kernel:
 
     template ── R = PID 1 of the kernel's namespaces, cloned straight into them (joins the
                 |   pids cgroup, limits, builds the private root, drops every privilege,
@@ -288,14 +289,20 @@ def load_inside() -> list[str]:
 
 def warm_matplotlib() -> None:
     """Draw one figure to PNG without pyplot (which would pick a backend here): fonts, the
-    Agg renderer and the PNG encoder are then loaded once for every kernel."""
+    Agg renderer and the PNG encoder are then loaded once for every kernel.
+
+    A small one (1 inch, 100x100 pixels: buffers under malloc's 128 KiB mmap threshold). A
+    full-size figure's buffers are mmapped, and freeing them raises glibc's dynamic threshold
+    to their size in the template, so in every kernel the first plot's buffers came from the
+    heap and stayed there once freed: ~1.2 MiB more per kernel after its first plot than
+    this (a spawned kernel starts at the default threshold too)."""
     try:
         import io
 
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
-        figure = Figure()
+        figure = Figure(figsize=(1, 1))
         FigureCanvasAgg(figure)
         axes = figure.add_subplot()
         axes.plot([1, 2, 3], [3, 1, 2])
