@@ -9,32 +9,25 @@ bounds and strict types, and a bad answer counts as "no snapshot" (the replay th
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import time
 from dataclasses import dataclass
-from importlib import resources
 from typing import TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from slackinterp.kernels import inside
 from slackinterp.kernels.backend import Kernel
 from slackinterp.kernels.execution import run_cell
 
 log = logging.getLogger(__name__)
 
 
-def _inside(name: str) -> tuple[str, str]:
-    """(module name in the kernel, source) of kernels/inside/NAME.py. Named by its content: a
-    kernel that loaded an older version (before a bot upgrade) loads this one."""
-    source = resources.files("slackinterp.kernels.inside").joinpath(f"{name}.py").read_text()
-    return f"_slackinterp_{name}_" + hashlib.sha256(source.encode()).hexdigest()[:12], source
-
-
-SNAPSHOT = _inside("snapshot")
-REBUILD = _inside("rebuild")
-FORKING = _inside("forking")
+# (name in the kernel, source): a forked kernel finds them loaded by its template already.
+SNAPSHOT = inside.named("snapshot")
+REBUILD = inside.named("rebuild")
+FORKING = inside.named("forking")
 MARK = "slackinterp-snapshot:"
 MAX_ANSWER = 256 * 1024  # characters of the kernel's answer read at most
 DIRNAME = ".slackinterp-snapshots"

@@ -1,9 +1,10 @@
 """`sql()` and `%%sql` inside a kernel: ask the bot, over this kernel's own data socket.
 
-This module's source runs inside kernels (exec_lines, in a namespace of its own; only `sql`
-and the magic reach the user's namespace). It holds no credential and no address: the
-socket in the kernel's private runtime directory is the whole way out, and the bot decides
-per query what the thread's channel may read (slackinterp/datasources). The frame format is
+This module's source runs inside kernels, as a module of its own (named by its content, see
+kernels/inside/__init__.py); an exec_lines entry calls `_install`, and only `sql` and the
+magic reach the user's namespace. It holds no credential and no address: the socket in the
+kernel's private runtime directory is the whole way out, and the bot decides per query what
+the thread's channel may read (slackinterp/datasources). The frame format is
 datasources/wire.py's, repeated here by value: this file must not import slackinterp.
 """
 
@@ -127,6 +128,8 @@ def _magic(line: str, cell: str | None = None) -> Any:
 
 
 def _install() -> None:
+    """Run by the kernel's exec_lines entry, never at import: a forked kernel's template loads
+    this module before the fork, with no kernel's environment or shell yet."""
     if not os.environ.get(SOCKET_VARIABLE):
         return
     from IPython import get_ipython
@@ -141,7 +144,3 @@ def _install() -> None:
     shell.user_ns_hidden["sql"] = sql
     shell.user_ns_hidden["SQLError"] = SQLError
     shell.register_magic_function(_magic, magic_kind="line_cell", magic_name="sql")
-
-
-if __name__ == "__si_sql__":
-    _install()

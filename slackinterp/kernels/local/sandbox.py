@@ -120,7 +120,7 @@ KERNEL_ARGUMENTS = [
     f"--IPKernelApp.exec_lines={figure_alt.exec_line()}",
     f"--IPKernelApp.exec_lines={egress_relay.exec_line()}",
     # sql() and %%sql, when the environment names a data socket (slackinterp/datasources)
-    f"--IPKernelApp.exec_lines={kernel_inside.exec_line('sql', '__si_sql__')}",
+    f"--IPKernelApp.exec_lines={kernel_inside.exec_line('sql', '_install()')}",
 ]
 
 

@@ -2,8 +2,10 @@
 
 Run by the bot as `python -I template.py <control fd> <bot pid>` with an explicit minimal
 environment (never the bot's: it holds the Slack and model secrets). It imports what every
-kernel needs (ipykernel and its lazy imports, IPython, numpy, pandas, matplotlib), freezes the
-GC, and then only waits on its control socket. Each `fork` request makes one kernel:
+kernel needs (ipykernel and its lazy imports, IPython, numpy, pandas, matplotlib), loads the
+kernel-side modules the bot sends kernels by source (INSIDE, read from their files, as each
+kernel would load them), freezes the GC, and then only waits on its control socket. Each
+`fork` request makes one kernel:
 
     template ── R = PID 1 of the kernel's namespaces, cloned straight into them (joins the
                 |   pids cgroup, limits, builds the private root, drops every privilege,
@@ -35,6 +37,7 @@ import ctypes
 import errno
 import fcntl
 import gc
+import hashlib
 import json
 import os
 import resource
@@ -44,6 +47,7 @@ import socket
 import struct
 import sys
 import traceback
+import types
 from collections.abc import Iterator
 from typing import Any
 
@@ -159,6 +163,17 @@ PRELOAD = [
     "json",
 ]
 
+# slackinterp's kernel-side modules (kernels/inside/) a kernel loads by source: sql at every
+# start, snapshot, rebuild and forking at its first save or restore. Loaded here from their
+# files, under the name the bot looks each up by (kernels/inside/__init__.py: named by their
+# content), so their code is shared by every kernel instead of compiled again in each. Their
+# module bodies only define things (tests/test_template_inside.py): what a kernel does with
+# its own environment happens when the bot calls them in the kernel.
+INSIDE = ("sql", "snapshot", "rebuild", "forking")
+INSIDE_DIR = os.path.join(
+    os.path.dirname(os.path.abspath(__file__)), os.pardir, os.pardir, "inside"
+)
+
 libc = ctypes.CDLL(None, use_errno=True)
 libc.syscall.restype = ctypes.c_long
 libc.mount.argtypes = [
@@ -249,16 +264,46 @@ def preload() -> list[str]:
     return missing
 
 
+def inside_name(module: str, source: str) -> str:
+    """kernels/inside/__init__.py's `named`, written again (nothing of slackinterp is imported)."""
+    return f"_slackinterp_{module}_" + hashlib.sha256(source.encode()).hexdigest()[:12]
+
+
+def load_inside() -> list[str]:
+    """Load INSIDE into sys.modules as a kernel would (same name, same file name for its code).
+    One that cannot be read or run here is left for the kernel to load itself (reported)."""
+    missing = []
+    for module in INSIDE:
+        try:
+            path = os.path.join(INSIDE_DIR, f"{module}.py")
+            with open(path, encoding="utf-8") as handle:
+                source = handle.read()
+            name = inside_name(module, source)
+            loaded = types.ModuleType(name)
+            exec(compile(source, name, "exec"), loaded.__dict__)
+            sys.modules[name] = loaded
+        except Exception:
+            missing.append(f"slackinterp.kernels.inside.{module}")
+    return missing
+
+
 def warm_matplotlib() -> None:
     """Draw one figure to PNG without pyplot (which would pick a backend here): fonts, the
-    Agg renderer and the PNG encoder are then loaded once for every kernel."""
+    Agg renderer and the PNG encoder are then loaded once for every kernel.
+
+    The default size at 30 dpi (192x144 pixels: every buffer under malloc's 128 KiB mmap
+    threshold; the layout, ticks and fonts as at full size). At 100 dpi the buffers were
+    mmapped, and freeing them raised glibc's dynamic threshold to their size in the template,
+    so in every kernel the first plot's buffers came from the heap and stayed there once
+    freed: ~1.2 MiB more per kernel after its first plot (a spawned kernel starts at the
+    default threshold too). A 1-inch figure saved as much, but its first plot looked slower."""
     try:
         import io
 
         from matplotlib.backends.backend_agg import FigureCanvasAgg
         from matplotlib.figure import Figure
 
-        figure = Figure()
+        figure = Figure(dpi=30)
         FigureCanvasAgg(figure)
         axes = figure.add_subplot()
         axes.plot([1, 2, 3], [3, 1, 2])
@@ -415,7 +460,7 @@ def template_main(argv: list[str]) -> None:
         os._exit(0)
     os.chdir("/")
     gc.disable()
-    missing = preload()
+    missing = preload() + load_inside()
     warm_matplotlib()
     template = Template(control, bot_pid)
     template.stamps = package_stamps()
