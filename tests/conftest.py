@@ -110,7 +110,9 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await Runtime.open(settings)
+    """A started runtime whose kernels fork from the session's shared template (tests about
+    the template, restarts and orphans open a Runtime of their own)."""
+    rt = await Runtime.open(settings, shared_templates)
     await rt.start()
     try:
         yield rt
