@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import inspect
+from sqlalchemy import event, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
 from slackinterp.config import normalize_database_url
@@ -19,7 +19,7 @@ from slackinterp.slack.thread import (
     file_version,
     trimmed,
 )
-from slackinterp.store import MIGRATIONS, PENDING_LIMIT, Store, metadata, migrate
+from slackinterp.store import MIGRATIONS, PENDING_LIMIT, Store, TurnStart, metadata, migrate
 from slackinterp.store.migrations import SCHEMA_VERSION
 from tests.conftest import make_settings
 
@@ -53,6 +53,58 @@ async def test_pending_context_is_taken_once_and_bounded(store: Store) -> None:
     assert (again.cursor, again.pending) == ("3.000000", [])
     other = (await store.start_turn("other", context_at="3.000000")).pending
     assert [m["text"] for m in other] == ["x"]
+
+
+async def _started(store: Store, key: str, at: str | None) -> TurnStart:
+    """A turn's start as the engine makes it: read on the way to the cell, written after."""
+    start = await store.read_turn_start(key, at)
+    await store.write_turn_start(key, start, at)
+    return start
+
+
+def _statements(store: Store) -> list[str]:
+    """Every SQL statement the store sends from now on."""
+    sent: list[str] = []
+    event.listen(store._engine.sync_engine, "before_cursor_execute", lambda *a: sent.append(a[2]))
+    return sent
+
+
+async def test_a_turn_start_read_then_written_is_start_turn(store: Store) -> None:
+    # The split start (read on the path to the first cell, written while it runs) finds and
+    # leaves what the one-transaction start_turn does.
+    first = await _started(store, "k", "1.000100")
+    assert (first.fresh, first.cursor, first.pending) == (True, None, [])
+    assert await store.thread_exists("k")
+    await store.add_pending_context("k", {"ts": "1.000200", "text": "edited"})
+    second = await _started(store, "k", "1.000300")
+    assert (second.fresh, second.cursor) == (False, "1.000100")
+    assert [m["text"] for m in second.pending] == ["edited"]
+    # taken once; an older (queued) request does not move the cursor back
+    third = await _started(store, "k", "1.000050")
+    assert (third.cursor, third.pending) == ("1.000300", [])
+    assert (await store.start_turn("k", context_at="1.000400")).cursor == "1.000300"
+    # the turn is in flight until it finishes
+    assert await store.take_interrupted_turns() == ["k"]
+
+
+async def test_sqlite_knows_a_threads_next_start_without_a_trip(store: Store) -> None:
+    # A SQLite database belongs to one process: once it wrote a thread's start, the next read
+    # needs no statement, unless a message was added for the thread since.
+    await _started(store, "k", "1.000100")
+    sent = _statements(store)
+    start = await store.read_turn_start("k", "1.000200")
+    assert (start.fresh, start.cursor, start.pending) == (False, "1.000100", [])
+    assert (sent == []) is (store.dialect == "sqlite"), sent
+    await store.write_turn_start("k", start, "1.000200")
+    await store.add_pending_context("k", {"ts": "1.000300", "text": "by another bot"})
+    sent.clear()
+    start = await store.read_turn_start("k", "1.000400")
+    assert sent != []  # read again: a message is pending
+    assert (start.cursor, [m["text"] for m in start.pending]) == ("1.000200", ["by another bot"])
+    await store.write_turn_start("k", start, "1.000400")
+    # a forgotten thread is new again
+    await store.forget_thread("k")
+    assert (await store.read_turn_start("k", "1.000500")).fresh is True
 
 
 async def test_files_seen_per_thread_and_version(store: Store) -> None:

@@ -53,6 +53,24 @@ async def test_ignores_threads_without_session_and_redeliveries(tmp_path: Path) 
         assert bot_messages(fake, root) == []
 
 
+async def test_a_retry_or_edit_at_once_after_the_first_delivery_runs_nothing(
+    tmp_path: Path,
+) -> None:
+    # A first delivery is not looked up on its way to the cell: its sighting is recorded
+    # behind it. A retry (another event, the same event_id) or an edit (the same message)
+    # that arrives right after must still find it.
+    async with FakeSlack() as fake, running_bot(fake, tmp_path):
+        ts, envelopes = await fake.user_message(CHANNEL, "<@UBOT> ```print('once')```")
+        again = [await fake.redeliver(envelope, retry_attempt=1) for envelope in envelopes]
+        again += await fake.edit_message(CHANNEL, ts, "<@UBOT> ```print('twice?')```")
+        await wait_cells(fake, ts, 1)
+        for envelope in again:
+            await fake.wait_ack(envelope)
+        await asyncio.sleep(1.0)  # anything they started would show by now
+        texts = [all_text(m) for m in cell_messages(fake, ts)]
+        assert len(texts) == 1 and "once" in texts[0], texts
+
+
 async def test_no_model_hint_and_help(tmp_path: Path) -> None:
     async with FakeSlack() as fake, running_bot(fake, tmp_path):
         ts, _ = await fake.user_message(CHANNEL, "<@UBOT> plot revenue by month")

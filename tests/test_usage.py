@@ -155,7 +155,7 @@ async def test_calls_are_kept_and_summed(two_stores: tuple[Store, Store]) -> Non
         error_name=None,
         duration=1.0,
         outputs=lambda n, u: [],
-        usage=used,
+        usage=lambda: used,
     )
     assert (await other.cell_totals(0, time.time() + 1))["C1"] == (1, 0.5, 1.0)
 

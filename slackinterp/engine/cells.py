@@ -156,15 +156,24 @@ class CellRunner:
         cell_id: str | None = None
         try:
             files = self.files_of(lease)
-            before = await files.measure()
+            # The directory's walk (in a thread) beside the kernel's usage reading: both are
+            # on the way to the cell.
+            measuring = asyncio.ensure_future(files.measure())
+            try:
+                started = lease.kernel.resources()
+            finally:
+                before = await measuring
             over = self._over_quota(before.usage)
             if over is not None:
                 raise QuotaExceeded(over + notices.QUOTA_BEFORE)
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
-            started = lease.kernel.resources()
             result = await self._execute(session, lease, cell_id, code, emit, source, answers)
-            used = self._usage(session, started, lease.kernel.resources(), result)
+            kernel, finished = lease.kernel, result
+
+            def used() -> CellUsage:  # read once the cell's message is on its way
+                return self._usage(session, started, kernel.resources(), finished)
+
             pages: list[Event] = []  # charts' interactive pages: attached after the cell
             result = await self.charts.render(result, cell_id, self.outbox(session), pages.append)
             notes = notices.network_notes(lease.kernel, self.settings.command)
@@ -255,7 +264,7 @@ class CellRunner:
         result: CellResult,
         emit: Emit,
         network: tuple[str, ...] = (),
-        used: CellUsage | None = None,
+        used: Callable[[], CellUsage] | None = None,
     ) -> list[str]:
         """Count, record and report a finished cell; the files it produced."""
         key = session.key.id

@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 import uuid
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -22,9 +23,23 @@ from slackinterp.engine.session import ThreadSession
 from slackinterp.errors import NoticeKind, SlackinterpError
 from slackinterp.kernels.files import ThreadFiles, TransferError
 from slackinterp.llm import prompts
-from slackinterp.store import TurnStart
+from slackinterp.store import Store, TurnStart
 
 log = logging.getLogger(__name__)
+
+# Slack users type ```code``` on one line as often as a fenced block with a language tag.
+_FENCE = re.compile(
+    r"^\s*```(?:[ \t]*(?:python3?|py)?[ \t]*\n)?(?P<code>.*?)\n?[ \t]*```\s*$", re.S | re.I
+)
+
+
+def direct_code(text: str) -> str | None:
+    """The code of a message that is only a fenced ```python (or bare ```) block."""
+    match = _FENCE.match(text or "")
+    if match is None:
+        return None
+    code = match.group("code")
+    return code if code.strip() else None
 
 
 class FileFetchError(SlackinterpError):
@@ -53,6 +68,20 @@ class ThreadContext:
 
 # Given what starting the turn found (the context cursor as it was, the pending messages).
 ContextReader = Callable[[TurnStart], Awaitable[ThreadContext]]
+
+
+def write_start(store: Store, key: str, start: TurnStart, at: str | None) -> asyncio.Task[None]:
+    """The turn's start written (Store.write_turn_start) while its first cell runs, off the
+    path from a message to that cell's output. A failure costs the context cursor (the next
+    turn is given the same context again), not the turn."""
+
+    async def write() -> None:
+        try:
+            await store.write_turn_start(key, start, at)
+        except Exception as exc:
+            log.error("turn.start_write_failed thread=%s error=%s", key, exc)
+
+    return asyncio.create_task(write(), name=f"turn-start-{key}")
 
 
 async def thread_context(

@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
@@ -36,7 +35,13 @@ from slackinterp.engine.events import (
     TurnStarted,
 )
 from slackinterp.engine.fork import Forked
-from slackinterp.engine.intake import ContextReader, FileFetchError, IncomingFile, ThreadContext
+from slackinterp.engine.intake import (
+    ContextReader,
+    FileFetchError,
+    IncomingFile,
+    ThreadContext,
+    direct_code,
+)
 from slackinterp.engine.port import EnginePort
 from slackinterp.engine.session import Instruction, ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
@@ -67,20 +72,6 @@ __all__ = [
 ]
 
 log = logging.getLogger(__name__)
-
-# Slack users type ```code``` on one line as often as a fenced block with a language tag.
-_FENCE = re.compile(
-    r"^\s*```(?:[ \t]*(?:python3?|py)?[ \t]*\n)?(?P<code>.*?)\n?[ \t]*```\s*$", re.S | re.I
-)
-
-
-def direct_code(text: str) -> str | None:
-    """The code of a message that is only a fenced ```python (or bare ```) block."""
-    match = _FENCE.match(text or "")
-    if match is None:
-        return None
-    code = match.group("code")
-    return code if code.strip() else None
 
 
 @dataclass
@@ -231,6 +222,7 @@ class Engine:
         # Copies of the last turn's produced files were uploaded by now.
         await self.cells.clear_outbox(session)
         deadline = None
+        start_written: asyncio.Task[None] | None = None
         if request.deadline is not None:
             wait = max(0.0, request.deadline - started)
             deadline = asyncio.get_running_loop().call_later(
@@ -243,7 +235,9 @@ class Engine:
                 if request.cells and request.text.strip() and direct_code(request.text) is None:
                     turn = self.budgets.turn(session.key, request.user, request.origin)
                     admitted = await held.enter_async_context(turn)
-                start = await self.store.start_turn(session.key.id, context_at=request.position)
+                at = request.position  # read on the path to the first cell, written while it runs
+                start = await self.store.read_turn_start(session.key.id, at)
+                start_written = intake.write_start(self.store, session.key.id, start, at)
                 if self.data is not None and request.user:  # the audit line's user for sql()
                     self.data.note_user(session.key.id, request.user)
                 session.fresh = start.fresh
@@ -276,6 +270,8 @@ class Engine:
                 deadline.cancel()
             session.control = None
             metrics.TURN_SECONDS.observe(time.monotonic() - started)
+            if start_written is not None:
+                await start_written
             await self.store.turn_finished(session.key.id)
             emit(TurnFinished(session.cells_run - cells_before, time.monotonic() - started))
             try:  # the turn's output is out; the next turn of this thread waits for it

@@ -10,6 +10,7 @@ from collections.abc import Coroutine
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
@@ -41,6 +42,20 @@ def installation_team(body: dict[str, Any]) -> str:
     if not team and isinstance(body.get("team"), dict):
         team = body["team"].get("id")
     return str(team or "T")
+
+
+def delivery(request: AsyncBoltRequest) -> int | None:
+    """Slack's delivery attempt of an event, 0 for the first; None when it cannot be told.
+
+    Slack numbers its retries (HTTP: the x-slack-retry-num header, absent on a first attempt;
+    Socket Mode: the envelope's retry_attempt, which Bolt copies into the same header)."""
+    values = request.headers.get("x-slack-retry-num") or []
+    if not values:
+        return 0 if request.mode == "http" else None
+    try:
+        return int(values[0])
+    except ValueError:
+        return None
 
 
 class ListenerBase:

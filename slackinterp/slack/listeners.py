@@ -12,6 +12,7 @@ from collections.abc import Awaitable
 from typing import Any
 
 from slack_bolt.async_app import AsyncApp
+from slack_bolt.request.async_request import AsyncBoltRequest
 from slack_sdk.web.async_client import AsyncWebClient
 
 from slackinterp.config import Settings
@@ -36,10 +37,11 @@ from slackinterp.slack.commands import CommandListeners
 from slackinterp.slack.data import is_data_command
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.inputs import ANSWER_ACTION, ANSWER_VIEW, InputListeners
-from slackinterp.slack.listener_base import installation_team
+from slackinterp.slack.listener_base import delivery, installation_team
 from slackinterp.slack.manifest import SHORTCUT_ID
 from slackinterp.slack.network import is_network_command
 from slackinterp.slack.render import RESET_ACTION, STOP_ACTION, TurnRenderer
+from slackinterp.slack.sightings import Sightings
 from slackinterp.slack.thread import Own, clean_text, trimmed
 from slackinterp.slack.usage_front import is_budget_command, is_usage_command
 from slackinterp.store import Store
@@ -85,6 +87,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
         self.stream_memo = stream.StreamMemo()  # workspaces that cannot stream
         self.session_memo = agent_session.SessionMemo()  # … that have no sessions
         engine.notice_listeners.append(self.on_notice)
+        self.sightings = Sightings(store)  # redeliveries and edits run nothing
 
     def register(self) -> None:
         app = self.app
@@ -123,35 +126,27 @@ class SlackListeners(CommandListeners, ButtonListeners):
             return await self._message_for_us(body, event)
         return False
 
-    async def first_time(self, body: dict[str, Any], event: dict[str, Any] | None = None) -> bool:
-        """False for a redelivery (same event_id) or a message already handled (same channel
-        and ts: an edit re-sends app_mention with a new event_id). Both are kept in the store,
-        so this holds across restarts and replicas."""
-        event_id = body.get("event_id")
-        message = None
-        if event and event.get("channel") and event.get("ts"):
-            message = f"msg:{event['channel']}:{event['ts']}"
-        keys = [k for k in (event_id, message) if k]
-        new = dict(zip(keys, await self.store.first_sightings(*keys), strict=True))
-        if event_id and not new[event_id]:
-            log.info("event.redelivery_ignored event_id=%s", event_id)
-            return False
-        if event is not None and message and not new[message]:
-            log.info("event.message_seen_ignored channel=%s ts=%s", event["channel"], event["ts"])
-            return False
-        return True
-
     # --- events --------------------------------------------------------------------------
     async def on_mention(
-        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient, context: Any
+        self,
+        body: dict[str, Any],
+        event: dict[str, Any],
+        client: AsyncWebClient,
+        context: Any,
+        request: AsyncBoltRequest,
     ) -> None:
         self._learn(context)
-        if not await self._mention_for_us(body, event):
+        if not await self._mention_for_us(body, event, delivery(request)):
             return
         await self._accept(body, event, client, mentioned=True)
 
     async def on_message(
-        self, body: dict[str, Any], event: dict[str, Any], client: AsyncWebClient, context: Any
+        self,
+        body: dict[str, Any],
+        event: dict[str, Any],
+        client: AsyncWebClient,
+        context: Any,
+        request: AsyncBoltRequest,
     ) -> None:
         self._learn(context)
         subtype = event.get("subtype")
@@ -165,12 +160,14 @@ class SlackListeners(CommandListeners, ButtonListeners):
         if event.get("bot_id") and subtype in HANDLED_SUBTYPES | {"bot_message"}:
             await self._remember(body, event, event.get("channel"))
             return
-        if not await self._message_for_us(body, event):
+        if not await self._message_for_us(body, event, delivery(request)):
             return
         is_dm = event.get("channel_type") == "im"
         await self._accept(body, event, client, mentioned=is_dm)
 
-    async def _mention_for_us(self, body: dict[str, Any], event: dict[str, Any]) -> bool:
+    async def _mention_for_us(
+        self, body: dict[str, Any], event: dict[str, Any], retry: int | None = None
+    ) -> bool:
         if str(event.get("channel", "")).startswith("D"):
             return False  # DMs arrive as message.im; handled there
         if event.get("bot_id"):
@@ -180,9 +177,11 @@ class SlackListeners(CommandListeners, ButtonListeners):
             return False
         # An edit of a handled mention is a seen message: nothing runs again. An edit that
         # added the mention is the first sighting of that message: it runs once.
-        return await self.first_time(body, event)
+        return await self.sightings.first_time(body, event, retry)
 
-    async def _message_for_us(self, body: dict[str, Any], event: dict[str, Any]) -> bool:
+    async def _message_for_us(
+        self, body: dict[str, Any], event: dict[str, Any], retry: int | None = None
+    ) -> bool:
         """A person's message in a DM, or in a thread with a session without a mention."""
         if event.get("subtype") not in HANDLED_SUBTYPES or event.get("hidden"):
             return False
@@ -198,7 +197,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
             key = ThreadKey(installation_team(body), event["channel"], thread_ts)
             if not await self.engine.has_thread(key):
                 return False
-        return await self.first_time(body, event)
+        return await self.sightings.first_time(body, event, retry)
 
     async def _remember(
         self, body: dict[str, Any], message: dict[str, Any], channel: str | None
@@ -373,6 +372,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
             await asyncio.wait(list(self.tasks), timeout=timeout)
         for task in list(self.tasks):
             task.cancel()
+        await self.sightings.drain()  # recorded before the store closes
 
 
 def _context_only(event: dict[str, Any]) -> bool:

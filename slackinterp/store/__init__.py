@@ -124,14 +124,15 @@ class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules,
         error_name: str | None,
         duration: float,
         outputs: Callable[[int, int], Sequence[dict[str, Any]]],
-        usage: CellUsage | None = None,
+        usage: Callable[[], CellUsage] | None = None,
         answers: Sequence[str | None] = (),
     ) -> int:
         """A finished cell for replay (add_cell) and its transcript entry (add_entry), in one
         transaction: on SQLite every transaction waits its turn for the one connection, and a
         turn's next cell, model request or turn waits behind these. `outputs(number, used)`
         gives the entry's outputs from its execution count and the characters already stored
-        (transcript_stats); `usage`, what the cell used of the kernel, is kept with them.
+        (transcript_stats); `usage()`, what the cell used of the kernel, is kept with them
+        (read here, after the first trip: the cell's message is on its way by then).
         `answers` are what its input() calls were given (None for a
         password, never stored): replay gives them again. Returns the cell's id."""
         async with self._engine.begin() as conn:
@@ -142,7 +143,7 @@ class Store(Threads, Replay, Transcript, Seen, Kernels, Schedules, NetworkRules,
             number = count + 1
             await self._add_entry(conn, key, EntryKind.CODE, code, outputs(number, used), number)
             if usage is not None:
-                await self._add_cell_usage(conn, key, usage)
+                await self._add_cell_usage(conn, key, usage())
         return cell_id
 
     @classmethod

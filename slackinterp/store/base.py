@@ -59,6 +59,9 @@ class StoreBase:
         # that long turns never starve short statements.
         self._locks = locks
         self._held: set[AsyncConnection] = set()
+        # Threads.read_turn_start's answers known without a trip (SQLite only: see there).
+        self._known_starts: dict[str, str | None] = {}
+        self._context_added: set[str] = set()
 
     @property
     def dialect(self) -> str:

@@ -7,7 +7,7 @@ import json
 import time
 from typing import Any
 
-from sqlalchemy import Integer, String, Text, cast, delete, insert, null, select, union_all
+from sqlalchemy import Integer, String, Text, cast, delete, insert, literal, null, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.base import StoreBase, clean
@@ -69,37 +69,34 @@ class Seen(StoreBase):
                 await conn.execute(
                     delete(context_pending).where(context_pending.c.id.in_([r.id for r in ids]))
                 )
+        self._context_added.add(key)  # the thread's next turn reads it (Threads.read_turn_start)
 
-    async def _advance_context(
-        self, conn: AsyncConnection, key: str, ts: str
-    ) -> tuple[str | None, list[dict[str, Any]]]:
-        """Within a turn's start (Threads.start_turn): the cursor as it was, the pending
-        messages (taken), and the cursor moved forward to `ts` (never back)."""
-        # The cursor and the pending messages in one statement: this is on the path from a
-        # message to its first cell, and each statement is several trips to the driver.
-        rows = (
-            await conn.execute(
-                union_all(
-                    select(
-                        thread_context.c.cursor_ts.label("cursor"),
-                        cast(null(), Integer).label("id"),
-                        cast(null(), Text).label("message"),
-                    ).where(thread_context.c.thread_key == key),
-                    select(
-                        cast(null(), String).label("cursor"),
-                        context_pending.c.id,
-                        context_pending.c.message,
-                    ).where(context_pending.c.thread_key == key),
-                )
-            )
-        ).all()
-        cursor = next((r.cursor for r in rows if r.id is None), None)
-        taken = sorted((r for r in rows if r.id is not None), key=lambda r: r.id)
+    def _context_parts(self, key: str) -> list[Any]:
+        """Within a turn's start (Threads.read_turn_start): the thread's context cursor and
+        its pending messages, as parts of the start's one SELECT (part, cursor, id, message)."""
+        return [
+            select(
+                literal("cursor", String),
+                thread_context.c.cursor_ts,
+                cast(null(), Integer),
+                cast(null(), Text),
+            ).where(thread_context.c.thread_key == key),
+            select(
+                literal("pending", String),
+                cast(null(), String),
+                context_pending.c.id,
+                context_pending.c.message,
+            ).where(context_pending.c.thread_key == key),
+        ]
+
+    async def _move_context(
+        self, conn: AsyncConnection, key: str, ts: str, cursor: str | None, taken: tuple[int, ...]
+    ) -> None:
+        """Within a turn's start (Threads.write_turn_start): the pending messages the turn
+        took are gone, and the cursor moves forward to `ts` (never back)."""
         if taken:
-            await conn.execute(
-                delete(context_pending).where(context_pending.c.id.in_([r.id for r in taken]))
-            )
-        if cursor is None or _ts_order(cursor) < _ts_order(ts):
+            await conn.execute(delete(context_pending).where(context_pending.c.id.in_(taken)))
+        if cursor is None or ts_order(cursor) < ts_order(ts):
             await conn.execute(
                 self._insert(thread_context)
                 .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
@@ -108,7 +105,6 @@ class Seen(StoreBase):
                     set_={"cursor_ts": ts, "updated_at": time.time()},
                 )
             )
-        return cursor, [json.loads(r.message) for r in taken]
 
     async def mark_file_seen(self, key: str, file_id: str, version: str) -> bool:
         """Record a Slack file version as fetched into the thread; False when it already was."""
@@ -140,7 +136,7 @@ class Seen(StoreBase):
         return {(r.file_id, r.version) for r in rows}
 
 
-def _ts_order(ts: str) -> tuple[int, int]:
+def ts_order(ts: str) -> tuple[int, int]:
     """Slack ts "1700000000.000100" as a sortable pair (a float loses the last digit)."""
     seconds, _, micros = ts.partition(".")
     try:

@@ -3,11 +3,12 @@
 
 from __future__ import annotations
 
+import json
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sqlalchemy import delete, select, update
+from sqlalchemy import Integer, String, Text, cast, delete, literal, null, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from slackinterp.store.locks import ThreadLocks
@@ -21,7 +22,10 @@ from slackinterp.store.schema import (
     threads,
     transcript,
 )
-from slackinterp.store.seen import Seen
+from slackinterp.store.seen import Seen, ts_order
+
+# Threads whose last start this process wrote and remembers (read_turn_start), at most.
+KNOWN_STARTS = 10_000
 
 
 @dataclass(frozen=True)
@@ -31,6 +35,7 @@ class TurnStart:
     fresh: bool  # no replica had seen the thread
     cursor: str | None = None  # how far the thread's context had been read, as it was
     pending: list[dict[str, Any]] = field(default_factory=list)  # messages kept for this turn
+    taken: tuple[int, ...] = ()  # the pending messages' ids, gone once the start is written
 
 
 class Threads(ThreadLocks, Seen):
@@ -39,14 +44,81 @@ class Threads(ThreadLocks, Seen):
     async def start_turn(self, key: str, context_at: str | None = None) -> TurnStart:
         """Mark the thread active and its turn in flight and, given the request's place in
         the conversation (`context_at`), take its pending context and move the cursor there.
-        One transaction: the only commit between a request and its first cell."""
+        One transaction: of replicas racing to start the same new thread, exactly one finds
+        it fresh."""
         async with self._engine.begin() as conn:
-            fresh = await self._touch(conn, key)
-            await conn.execute(self._inflight(key))
-            if context_at is None:
-                return TurnStart(fresh)
-            cursor, pending = await self._advance_context(conn, key, context_at)
-        return TurnStart(fresh, cursor, pending)
+            start = await self._read_start(conn, key, context_at)
+            fresh = await self._write_start(conn, key, context_at, start)
+        self._know_start(key, start, context_at)
+        return replace(start, fresh=fresh)
+
+    async def read_turn_start(self, key: str, context_at: str | None = None) -> TurnStart:
+        """start_turn's reading half, for the path from a request to its first cell: one
+        SELECT and no commit. The caller holds the thread's turn (and, across replicas, its
+        lock: ThreadLocks), so the thread cannot be created meanwhile, and writes the start
+        with write_turn_start before the turn ends; it may do so while the cell runs.
+
+        A SQLite database belongs to one bot process (docs/deployment.md), so once this process
+        wrote a thread's start it knows the next answer without a trip: the thread exists, its
+        cursor is where that start put it, and nothing is pending unless add_pending_context
+        ran since (which makes the next read go to the database)."""
+        known = self._known_starts
+        if self.dialect == "sqlite" and key in known and key not in self._context_added:
+            return TurnStart(False, known[key] if context_at is not None else None)
+        # Before the read: a message added from now on makes the next turn read again.
+        self._context_added.discard(key)
+        async with self._engine.connect() as conn:
+            return await self._read_start(conn, key, context_at)
+
+    async def write_turn_start(self, key: str, start: TurnStart, context_at: str | None) -> None:
+        """start_turn's writing half (see read_turn_start): the thread active, its turn in
+        flight, the context taken and the cursor moved. One transaction."""
+        async with self._engine.begin() as conn:
+            await self._write_start(conn, key, context_at, start)
+        self._know_start(key, start, context_at)
+
+    def _know_start(self, key: str, start: TurnStart, context_at: str | None) -> None:
+        known = self._known_starts
+        known.pop(key, None)  # the newest last: the oldest go first when it is full
+        if len(known) >= KNOWN_STARTS:
+            del known[next(iter(known))]
+        cursor = start.cursor
+        if context_at is not None and (cursor is None or ts_order(cursor) < ts_order(context_at)):
+            cursor = context_at
+        known[key] = cursor
+
+    async def _read_start(
+        self, conn: AsyncConnection, key: str, context_at: str | None
+    ) -> TurnStart:
+        # Whether the thread exists, its cursor and its pending messages in one statement:
+        # this is on the path from a message to its first cell, and each statement is
+        # several trips to the driver.
+        parts = [
+            select(
+                literal("thread", String).label("part"),
+                cast(null(), String).label("cursor"),
+                cast(null(), Integer).label("id"),
+                cast(null(), Text).label("message"),
+            ).where(threads.c.key == key)
+        ]
+        if context_at is not None:
+            parts += self._context_parts(key)
+        rows = (await conn.execute(union_all(*parts))).all()
+        fresh = not any(r.part == "thread" for r in rows)
+        cursor = next((r.cursor for r in rows if r.part == "cursor"), None)
+        taken = sorted((r for r in rows if r.part == "pending"), key=lambda r: r.id)
+        pending = [json.loads(r.message) for r in taken]
+        return TurnStart(fresh, cursor, pending, tuple(r.id for r in taken))
+
+    async def _write_start(
+        self, conn: AsyncConnection, key: str, context_at: str | None, start: TurnStart
+    ) -> bool:
+        """The start's writes; whether this call created the thread."""
+        fresh = await self._touch(conn, key)
+        await conn.execute(self._inflight(key))
+        if context_at is not None:
+            await self._move_context(conn, key, context_at, start.cursor, start.taken)
+        return fresh
 
     async def _touch(self, conn: AsyncConnection, key: str) -> bool:
         now = time.time()
@@ -82,6 +154,7 @@ class Threads(ThreadLocks, Seen):
 
     async def forget_thread(self, key: str) -> None:
         """Everything kept for a thread, gone: a scheduled run's own key, once it is over."""
+        self._known_starts.pop(key, None)
         async with self._engine.begin() as conn:
             for table, column in (
                 (cells, cells.c.thread_key),
