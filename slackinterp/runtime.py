@@ -31,6 +31,7 @@ from slackinterp.kernels import packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
 from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
+from slackinterp.kernels.local.fork.starter import SharedTemplates
 from slackinterp.kernels.local.sandbox import Limits
 from slackinterp.kernels.reaper import Reaper
 from slackinterp.kernels.registry import KernelRegistry, ReplayCell
@@ -57,7 +58,10 @@ class Runtime:
     data: DataSources | None = None  # SQL data sources (local sandboxed kernels only)
 
     @classmethod
-    async def open(cls, settings: Settings) -> Runtime:
+    async def open(cls, settings: Settings, templates: SharedTemplates | None = None) -> Runtime:
+        """`templates`: fork kernels from these warm templates, lent to this runtime and
+        handed back at stop, instead of starting its own (a process that opens many runtimes
+        in turn, like the tests; a bot owns its template)."""
         # Disk and subprocess probes run off the event loop (a slow disk, a slow bwrap).
         await asyncio.to_thread(_check_data_dir, settings)
         store = await Store.open(store_url(settings))
@@ -79,6 +83,7 @@ class Runtime:
             recorder=store,
             egress=egress,
             data=data,
+            templates=templates,
         )
         runtime = await cls._with_backend(settings, store, backend, bwrap)
         runtime.egress = egress
@@ -245,6 +250,7 @@ def local_backend(
     recorder: ProcessRecorder | None = None,
     egress: Egress | None = None,
     data: DataSources | None = None,
+    templates: SharedTemplates | None = None,
 ) -> LocalBackend:
     """Local kernels as the bot starts them: spec, limits, sandbox, hidden paths, user. doctor
     builds its test kernel here too, so it checks what will really run."""
@@ -265,6 +271,7 @@ def local_backend(
         egress=egress,
         start_mode=settings.kernel_start,
         data=data,
+        templates=templates,
     )
 
 

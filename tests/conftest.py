@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
+import shutil
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -13,6 +16,7 @@ from slackinterp.config import Settings
 from slackinterp.engine.events import Event
 from slackinterp.engine.turn import Engine, TurnRequest
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.kernels.local.fork.starter import SharedTemplates
 from slackinterp.runtime import Runtime
 from slackinterp.store import Store
 from tests.datasource_db import warehouse  # noqa: F401  (fixture: a read-only PostgreSQL source)
@@ -29,6 +33,28 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     alone at the end while the other workers idle. Started first, it overlaps the short ones.
     The sort is stable, so a module's tests stay together and in order."""
     items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+
+
+# One warm kernel template per test process, lent to each bot in turn (tests/slack_harness.py
+# running_bot): a template of its own costs each bot ~1 CPU-second of imports, most of a short
+# test. Kernels forked from it are isolated from each other as a bot's threads are (each fork
+# request carries the kernel's paths, user, limits and view; the template holds none). Set up
+# when the session starts and closed when it ends; a benchmark importing the harness runs no
+# session, so its bots start their own, as a deployed bot does.
+shared_templates: SharedTemplates | None = None
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    global shared_templates
+    shared_templates = SharedTemplates(Path(tempfile.mkdtemp(prefix="slackinterp-templates-")))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    global shared_templates
+    templates, shared_templates = shared_templates, None
+    if templates is not None:
+        asyncio.run(templates.close())
+        shutil.rmtree(templates.cache_dir, ignore_errors=True)
 
 
 def make_settings(tmp_path: Path, **overrides: object) -> Settings:
@@ -84,7 +110,9 @@ def settings(tmp_path: Path) -> Settings:
 
 @pytest.fixture
 async def runtime(settings: Settings) -> AsyncIterator[Runtime]:
-    rt = await Runtime.open(settings)
+    """A started runtime whose kernels fork from the session's shared template (tests about
+    the template, restarts and orphans open a Runtime of their own)."""
+    rt = await Runtime.open(settings, shared_templates)
     await rt.start()
     try:
         yield rt

@@ -18,11 +18,15 @@ from typing import Any
 from slackinterp.kernels.execution import run_cell
 from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
+from slackinterp.kernels.local.fork.starter import SharedTemplates
 from slackinterp.kernels.local.kernel import LocalKernel
 
 
-def fork_backend(data: Path, user: str = "nobody") -> LocalBackend:
-    """Kernels forked from a template, sandboxed, as `user`, with `data` hidden from them."""
+def fork_backend(
+    data: Path, user: str = "nobody", templates: SharedTemplates | None = None
+) -> LocalBackend:
+    """Kernels forked from a template (its own, or one borrowed from `templates`), sandboxed,
+    as `user`, with `data` hidden from them."""
     return LocalBackend(
         kernel_name="python3",
         cache_dir=data / "cache",
@@ -32,6 +36,7 @@ def fork_backend(data: Path, user: str = "nobody") -> LocalBackend:
         hidden=[data],
         kernel_user=privileges.kernel_user(user),
         start_mode="fork",
+        templates=templates,
     )
 
 

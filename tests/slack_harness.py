@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from slackinterp.slack.bot import SlackBot
+from tests import conftest
 from tests.conftest import make_settings
 from tests.fakes import WAIT_TIMEOUT
 from tests.fakes.openai_server import FakeOpenAI
@@ -18,14 +19,21 @@ CHANNEL = "C1"
 
 
 @asynccontextmanager
-async def running_bot(fake: FakeSlack, tmp_path: Path, **overrides: Any) -> AsyncIterator[SlackBot]:
+async def running_bot(
+    fake: FakeSlack, tmp_path: Path, *, own_template: bool = False, **overrides: Any
+) -> AsyncIterator[SlackBot]:
+    """The real bot on the fake Slack. In a test session its kernels fork from the session's
+    shared warm template (conftest.shared_templates); `own_template=True` for a test whose
+    kernels attack what they run in, or one about the template itself. Outside a session (a
+    benchmark) the bot starts its own, as a deployed bot does."""
     values: dict[str, Any] = {
         "slack_bot_token": fake.bot_token,
         "slack_app_token": fake.app_token,
         "slack_api_url": fake.api_url,
     }
     values.update(overrides)
-    bot = await SlackBot.create(make_settings(tmp_path, **values))
+    templates = None if own_template else conftest.shared_templates
+    bot = await SlackBot.create(make_settings(tmp_path, **values), templates)
     await bot.start()
     await fake.wait_socket_connected()
     try:
@@ -36,17 +44,21 @@ async def running_bot(fake: FakeSlack, tmp_path: Path, **overrides: Any) -> Asyn
 
 @asynccontextmanager
 async def model_bot(
-    tmp_path: Path, setup: Callable[[FakeSlack], None] | None = None, **overrides: Any
+    tmp_path: Path,
+    setup: Callable[[FakeSlack], None] | None = None,
+    *,
+    own_template: bool = False,
+    **overrides: Any,
 ) -> AsyncIterator[tuple[FakeSlack, FakeOpenAI, SlackBot]]:
     """The bot with a model: the fake Slack, the fake model server, the bot. `setup` prepares
-    the fake Slack before the bot connects."""
+    the fake Slack before the bot connects; `own_template` as for running_bot."""
     async with FakeSlack() as slack, FakeOpenAI() as model:
         if setup is not None:
             setup(slack)
         # A call the fake does not answer fails in 20 s, not the product's 120; not 5: a `stop`
         # sent while a call hangs must win the race even on a busy machine.
         values = model_settings(model, **{"model_timeout": 20, **overrides})
-        async with running_bot(slack, tmp_path, **values) as bot:
+        async with running_bot(slack, tmp_path, own_template=own_template, **values) as bot:
             yield slack, model, bot
 
 

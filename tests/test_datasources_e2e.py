@@ -79,6 +79,7 @@ async def test_signups_by_region_and_what_a_kernel_cannot_get(
     sales = make_sqlite(tmp_path / "sales.db")
     async with model_bot(
         tmp_path,
+        own_template=True,  # the red team below: its template is read for the password too
         model_timeout=10,
         admins=[ADMIN],
         data_sources_file=sources_file(tmp_path, warehouse, sales),

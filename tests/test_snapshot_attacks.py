@@ -33,7 +33,11 @@ def workdir(bot: SlackBot, ts: str) -> Path:
 
 
 async def test_a_kernel_cannot_read_or_write_another_threads_snapshot(tmp_path: Path) -> None:
-    async with FakeSlack() as fake, running_bot(fake, tmp_path, sandbox="bwrap") as bot:
+    # Kernels attack here: a template of their own, lent to no later test.
+    async with (
+        FakeSlack() as fake,
+        running_bot(fake, tmp_path, sandbox="bwrap", own_template=True) as bot,
+    ):
         a, _ = await fake.user_message(CHANNEL, code("secret = 'A-secret-value'"))
         await wait_cells(fake, a, 1)
         await settled(bot)
@@ -67,7 +71,11 @@ async def test_a_kernel_cannot_read_or_write_another_threads_snapshot(tmp_path: 
 
 async def test_a_crafted_snapshot_runs_only_inside_its_threads_sandbox(tmp_path: Path) -> None:
     outside = tmp_path / "pwned"  # where the bot process (not a kernel) could write
-    async with FakeSlack() as fake, running_bot(fake, tmp_path, sandbox="bwrap") as bot:
+    # Kernels attack here: a template of their own, lent to no later test.
+    async with (
+        FakeSlack() as fake,
+        running_bot(fake, tmp_path, sandbox="bwrap", own_template=True) as bot,
+    ):
         ts, _ = await fake.user_message(CHANNEL, code("x = 1"))
         await wait_cells(fake, ts, 1)
         await settled(bot)

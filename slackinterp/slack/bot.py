@@ -17,6 +17,7 @@ import os
 import signal
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import aiohttp
 from aiohttp import web
@@ -39,6 +40,9 @@ from slackinterp.schedules.service import ScheduleService
 from slackinterp.slack import preflight
 from slackinterp.slack.files import SlackFileFetcher
 from slackinterp.slack.listeners import SlackListeners
+
+if TYPE_CHECKING:
+    from slackinterp.kernels.local.fork.starter import SharedTemplates
 
 log = logging.getLogger(__name__)
 
@@ -93,8 +97,9 @@ class SlackBot:
     stopped: asyncio.Event = field(default_factory=asyncio.Event)
 
     @classmethod
-    async def create(cls, settings: Settings) -> SlackBot:
-        runtime = await Runtime.open(settings)
+    async def create(cls, settings: Settings, templates: SharedTemplates | None = None) -> SlackBot:
+        """`templates`: see Runtime.open (the tests' bots share one warm template)."""
+        runtime = await Runtime.open(settings, templates)
         http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=60))
         client = web_client(settings.slack_bot_token, settings, http)
         app = AsyncApp(

@@ -65,6 +65,7 @@ class LocalBackend(KernelBackend):
         egress: Egress | None = None,
         start_mode: StartMode | str = StartMode.SPAWN,
         data: KernelSockets | None = None,
+        templates: starter.SharedTemplates | None = None,
     ):
         self.kernel_name = kernel_name
         self.recorder = recorder
@@ -98,7 +99,8 @@ class LocalBackend(KernelBackend):
                 data=data,
             )
         )
-        self.forks = starter.ForkStarter(start_mode, bwrap is not None, cache_dir)
+        # `templates`: borrow a warm template instead of starting one (see SharedTemplates).
+        self.forks = starter.ForkStarter(start_mode, bwrap is not None, cache_dir, templates)
 
     @property
     def start_mode(self) -> str:

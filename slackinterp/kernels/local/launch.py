@@ -82,8 +82,9 @@ class LaunchConfig:
 
 
 class Launcher:
-    """Prepares each start; keeps what is done once per backend (the font cache, the scan of
-    world-writable directories, the kernel user's check)."""
+    """Prepares each start; keeps what is done once per backend (the scan of world-writable
+    directories, the kernel user's check). matplotlib's font list is built by what first reads
+    it: a spawned kernel's seed (Launch.sandbox) or the template's start (fork/starter.py)."""
 
     def __init__(self, config: LaunchConfig):
         self.config = config
@@ -96,7 +97,6 @@ class Launcher:
         await asyncio.to_thread(privileges.hand_over, cwd, config.user)
         await self._check_user(cwd)
         if config.bwrap is not None and not self._sandbox_ready:
-            await asyncio.to_thread(sandbox.build_font_cache, config.cache_dir / "matplotlib")
             await asyncio.to_thread(sandbox.world_writable_dirs)  # scanned once, off the loop
             self._sandbox_ready = True
         runtime = config.runtime_dir / f"k{os.getpid()}-{next(_serial)}"
@@ -194,13 +194,14 @@ class Launch:
         return km
 
     async def sandbox(self, km: SandboxedKernelManager, *, seed_fonts: bool) -> None:
-        """The kernel's bubblewrap view on its manager (a forked kernel has matplotlib's font
-        list loaded already: no seed)."""
+        """The kernel's bubblewrap view on its manager. A spawned kernel's font list is seeded
+        from the backend's, built at the first spawn; a forked kernel has the template's loaded
+        already (the template's starter built it): no seed."""
         config = self.config
         if seed_fonts:
-            await asyncio.to_thread(
-                sandbox.seed_font_cache, config.cache_dir / "matplotlib", self.cwd, config.user
-            )
+            fonts = config.cache_dir / "matplotlib"
+            await asyncio.to_thread(sandbox.build_font_cache, fonts)  # once: then it is there
+            await asyncio.to_thread(sandbox.seed_font_cache, fonts, self.cwd, config.user)
         argv0 = km.kernel_spec.argv[0] if km.kernel_spec and km.kernel_spec.argv else None
         km.bwrap_bin = config.bwrap or "bwrap"
         km.args_fd = sandbox.args_fd()

@@ -22,6 +22,7 @@ import signal
 import socket
 import subprocess
 import sys
+import weakref
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
@@ -128,9 +129,14 @@ class Template:
         self.python = python
         self.env = env
         self.pid: int | None = None
-        self._process: asyncio.subprocess.Process | None = None
+        self._process: subprocess.Popen[bytes] | None = None
         self._writer: asyncio.StreamWriter | None = None
-        self._socket: socket.socket | None = None
+        self._socket: socket.socket | None = None  # our end of the socketpair, kept open
+        # What the running loop reads and writes: a duplicate of our end, so that handing the
+        # template back (detach) closes only the duplicate (see attach).
+        self._connection: socket.socket | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._users = 0  # backends that attached and have not detached yet
         self._reader_task: asyncio.Task[None] | None = None
         self._ready: asyncio.Future[dict[str, Any]] | None = None
         self._pending: dict[str, asyncio.Future[dict[str, Any]]] = {}
@@ -139,17 +145,24 @@ class Template:
         self.gone = False
 
     async def start(self, timeout: float = START_TIMEOUT) -> dict[str, Any]:
-        """Start the template and wait until it has imported everything."""
+        """Start the template and wait until it has imported everything.
+
+        A plain Popen, in the loop's thread as asyncio's subprocess runs it (it then ties the
+        process to this loop): a template lent to several backends in turn (SharedTemplates)
+        outlives the loop that started it. Not in a worker thread: the template's
+        PR_SET_PDEATHSIG fires when the thread that forked it ends."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         loop = asyncio.get_running_loop()
         self._ready = loop.create_future()
         try:
-            self._process = await asyncio.create_subprocess_exec(
-                self.python,
-                str(TEMPLATE_FILE),
-                str(theirs.fileno()),
-                str(os.getpid()),
-                " " * CMDLINE_ROOM,
+            self._process = subprocess.Popen(  # noqa: ASYNC220 (see above)
+                [
+                    self.python,
+                    str(TEMPLATE_FILE),
+                    str(theirs.fileno()),
+                    str(os.getpid()),
+                    " " * CMDLINE_ROOM,
+                ],
                 env=self.env,
                 cwd="/",
                 pass_fds=(theirs.fileno(),),
@@ -167,8 +180,7 @@ class Template:
             theirs.close()
         self.pid = self._process.pid
         self._socket = ours
-        reader, self._writer = await asyncio.open_unix_connection(sock=ours)
-        self._reader_task = asyncio.create_task(self._read(reader), name="kernel-template")
+        await self._connect()
         try:
             ready = await asyncio.wait_for(asyncio.shield(self._ready), timeout)
         except TimeoutError:
@@ -182,14 +194,85 @@ class Template:
             )
         return ready
 
+    async def _connect(self) -> None:
+        """Read and write the control socket from the running loop, through a duplicate of
+        our end: a transport closes its socket, and only the duplicate may go with it."""
+        assert self._socket is not None
+        connection = self._socket.dup()
+        reader, self._writer = await asyncio.open_unix_connection(sock=connection)
+        self._connection = connection
+        self._loop = asyncio.get_running_loop()
+        self._reader_task = self._loop.create_task(self._read(reader), name="kernel-template")
+
+    @property
+    def users(self) -> int:
+        return self._users
+
+    @property
+    def running(self) -> bool:
+        """The template process is alive and nobody found it gone."""
+        return not self.gone and self._process is not None and self._process.poll() is None
+
+    async def attach(self) -> bool:
+        """Drive the template from the running loop (a SharedTemplates loan): True when this
+        loop now drives it, False while a backend on another running loop still does."""
+        loop = asyncio.get_running_loop()
+        if not self.running or self._socket is None:
+            return False
+        if self._loop is not loop:
+            if self._users and self._loop is not None and not self._loop.is_closed():
+                return False
+            self._drop_connection()  # a loop that closed without handing it back
+            await self._connect()
+        self._users += 1
+        return True
+
+    async def detach(self) -> None:
+        """Hand the template back: once no backend on this loop uses it, any kernel still
+        forked for them is killed (as closing their own template would), and the loop lets
+        go of the socket. The template keeps running for the next backend."""
+        self._users = max(0, self._users - 1)
+        if self._users or self._loop is not asyncio.get_running_loop():
+            return
+        for pid, child in list(self._children.items()):
+            self.signal(pid, signal.SIGKILL)
+            child._exited(-signal.SIGKILL, "the template was handed back")
+        self._children.clear()
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(TemplateError(TemplateFailure.GONE, "handed back"))
+        self._pending.clear()
+        task, writer = self._reader_task, self._writer
+        self._reader_task = self._writer = None
+        self._loop = None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+        if writer is not None:
+            writer.close()  # closes the duplicate only: the template is still ours
+        self._connection = None
+
+    def _drop_connection(self) -> None:
+        """Forget a connection whose loop is gone (nothing of it can run any more)."""
+        if self._connection is not None:
+            with contextlib.suppress(OSError):
+                self._connection.close()
+        self._connection = self._writer = self._reader_task = None
+        self._loop = None
+
     async def _read(self, reader: asyncio.StreamReader) -> None:
         try:
             while line := await reader.readline():
                 self._dispatch(json.loads(line))
         except (OSError, ValueError) as exc:
             log.warning("kernels.template_read_failed error=%s", exc)
-        finally:
+        except asyncio.CancelledError:
+            if self._reader_task is None:  # detach: the template is still there
+                raise
             self._lost()
+            raise
+        self._lost()
 
     def _dispatch(self, message: dict[str, Any]) -> None:
         op = message.get("op")
@@ -266,7 +349,7 @@ class Template:
     async def _send_with(self, message: dict[str, Any], fds: list[int]) -> None:
         """One line with descriptors attached (SCM_RIGHTS), after whatever the stream still
         buffers, so lines keep their order."""
-        writer, sock = self._writer, self._socket
+        writer, sock = self._writer, self._connection
         if self.gone or writer is None or sock is None:
             raise TemplateError(TemplateFailure.GONE, "the template is not running")
         for _ in range(1000):
@@ -294,17 +377,24 @@ class Template:
     async def close(self) -> None:
         """Stop the template; its kernels go with it."""
         self.gone = True
+        here = self._loop is asyncio.get_running_loop()
+        if not here:
+            self._drop_connection()
         if self._writer is not None:
             self._writer.close()
         process = self._process
-        if process is not None and process.returncode is None:
+        if process is not None and process.poll() is None:
             with contextlib.suppress(ProcessLookupError):
                 process.kill()
+        if process is not None:
             with contextlib.suppress(Exception):
-                await asyncio.wait_for(process.wait(), 10)
+                await asyncio.wait_for(asyncio.to_thread(process.wait), 10)
         if self._reader_task is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._reader_task, 5)
+        if self._socket is not None:
+            self._socket.close()
+            self._socket = None
 
 
 class ForkProvisioner(LocalProvisioner):
@@ -315,12 +405,16 @@ class ForkProvisioner(LocalProvisioner):
 
     template: Template | None = None
     process: ForkedProcess | None  # type: ignore[assignment]  # a fork, not a Popen
+    # Where each fork is noted, restarts' too (a borrowing ForkStarter's: see its close).
+    forked: weakref.WeakSet[ForkedProcess] | None = None
 
     async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> Any:
         km = self.parent
         assert self.template is not None and km is not None
         request = km.fork_request(cmd, kwargs.get("env") or {})
         self.process = await self.template.fork(request)
+        if self.forked is not None:
+            self.forked.add(self.process)
         self.pid = self.process.pid
         self.pgid = None
         self.cwd = kwargs.get("cwd")

@@ -16,6 +16,7 @@ import os
 import resource
 import time
 import uuid
+import weakref
 from pathlib import Path
 from typing import Any
 
@@ -103,13 +104,89 @@ def rlimits(
     return found
 
 
-class ForkStarter:
-    """Owns the template of one LocalBackend and decides, per start, fork or spawn."""
+def template_env(cache_dir: Path) -> dict[str, str]:
+    """A template's environment: a sandboxed kernel's, with matplotlib's font list read from
+    the backend's cache (built there before the first start)."""
+    return client.template_env(
+        {**sandbox.sandbox_env(), "MPLCONFIGDIR": str(cache_dir / "matplotlib")}
+    )
 
-    def __init__(self, mode: StartMode | str, sandboxed: bool, cache_dir: Path):
+
+class SharedTemplates:
+    """Warm templates lent to several backends in turn, one per kernel interpreter.
+
+    A bot owns its template (ForkStarter starts and closes it). A process that opens many
+    short-lived backends one after the other (the tests' bots: one per test) would start, and
+    pay the imports of, a template each time; given one of these, a backend borrows the warm
+    one instead and hands it back at close, still running. Kernels forked from it are as
+    isolated as any: everything that makes a kernel a thread's (paths, user, limits, view)
+    travels in each fork request, never in the template. Its owner closes it (`close`)."""
+
+    def __init__(self, cache_dir: Path):
+        self.cache_dir = cache_dir  # its own font cache (template_env)
+        self._templates: dict[str, client.Template] = {}
+        self._discarded: list[client.Template] = []
+
+    async def borrow(self, python: str) -> client.Template | None:
+        """The warm template for `python`, started on first use; None while a backend on
+        another event loop holds it (the caller then starts its own). TemplateError when a
+        new one does not start."""
+        template = self._templates.get(python)
+        if template is not None and not template.running:  # exited, or its loop died with it
+            del self._templates[python]
+            await template.close()
+            template = None
+        if template is None:
+            await asyncio.to_thread(sandbox.build_font_cache, self.cache_dir / "matplotlib")
+            template = client.Template(python, template_env(self.cache_dir))
+            await template.start()  # TemplateError: the borrower gives up as for its own
+            if python in self._templates:  # another borrower on this loop was quicker
+                await template.close()
+                template = self._templates[python]
+            else:
+                self._templates[python] = template
+                log.info("kernels.template_shared pid=%s", template.pid)
+        return template if await template.attach() else None
+
+    def discard(self, template: client.Template) -> None:
+        """Never lend `template` again (stale or broken); it stops once handed back."""
+        for python, held in list(self._templates.items()):
+            if held is template:
+                del self._templates[python]
+                self._discarded.append(template)
+
+    async def give_back(self, template: client.Template) -> None:
+        await template.detach()
+        if template in self._discarded and not template.users:
+            self._discarded.remove(template)
+            await template.close()
+
+    async def close(self) -> None:
+        templates = [*self._templates.values(), *self._discarded]
+        self._templates, self._discarded = {}, []
+        for template in templates:
+            await template.close()
+
+
+class ForkStarter:
+    """Owns the template of one LocalBackend (or borrows one from SharedTemplates) and
+    decides, per start, fork or spawn."""
+
+    def __init__(
+        self,
+        mode: StartMode | str,
+        sandboxed: bool,
+        cache_dir: Path,
+        shared: SharedTemplates | None = None,
+    ):
         self.mode = StartMode(mode)
         self.cache_dir = cache_dir
+        self.shared = shared
         self.template: client.Template | None = None
+        self._borrowed: list[client.Template] = []  # from `shared`: handed back, not closed
+        # The kernels forked for this backend and still running: a borrowed template does not
+        # take them along when handed back, so close kills them itself.
+        self.forked: weakref.WeakSet[client.ForkedProcess] = weakref.WeakSet()
         self.reason = ""  # why kernels are spawned (auto), for doctor and the log
         self._lock = asyncio.Lock()
         self._refreshed_at = -REFRESH_INTERVAL
@@ -147,7 +224,13 @@ class ForkStarter:
         if not self.reason:
             self.reason = reason
             log.warning("kernels.start_mode mode=spawn reason=%s", reason.replace(" ", "_")[:160])
+        self._retire()
+
+    def _retire(self) -> None:
+        """No more forks from the current template (its kernels keep serving)."""
         if self.template is not None:
+            if self.shared is not None and self.template in self._borrowed:
+                self.shared.discard(self.template)
             self._retired.append(self.template)
             self.template = None
 
@@ -162,10 +245,21 @@ class ForkStarter:
             if python is None:
                 self.give_up("the kernel spec is not a plain ipykernel one")
                 return None
-            env = client.template_env(
-                {**sandbox.sandbox_env(), "MPLCONFIGDIR": str(self.cache_dir / "matplotlib")}
-            )
-            template = client.Template(python, env)
+            if template is not None:  # gone: its kernels went with it
+                self._retire()
+            if self.shared is not None:
+                try:
+                    borrowed = await self.shared.borrow(python)
+                except client.TemplateError as exc:
+                    self.give_up(f"the template did not start: {exc}")
+                    return None
+                if borrowed is not None:
+                    self._borrowed.append(borrowed)
+                    self.template = borrowed
+                    return borrowed
+            fonts = self.cache_dir / "matplotlib"  # read by the template's matplotlib
+            await asyncio.to_thread(sandbox.build_font_cache, fonts)
+            template = client.Template(python, template_env(self.cache_dir))
             try:
                 ready = await template.start()
             except client.TemplateError as exc:
@@ -184,9 +278,7 @@ class ForkStarter:
         if now - self._refreshed_at < REFRESH_INTERVAL:
             return False
         self._refreshed_at = now
-        if self.template is not None:
-            self._retired.append(self.template)
-            self.template = None
+        self._retire()
         log.info("kernels.template_refresh reason=packages_changed")
         return True
 
@@ -194,7 +286,14 @@ class ForkStarter:
         templates = [*self._retired, *([self.template] if self.template else [])]
         self._retired, self.template = [], None
         for template in templates:
-            await template.close()
+            if self.shared is not None and template in self._borrowed:
+                self._borrowed.remove(template)
+                for process in list(self.forked):
+                    if process.template is template:
+                        process.kill()  # as closing a template of its own would
+                await self.shared.give_back(template)
+            else:
+                await template.close()
 
 
 async def start(launch: Launch, forks: ForkStarter) -> LocalKernel:
@@ -217,6 +316,7 @@ async def start(launch: Launch, forks: ForkStarter) -> LocalKernel:
         kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km
     )
     provisioner.template = template
+    provisioner.forked = forks.forked
     km.provisioner = provisioner
     kernel = launch.kernel(km)  # from here its shutdown removes what the launch made
     try:
