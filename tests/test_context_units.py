@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 from sqlalchemy import event, inspect
 from sqlalchemy.ext.asyncio import create_async_engine
 
@@ -19,7 +20,16 @@ from slackinterp.slack.thread import (
     file_version,
     trimmed,
 )
-from slackinterp.store import MIGRATIONS, PENDING_LIMIT, Store, TurnStart, metadata, migrate
+from slackinterp.store import (
+    MIGRATIONS,
+    PENDING_LIMIT,
+    Store,
+    TurnStart,
+    metadata,
+    migrate,
+    seen,
+    threads,
+)
 from slackinterp.store.migrations import SCHEMA_VERSION
 from tests.conftest import make_settings
 
@@ -105,6 +115,26 @@ async def test_sqlite_knows_a_threads_next_start_without_a_trip(store: Store) ->
     # a forgotten thread is new again
     await store.forget_thread("k")
     assert (await store.read_turn_start("k", "1.000500")).fresh is True
+
+
+async def test_remembered_starts_are_bounded_and_stay_right(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Many threads given a message: the store forgets what it knew rather than grow, and a
+    # start read after that still finds each thread's pending message.
+    monkeypatch.setattr(seen, "KNOWN_STARTS", 3)
+    monkeypatch.setattr(threads, "KNOWN_STARTS", 3)
+    keys = [f"k{i}" for i in range(5)]
+    for key in keys:
+        await _started(store, key, "1.000100")
+    assert len(store._known_starts) <= 3
+    for key in keys:
+        await store.add_pending_context(key, {"ts": "1.000200", "text": f"for {key}"})
+    assert len(store._context_added) <= 3
+    for key in keys:
+        start = await _started(store, key, "1.000300")
+        assert [m["text"] for m in start.pending] == [f"for {key}"], key
+        assert start.cursor == "1.000100"
 
 
 async def test_files_seen_per_thread_and_version(store: Store) -> None:

@@ -169,7 +169,7 @@ class CellRunner:
             cell_id = uuid.uuid4().hex[:8]
             emit(CellStarted(cell_id, code, source))
             result = await self._execute(session, lease, cell_id, code, emit, source, answers)
-            kernel, finished = lease.kernel, result
+            kernel, finished = lease.kernel, result  # `result` is replaced by the charts' below
 
             def used() -> CellUsage:  # read once the cell's message is on its way
                 return self._usage(session, started, kernel.resources(), finished)

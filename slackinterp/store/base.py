@@ -50,6 +50,10 @@ def clean(value: str | None, limit: int | None = None) -> str | None:
     return value[:limit] if limit is not None else value
 
 
+# Threads whose turn starts a SQLite store remembers (Threads.read_turn_start), at most.
+KNOWN_STARTS = 10_000
+
+
 class StoreBase:
     """The engines every table group works through; the groups are mixins of `Store`."""
 
@@ -59,7 +63,8 @@ class StoreBase:
         # that long turns never starve short statements.
         self._locks = locks
         self._held: set[AsyncConnection] = set()
-        # Threads.read_turn_start's answers known without a trip (SQLite only: see there).
+        # Threads.read_turn_start's answers known without a trip (SQLite only: see there):
+        # each thread's cursor as its last start left it, and the threads given a message since.
         self._known_starts: dict[str, str | None] = {}
         self._context_added: set[str] = set()
 

@@ -10,7 +10,7 @@ from typing import Any
 from sqlalchemy import Integer, String, Text, cast, delete, insert, literal, null, select
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from slackinterp.store.base import StoreBase, clean
+from slackinterp.store.base import KNOWN_STARTS, StoreBase, clean
 from slackinterp.store.schema import (
     PENDING_LIMIT,
     context_files,
@@ -69,7 +69,12 @@ class Seen(StoreBase):
                 await conn.execute(
                     delete(context_pending).where(context_pending.c.id.in_([r.id for r in ids]))
                 )
-        self._context_added.add(key)  # the thread's next turn reads it (Threads.read_turn_start)
+        # The thread's next turn reads it (Threads.read_turn_start). Bounded: forgetting
+        # everything known only makes later starts read again.
+        if len(self._context_added) >= KNOWN_STARTS:
+            self._known_starts.clear()
+            self._context_added.clear()
+        self._context_added.add(key)
 
     def _context_parts(self, key: str) -> list[Any]:
         """Within a turn's start (Threads.read_turn_start): the thread's context cursor and
@@ -91,20 +96,22 @@ class Seen(StoreBase):
 
     async def _move_context(
         self, conn: AsyncConnection, key: str, ts: str, cursor: str | None, taken: tuple[int, ...]
-    ) -> None:
+    ) -> str:
         """Within a turn's start (Threads.write_turn_start): the pending messages the turn
-        took are gone, and the cursor moves forward to `ts` (never back)."""
+        took are gone, and the cursor moves forward to `ts` (never back). The cursor now."""
         if taken:
             await conn.execute(delete(context_pending).where(context_pending.c.id.in_(taken)))
-        if cursor is None or ts_order(cursor) < ts_order(ts):
-            await conn.execute(
-                self._insert(thread_context)
-                .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
-                .on_conflict_do_update(
-                    index_elements=[thread_context.c.thread_key],
-                    set_={"cursor_ts": ts, "updated_at": time.time()},
-                )
+        if cursor is not None and ts_order(cursor) >= ts_order(ts):
+            return cursor
+        await conn.execute(
+            self._insert(thread_context)
+            .values(thread_key=key, cursor_ts=ts, updated_at=time.time())
+            .on_conflict_do_update(
+                index_elements=[thread_context.c.thread_key],
+                set_={"cursor_ts": ts, "updated_at": time.time()},
             )
+        )
+        return ts
 
     async def mark_file_seen(self, key: str, file_id: str, version: str) -> bool:
         """Record a Slack file version as fetched into the thread; False when it already was."""

@@ -11,6 +11,7 @@ from typing import Any
 from sqlalchemy import Integer, String, Text, cast, delete, literal, null, select, union_all, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
+from slackinterp.store.base import KNOWN_STARTS
 from slackinterp.store.locks import ThreadLocks
 from slackinterp.store.schema import (
     cells,
@@ -22,10 +23,7 @@ from slackinterp.store.schema import (
     threads,
     transcript,
 )
-from slackinterp.store.seen import Seen, ts_order
-
-# Threads whose last start this process wrote and remembers (read_turn_start), at most.
-KNOWN_STARTS = 10_000
+from slackinterp.store.seen import Seen
 
 
 @dataclass(frozen=True)
@@ -48,8 +46,8 @@ class Threads(ThreadLocks, Seen):
         it fresh."""
         async with self._engine.begin() as conn:
             start = await self._read_start(conn, key, context_at)
-            fresh = await self._write_start(conn, key, context_at, start)
-        self._know_start(key, start, context_at)
+            fresh, cursor = await self._write_start(conn, key, context_at, start)
+        self._know_start(key, cursor)
         return replace(start, fresh=fresh)
 
     async def read_turn_start(self, key: str, context_at: str | None = None) -> TurnStart:
@@ -74,17 +72,17 @@ class Threads(ThreadLocks, Seen):
         """start_turn's writing half (see read_turn_start): the thread active, its turn in
         flight, the context taken and the cursor moved. One transaction."""
         async with self._engine.begin() as conn:
-            await self._write_start(conn, key, context_at, start)
-        self._know_start(key, start, context_at)
+            _fresh, cursor = await self._write_start(conn, key, context_at, start)
+        self._know_start(key, cursor)
 
-    def _know_start(self, key: str, start: TurnStart, context_at: str | None) -> None:
+    def _know_start(self, key: str, cursor: str | None) -> None:
+        """Remember a start this process wrote (SQLite only: see read_turn_start)."""
+        if self.dialect != "sqlite":
+            return
         known = self._known_starts
         known.pop(key, None)  # the newest last: the oldest go first when it is full
         if len(known) >= KNOWN_STARTS:
             del known[next(iter(known))]
-        cursor = start.cursor
-        if context_at is not None and (cursor is None or ts_order(cursor) < ts_order(context_at)):
-            cursor = context_at
         known[key] = cursor
 
     async def _read_start(
@@ -112,13 +110,14 @@ class Threads(ThreadLocks, Seen):
 
     async def _write_start(
         self, conn: AsyncConnection, key: str, context_at: str | None, start: TurnStart
-    ) -> bool:
-        """The start's writes; whether this call created the thread."""
+    ) -> tuple[bool, str | None]:
+        """The start's writes; whether this call created the thread, and its cursor now."""
         fresh = await self._touch(conn, key)
         await conn.execute(self._inflight(key))
+        cursor = start.cursor
         if context_at is not None:
-            await self._move_context(conn, key, context_at, start.cursor, start.taken)
-        return fresh
+            cursor = await self._move_context(conn, key, context_at, cursor, start.taken)
+        return fresh, cursor
 
     async def _touch(self, conn: AsyncConnection, key: str) -> bool:
         now = time.time()
