@@ -26,6 +26,7 @@ from slackinterp.egress import secrets
 from slackinterp.egress.ca import BotCA
 from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import NetworkMode
+from slackinterp.egress.remote import parse_address
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.errors import SlackinterpError
@@ -82,6 +83,7 @@ class Runtime:
                 raise
             runtime = await cls._with_backend(settings, store, backend, confined)
             runtime.confinement = confined
+            runtime.egress = await remote_egress(settings, store, backend)
             return runtime
         bwrap = await asyncio.to_thread(resolve_sandbox, settings)
         try:
@@ -195,6 +197,8 @@ class Runtime:
         self.reaper.stop()
         await self.registry.shutdown()
         await self.registry.backend.close()
+        if self.egress is not None:
+            await self.egress.close()
         if self.agent is not None:
             await self.agent.close()
         await self.engine.budgets.drain()  # model calls handed over, written before closing
@@ -339,6 +343,30 @@ async def gateway_confinement(settings: Settings, backend: KernelBackend) -> Con
             "use the network of the host they run on, and the bot says so)."
         )
     return found
+
+
+async def remote_egress(settings: Settings, store: Store, backend: Any) -> Egress | None:
+    """Allowlist mode with a gateway's (confined) kernels: the proxy opens a door for them
+    at SLACKINTERP_EGRESS_LISTEN, and each kernel the backend starts gets credentials."""
+    if settings.network is not NetworkMode.ALLOWLIST:
+        return None
+    egress = egress_from_settings(settings, store)
+    if settings.egress_secrets_file is not None:
+        egress.set_injector(injector_for(settings))
+    listen = parse_address(settings.egress_listen, "SLACKINTERP_EGRESS_LISTEN")
+    advertise = (
+        parse_address(settings.egress_address, "SLACKINTERP_EGRESS_ADDRESS")
+        if settings.egress_address
+        else None
+    )
+    try:
+        backend.egress = await egress.serve_remote(listen, advertise)
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"SLACKINTERP_EGRESS_LISTEN={settings.egress_listen}: cannot listen there "
+            f"({exc.strerror or exc})"
+        ) from None
+    return egress
 
 
 def report_confinement(found: Confinement) -> None:

@@ -23,7 +23,9 @@ from typing import Any
 
 import aiohttp
 
-from slackinterp.kernels import tasks
+from slackinterp.egress.proxy import Blocked
+from slackinterp.egress.remote import RemoteEntry, RemoteKernel
+from slackinterp.kernels import inside, tasks
 from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway.files import KernelFiles
@@ -176,6 +178,7 @@ class GatewayKernel(Kernel):
         self.kernel_id = kernel_id
         self.cwd = cwd  # the bot-side staging directory for this thread's files
         self.control: CellControl | None = None
+        self.egress: RemoteKernel | None = None  # its proxy credentials (egress/remote.py)
         self._client: GatewayClient | None = None
         self._alive_checked = 0.0
 
@@ -246,7 +249,29 @@ class GatewayKernel(Kernel):
     async def restart(self) -> None:
         await self.backend.request("POST", f"/api/kernels/{self.kernel_id}/restart")
         await self.connect()
+        self._apply_egress()
         await self._apply_cwd()
+
+    def serve_thread(self, key: str) -> None:
+        if self.egress is not None:  # its requests (replay included) speak for this thread
+            self.egress.thread = key
+
+    def take_blocked(self) -> list[Blocked]:
+        return self.egress.take_blocked() if self.egress is not None else []
+
+    def _apply_egress(self) -> None:
+        """Point the kernel's clients at the proxy with its own credentials (in its
+        environment since its start): kernels/inside/proxyenv.py. In order, like the cwd."""
+        if self.egress is None:
+            return
+        from slackinterp.egress import ca, service
+
+        names = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+        code = (
+            f"{inside.load_expression('proxyenv')}.setup("
+            f"{names!r}, {service.NO_PROXY!r}, {list(ca.TRUST_VARIABLES)!r})"
+        )
+        self.client.execute(code, silent=True, store_history=False)
 
     async def move_to(self, cwd: Path) -> None:
         self.cwd = cwd
@@ -276,6 +301,8 @@ class GatewayKernel(Kernel):
             await _close(self._client)
         with contextlib.suppress(GatewayError, aiohttp.ClientError, TimeoutError):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
+        if self.egress is not None and self.backend.egress is not None:
+            await self.backend.egress.revoke(self.egress)  # its credentials die with it
 
 
 class GatewayBackend(KernelBackend):
@@ -292,12 +319,16 @@ class GatewayBackend(KernelBackend):
         token: str | None = None,
         request_timeout: float = 60.0,
         env: dict[str, str] | None = None,
+        egress: RemoteEntry | None = None,
     ):
         self.url = url.rstrip("/")
         self.kernel_name = kernel_name
         self.token = token
         self.timeout = aiohttp.ClientTimeout(total=request_timeout)
         self.env = env or {}
+        # The egress proxy's door for these kernels (allowlist mode): each kernel gets its own
+        # credentials in its KERNEL_* environment.
+        self.egress = egress
         self._http: aiohttp.ClientSession | None = None
 
     def _session(self) -> aiohttp.ClientSession:
@@ -346,11 +377,17 @@ class GatewayBackend(KernelBackend):
     async def start_kernel(self, cwd: Path) -> GatewayKernel:
         cwd.mkdir(parents=True, exist_ok=True)
         env = {"KERNEL_USERNAME": "slackinterp", **self.env}
+        account = None
+        if self.egress is not None:
+            account, granted = self.egress.grant()
+            env.update(granted)
         try:
             model = await self.request(
                 "POST", "/api/kernels", {"name": self.kernel_name, "env": env}
             )
         except GatewayError as exc:
+            if account is not None and self.egress is not None:
+                await self.egress.revoke(account)
             log.warning("gateway.start_failed error=%s", str(exc)[:300])
             status = getattr(exc, "status", None)
             raise KernelStartError(
@@ -359,8 +396,10 @@ class GatewayBackend(KernelBackend):
                 + "; the bot's log has the details"
             ) from None
         kernel = GatewayKernel(self, model["id"], cwd)
+        kernel.egress = account
         try:
             await kernel.connect()
+            kernel._apply_egress()
             await kernel.move_to(cwd)
         except BaseException:
             await kernel.shutdown()
