@@ -16,6 +16,7 @@ import datetime
 import json
 import logging
 import queue
+import secrets
 import socket
 import uuid
 from pathlib import Path
@@ -28,6 +29,7 @@ from slackinterp.egress.remote import RemoteEntry, RemoteKernel
 from slackinterp.kernels import inside, tasks
 from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
 from slackinterp.kernels.execution import CellControl
+from slackinterp.kernels.gateway import moves
 from slackinterp.kernels.gateway.files import KernelFiles
 from slackinterp.kernels.resources import Resources
 
@@ -36,6 +38,7 @@ log = logging.getLogger(__name__)
 PROTOCOL_VERSION = "5.3"
 REMOTE_ROOT = "slackinterp-threads"
 COPY_TIMEOUT = 600.0  # a fork's copy of a thread's files, on the gateway's disk
+MOVE_TIMEOUT = 60.0  # a confined pooled kernel's directory becoming its thread's
 ALIVE_CHECK_SECONDS = 2.0  # thread directories, relative to the kernel's start dir
 
 
@@ -179,6 +182,7 @@ class GatewayKernel(Kernel):
         self.cwd = cwd  # the bot-side staging directory for this thread's files
         self.control: CellControl | None = None
         self.egress: RemoteKernel | None = None  # its proxy credentials (egress/remote.py)
+        self.move_key = ""  # signs its directory moves under the kernelspec (gateway/moves.py)
         self._client: GatewayClient | None = None
         self._alive_checked = 0.0
 
@@ -278,15 +282,14 @@ class GatewayKernel(Kernel):
         await self._apply_cwd()
 
     async def _apply_cwd(self) -> None:
-        # Relative to where the gateway started the kernel; requests run in order, so the next
-        # cell runs there without waiting for this one's reply.
+        # Relative to where the gateway started the kernel, or, confined by the shipped
+        # kernelspec, its own directory moved by the launcher (kernels/inside/workplace.py).
+        # Requests run in order, so the next cell runs there without waiting for the reply.
+        name = self.cwd.name
+        signature = moves.sign(self.move_key, name) if self.move_key else ""
         code = (
-            "import os as __o\n"
-            "__r = __o.environ.setdefault('SLACKINTERP_START_DIR', __o.getcwd())\n"
-            f"__d = __o.path.join(__r, {REMOTE_ROOT!r}, {self.cwd.name!r})\n"
-            "__o.makedirs(__d, exist_ok=True)\n"
-            "__o.chdir(__d)\n"
-            "del __o, __r, __d"
+            f"{inside.load_expression('workplace')}.enter("
+            f"{REMOTE_ROOT!r}, {name!r}, {signature!r}, {MOVE_TIMEOUT!r})"
         )
         self.client.execute(code, silent=True, store_history=False)
 
@@ -376,7 +379,13 @@ class GatewayBackend(KernelBackend):
 
     async def start_kernel(self, cwd: Path) -> GatewayKernel:
         cwd.mkdir(parents=True, exist_ok=True)
-        env = {"KERNEL_USERNAME": "slackinterp", **self.env}
+        move_key = secrets.token_hex(16)
+        env = {
+            "KERNEL_USERNAME": "slackinterp",
+            **self.env,
+            moves.WORKDIR_VARIABLE: cwd.name,
+            moves.KEY_VARIABLE: move_key,
+        }
         account = None
         if self.egress is not None:
             account, granted = self.egress.grant()
@@ -397,6 +406,7 @@ class GatewayBackend(KernelBackend):
             ) from None
         kernel = GatewayKernel(self, model["id"], cwd)
         kernel.egress = account
+        kernel.move_key = move_key
         try:
             await kernel.connect()
             kernel._apply_egress()
