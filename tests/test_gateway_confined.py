@@ -6,7 +6,6 @@ finds them confined by the kernelspec."""
 
 from __future__ import annotations
 
-import asyncio
 import ipaddress
 import json
 import shutil
@@ -14,6 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from slackinterp.egress import ca as bot_ca
+from slackinterp.egress import secrets
+from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.remote import Address
 from slackinterp.egress.service import Egress
@@ -24,8 +26,14 @@ from tests.gateway import (
     Gateway,
     confined_gateway,  # noqa: F401 - a fixture
 )
-from tests.test_egress_proxy import Upstream
-from tests.test_egress_remote import FETCH, Rules
+from tests.test_egress_remote import Rules
+from tests.test_egress_secrets import (
+    HOST,
+    OTHER,
+    TOKEN,
+    upstream,  # noqa: F401 - a fixture
+)
+from tests.test_egress_secrets import Upstream as TlsUpstream
 
 pytestmark = [
     pytest.mark.skipif(not shutil.which("bwrap"), reason="bubblewrap is not installed"),
@@ -153,3 +161,114 @@ async def test_a_pooled_kernel_moves_to_its_thread_only_when_the_bot_signs_it(
         await pooled.shutdown()
         await other.shutdown()
         await backend.close()
+
+
+SECRETS = """
+[hosts."{host}"]
+port = {port}
+headers = {{ Authorization = "Bearer $API_TOKEN" }}
+ca_file = "{ca}"
+"""
+
+GET = """
+import json, urllib.request, urllib.error, os
+def __get(url, proxy=None):
+    handlers = [urllib.request.ProxyHandler({"https": proxy, "http": proxy})] if proxy else []
+    try:
+        with urllib.request.build_opener(*handlers).open(url, timeout=15) as r:
+            return {"status": r.status, "body": r.read().decode()}
+    except urllib.error.HTTPError as e:
+        return {"status": e.code, "error": e.headers.get("X-Proxy-Error")}
+    except Exception as e:
+        return {"error": repr(e)[:300]}
+"""
+
+
+async def test_confined_kernels_reach_only_what_their_channel_allows_with_their_credentials(
+    tmp_path: Path,
+    confined_gateway: Gateway,  # noqa: F811
+    upstream: TlsUpstream,  # noqa: F811
+) -> None:
+    rules = Rules()
+    rules.rows["C1"] = [("allow", f"{HOST}:{upstream.port}+private")]
+    egress = Egress(NetworkMode.ALLOWLIST, channel_rules=rules, resolver=resolver)
+    text = SECRETS.format(host=HOST, port=upstream.port, ca=upstream.ca_file)
+    egress.set_injector(
+        SecretInjector(secrets.parse(text, {"API_TOKEN": TOKEN}), bot_ca.BotCA(tmp_path / "ca"))
+    )
+    await egress.serve_remote(Address("127.0.0.1", 0), None)
+    backend = backend_for(confined_gateway, egress)
+    first = await backend.start_kernel(tmp_path / "thread-c1")
+    second = await backend.start_kernel(tmp_path / "thread-c2")
+    try:
+        first.serve_thread("T1:C1:1.0")
+        second.serve_thread("T1:C2:2.0")
+        for kernel in (first, second):
+            await out(kernel, GET)
+        url = f"https://{HOST}:{upstream.port}/echo"
+        got = await value(first, f"__get({url!r})")
+        assert isinstance(got, dict) and got.get("status") == 200, got
+        # The proxy added the bound secret; the kernel saw none of it, anywhere.
+        assert upstream.seen[-1]["Authorization"] == f"Bearer {TOKEN}"
+        assert TOKEN not in json.dumps(got)
+        assert TOKEN not in await out(first, "print(dict(os.environ))")
+        # Its channel's rules, not another's: refused, and the refusal is the cell's.
+        got = await value(second, f"__get({url!r})")
+        assert "Tunnel connection failed: 403" in json.dumps(got), got
+        assert [b.host for b in second.take_blocked()] == [HOST]
+        # No way around the proxy: the upstream's own address, directly.
+        direct = await value(
+            first,
+            f"(lambda s: s.connect_ex(('127.0.0.1', {upstream.port})))"
+            "(__import__('socket').socket())",
+        )
+        assert direct != 0
+        # Credentials leaked (say, printed into Slack) give another kernel no more than the
+        # kernel they belong to had, and nothing once it has ended.
+        assert first.egress is not None
+        leaked = f"http://{first.egress.ident}:{first.egress.token}@127.0.0.1:3128"
+        got = await value(second, f"__get({url!r}, {leaked!r})")
+        assert isinstance(got, dict) and got.get("status") == 200, got  # first's rules
+        other = f"https://{OTHER}:{upstream.port}/echo"
+        got = await value(second, f"__get({other!r}, {leaked!r})")
+        assert "Tunnel connection failed: 403" in json.dumps(got), got
+        await first.shutdown()
+        got = await value(second, f"__get({url!r}, {leaked!r})")
+        assert "Tunnel connection failed: 407" in json.dumps(got), got
+    finally:
+        await first.shutdown()
+        await second.shutdown()
+        await backend.close()
+        await egress.close()
+
+
+async def test_the_bot_starts_in_allowlist_mode_on_confined_kernels_and_notes_refusals(
+    tmp_path: Path,
+    confined_gateway: Gateway,  # noqa: F811
+) -> None:
+    from slackinterp.engine.events import Notice
+    from slackinterp.engine.workspace import ThreadKey
+    from slackinterp.runtime import Runtime
+    from tests.conftest import make_settings, run_turn
+
+    settings = make_settings(
+        tmp_path,
+        gateway_url=confined_gateway.url,
+        gateway_token=confined_gateway.token,
+        kernel_name="slackinterp",
+        network="allowlist",
+        network_allow=["pypi.org"],
+    )
+    runtime = await Runtime.open(settings)
+    await runtime.start()
+    try:
+        assert runtime.confinement is not None and runtime.confinement.confined
+        assert runtime.confinement.by == "the kernelspec"
+        code = GET + "print(__get('https://blocked.example:443/'))"
+        events = await run_turn(
+            runtime.engine, ThreadKey("T1", "C9", "1.0"), f"```python\n{code}\n```"
+        )
+        notices = [e.text for e in events if isinstance(e, Notice)]
+        assert any("blocked.example:443" in n and "allowlist" in n for n in notices), notices
+    finally:
+        await runtime.stop()
