@@ -16,7 +16,7 @@ upstream server, which runs in a process of its own. Measured:
   - the bot's event-loop lag (a 10 ms ticker) during a download through the proxy: p99
     (target < 50 ms).
 The gateway kernel's path (issue 46) is the same client in its own network namespace with the
-same relay, whose socket is the kernelspec launcher's pipe (kernels/gateway/pipes.py, in a
+same relay, whose socket is the kernelspec launcher's pipe (kernels/confined/pipes.py, in a
 process of its own as on a gateway host) to the proxy's TCP door (egress/remote.py), with the
 kernel's own credentials in every CONNECT. Measured against the local kernel's path: a new
 connection's added time (target <= 2 ms over local), the download (>= 200 MB/s) and the lag
@@ -45,8 +45,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import pct  # noqa: E402
 from slackinterp.egress import relay  # noqa: E402
-from slackinterp.egress.policy import NetworkMode  # noqa: E402
-from slackinterp.egress.remote import Address  # noqa: E402
+from slackinterp.egress.policy import Address, NetworkMode  # noqa: E402
 from slackinterp.egress.service import Egress  # noqa: E402
 from slackinterp.store import Store, sqlite_url  # noqa: E402
 
@@ -185,7 +184,7 @@ def start_upstream() -> tuple[subprocess.Popen[str], int]:
 PIPE = """
 import asyncio, sys
 from pathlib import Path
-from slackinterp.kernels.gateway import pipes
+from slackinterp.kernels.confined import pipes
 async def main():
     await pipes.unix_to_tcp(Path(sys.argv[1]), "127.0.0.1", int(sys.argv[2]), None, None)
     print("ready", flush=True)

@@ -133,7 +133,8 @@ async def measure(requests: int = 300, remote: bool = False) -> dict[str, list[f
         if remote:
             import base64
 
-            from slackinterp.egress.remote import Address, RemoteEntry
+            from slackinterp.egress.policy import Address
+            from slackinterp.egress.remote import RemoteEntry
 
             entry = RemoteEntry(proxy, Address("127.0.0.1", 0))
             await entry.start()

@@ -193,7 +193,7 @@ def cmd_usage(args: argparse.Namespace) -> int:
 def cmd_kernelspec(args: argparse.Namespace) -> int:
     """Install the kernelspec that runs each gateway kernel in the bot's sandbox."""
     from slackinterp.config import SettingsError, load_settings
-    from slackinterp.kernels.gateway import kernelspec
+    from slackinterp.kernels.confined import kernelspec
     from slackinterp.kernels.local.sandbox import Limits
 
     try:

@@ -25,8 +25,7 @@ from slackinterp.datasources.service import DataLimits, DataSources
 from slackinterp.egress import secrets
 from slackinterp.egress.ca import BotCA
 from slackinterp.egress.inject import SecretInjector
-from slackinterp.egress.policy import NetworkMode
-from slackinterp.egress.remote import parse_address
+from slackinterp.egress.policy import NetworkMode, parse_address
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.errors import SlackinterpError

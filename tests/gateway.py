@@ -49,12 +49,12 @@ def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway
 @pytest.fixture(scope="session")
 def confined_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     """A Kernel Gateway offering the shipped `slackinterp` kernelspec (issue 46): each kernel
-    runs under bubblewrap, started by kernels/gateway/launcher.py."""
+    runs under bubblewrap, started by kernels/confined/launcher.py."""
     if not gateway_available():
         pytest.skip("jupyter_kernel_gateway is not installed (pip install -e '.[test]')")
     if not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed")
-    from slackinterp.kernels.gateway import kernelspec
+    from slackinterp.kernels.confined import kernelspec
     from slackinterp.kernels.local.sandbox import Limits
 
     root = tmp_path_factory.mktemp("confined-gateway")

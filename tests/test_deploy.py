@@ -12,7 +12,7 @@ from typing import Any
 import kubernetes_validate
 import yaml
 
-from slackinterp.egress.remote import parse_address
+from slackinterp.egress.policy import parse_address
 
 ROOT = Path(__file__).resolve().parent.parent
 DEPLOY = ROOT / "deploy"

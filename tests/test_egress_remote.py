@@ -14,8 +14,7 @@ import ipaddress
 import json
 from pathlib import Path
 
-from slackinterp.egress.policy import NetworkMode
-from slackinterp.egress.remote import Address
+from slackinterp.egress.policy import Address, NetworkMode
 from slackinterp.egress.service import Egress
 from slackinterp.kernels.execution import Stream, run_cell
 from slackinterp.kernels.gateway.backend import GatewayBackend

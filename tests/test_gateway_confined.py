@@ -16,8 +16,7 @@ import pytest
 from slackinterp.egress import ca as bot_ca
 from slackinterp.egress import secrets
 from slackinterp.egress.inject import SecretInjector
-from slackinterp.egress.policy import NetworkMode
-from slackinterp.egress.remote import Address
+from slackinterp.egress.policy import Address, NetworkMode
 from slackinterp.egress.service import Egress
 from slackinterp.kernels import confinement
 from slackinterp.kernels.execution import Stream, run_cell

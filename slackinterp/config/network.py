@@ -64,7 +64,7 @@ class NetworkSettings(Area):
     @field_validator("egress_listen", "egress_address")
     @classmethod
     def _address(cls, value: str | None) -> str | None:
-        from slackinterp.egress.remote import parse_address
+        from slackinterp.egress.policy import parse_address
 
         if value is not None:
             parse_address(value, "host:port")

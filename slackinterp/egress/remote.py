@@ -23,10 +23,10 @@ import contextlib
 import hmac
 import logging
 import secrets
-from dataclasses import dataclass
 
 from slackinterp.egress.head import BadRequest, answer
 from slackinterp.egress.journal import Journal, Key
+from slackinterp.egress.policy import Address
 from slackinterp.egress.proxy import CHUNK, Account, EgressProxy, read_request
 
 log = logging.getLogger(__name__)
@@ -49,24 +49,6 @@ class RemoteKernel(Account):
 
     def __repr__(self) -> str:  # never the token, wherever an account is printed
         return f"RemoteKernel({self.ident}, thread={self.thread})"
-
-
-@dataclass(frozen=True)
-class Address:
-    host: str
-    port: int
-
-    def __str__(self) -> str:
-        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
-
-
-def parse_address(text: str, setting: str) -> Address:
-    """`host:port` (an IPv6 host in brackets); ValueError names the setting."""
-    host, sep, port = text.strip().rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or int(port) > 65535:
-        raise ValueError(f"{setting}: expected host:port, got {text!r}")
-    return Address(host, int(port))
 
 
 class RemoteEntry:

@@ -19,14 +19,22 @@ from typing import Protocol
 
 from slackinterp.egress import ca, relay
 from slackinterp.egress.inject import SecretInjector
-from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, Verdict, parse_rules
+from slackinterp.egress.policy import (
+    Address,
+    BadRule,
+    NetworkMode,
+    Policy,
+    Rule,
+    Verdict,
+    parse_rules,
+)
 from slackinterp.egress.proxy import (
     EgressProxy,
     KernelListener,
     ProxyLimits,
     Resolver,
 )
-from slackinterp.egress.remote import Address, RemoteEntry
+from slackinterp.egress.remote import RemoteEntry
 
 log = logging.getLogger(__name__)
 

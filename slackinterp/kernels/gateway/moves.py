@@ -1,6 +1,6 @@
 """A confined gateway kernel's working directory, moved only when the bot says so.
 
-The shipped kernelspec's launcher (kernels/gateway/launcher.py) binds one thread directory
+The shipped kernelspec's launcher (kernels/confined/launcher.py) binds one thread directory
 into each kernel's sandbox. A pooled kernel starts in a directory of its own and gets its
 thread's later, as a local sandboxed kernel does (kernels/local/files.adopt_pooled): the
 thread's files move into the kernel's directory, which then takes the thread's name. Only the

@@ -12,7 +12,7 @@ Only definitions at import (kernels/inside/__init__.py): the bot calls `setup`.
 """
 
 
-def setup(proxy_names, no_proxy, trust_names):
+def setup(proxy_names: list[str], no_proxy: str, trust_names: list[str]) -> bool:
     import os
     import ssl
     import tempfile

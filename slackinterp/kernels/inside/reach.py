@@ -5,7 +5,7 @@ Only definitions at import (kernels/inside/__init__.py): the bot calls `probe`.
 """
 
 
-def probe(addresses, port, nonce, timeout):
+def probe(addresses: list[str], port: int, nonce: str, timeout: float) -> None:
     """Try every address at once (a dropped SYN costs the timeout, not one per address), send
     the nonce on each connection made, and print what was reached and who claims to confine
     this kernel, as one JSON line."""
@@ -16,23 +16,24 @@ def probe(addresses, port, nonce, timeout):
     import socket
     import time
 
-    reached = []
+    reached: list[str] = []
     selector = selectors.DefaultSelector()
     for address in addresses:
         try:
-            sock = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
+            new = socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET)
         except OSError:
             continue
-        sock.setblocking(False)
-        code = sock.connect_ex((address, port))
+        new.setblocking(False)
+        code = new.connect_ex((address, port))
         if code not in (0, errno.EINPROGRESS):
-            sock.close()
+            new.close()
             continue
-        selector.register(sock, selectors.EVENT_WRITE, address)
+        selector.register(new, selectors.EVENT_WRITE, address)
     deadline = time.monotonic() + timeout
     while selector.get_map() and time.monotonic() < deadline:
         for key, _events in selector.select(max(0.0, deadline - time.monotonic())):
             sock = key.fileobj
+            assert isinstance(sock, socket.socket)  # the sockets registered above
             selector.unregister(sock)
             if sock.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0:
                 try:
@@ -44,7 +45,8 @@ def probe(addresses, port, nonce, timeout):
                     pass
             sock.close()
     for key in list(selector.get_map().values()):
-        key.fileobj.close()
+        if isinstance(key.fileobj, socket.socket):
+            key.fileobj.close()
     selector.close()
     if os.environ.get("SLACKINTERP_CONFINED") == "kernelspec":
         by = "kernelspec"

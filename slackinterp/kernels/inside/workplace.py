@@ -9,7 +9,7 @@ Only definitions at import (kernels/inside/__init__.py): the bot calls `enter`.
 """
 
 
-def enter(root, name, signature, timeout):
+def enter(root: str, name: str, signature: str, timeout: float) -> None:
     import os
     import time
 

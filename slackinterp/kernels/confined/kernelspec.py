@@ -1,6 +1,6 @@
 """`slackinterp kernelspec install`: the kernelspec that confines a gateway's kernels.
 
-Its argv runs kernels/gateway/launcher.py with this interpreter; the limits and kernel user
+Its argv runs kernels/confined/launcher.py with this interpreter; the limits and kernel user
 are the bot's own settings' values, written into the spec's environment when it is installed
 (a gateway host reads no .env of the bot's). `interrupt_mode` is `message`: a signal would
 reach bubblewrap, not the kernel (docs/deployment.md, "Confined kernels on a gateway host").
@@ -14,7 +14,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from slackinterp.kernels.gateway.launcher import LIMITS_VARIABLE
+from slackinterp.kernels.confined.launcher import LIMITS_VARIABLE
 from slackinterp.kernels.local.sandbox import Limits
 
 NAME = "slackinterp"
@@ -31,7 +31,7 @@ def spec(limits: Limits, kernel_user: str, threads_root: str | None = None) -> d
         "argv": [
             sys.executable,
             "-m",
-            "slackinterp.kernels.gateway.launcher",
+            "slackinterp.kernels.confined.launcher",
             "-f",
             "{connection_file}",
         ],
@@ -63,7 +63,5 @@ def install(
             json.dumps(spec(limits, kernel_user, threads_root), indent=2)
         )
         return str(
-            KernelSpecManager().install_kernel_spec(
-                str(path), name, user=user, prefix=prefix
-            )
+            KernelSpecManager().install_kernel_spec(str(path), name, user=user, prefix=prefix)
         )

@@ -3,12 +3,12 @@ starts runs in the sandbox local kernels get (kernels/local/sandbox.py's BwrapSp
 kernel user and seccomp filter, the same plan), so a gateway host needs bubblewrap and this
 package and nothing else.
 
-The gateway runs `python -m slackinterp.kernels.gateway.launcher -f CONNECTION_FILE` with the
+The gateway runs `python -m slackinterp.kernels.confined.launcher -f CONNECTION_FILE` with the
 kernel's KERNEL_* environment. The launcher, outside the sandbox:
 - binds the thread's directory (under SLACKINTERP_THREADS_ROOT, default the gateway's
   `slackinterp-threads`) at /home/interp, and nothing of any other thread;
 - starts the kernel in its own PID, IPC and network namespaces, with ZeroMQ on Unix sockets
-  in its runtime directory, and pipes the gateway's TCP ports to them (kernels/gateway/pipes);
+  in its runtime directory, and pipes the gateway's TCP ports to them (kernels/confined/pipes);
 - gives it one way out: the egress relay's socket, piped to the bot's proxy named in
   KERNEL_SLACKINTERP_PROXY (the kernel's own credentials; egress/remote.py);
 - moves a pooled kernel's directory to its thread's when the bot's signed request arrives
@@ -31,11 +31,12 @@ from pathlib import Path
 
 from slackinterp.egress import relay
 from slackinterp.egress.service import packages_env
-from slackinterp.kernels.gateway import moves, pipes
+from slackinterp.kernels.confined import pipes
+from slackinterp.kernels.gateway import moves
 from slackinterp.kernels.local import cgroups, privileges, sandbox
 from slackinterp.kernels.local.files import adopt_pooled
 
-log = logging.getLogger("slackinterp.kernels.gateway.launcher")
+log = logging.getLogger("slackinterp.kernels.confined.launcher")
 
 REMOTE_ROOT = "slackinterp-threads"  # as GatewayBackend names it
 CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
@@ -93,6 +94,8 @@ class Launcher:
         name = self.workdir_name()
         workdir = self.threads / name
         workdir.mkdir(mode=0o755, exist_ok=True)  # bwrap enters it with no capabilities
+        with contextlib.suppress(FileExistsError):  # the kernel's caches (sandbox_env)
+            os.mkdir(workdir / ".cache", 0o755)
         privileges.hand_over(workdir, self.user)
         self.state.write_text(name)
         return workdir, name
@@ -208,8 +211,10 @@ class Launcher:
         self.watch_moves(workdir)
         root = cgroups.pids_root()
         if root is not None:
+            # Named <owner pid>-…, as a bot names its kernels' groups: a bot on this host
+            # cleans up only groups whose owner is gone (cgroups.cleanup_stale).
             self.cgroup = cgroups.KernelCgroup.create(
-                root, f"gw-{self.token}", self.limits.max_processes
+                root, f"{os.getpid()}-gw{self.token[:12]}", self.limits.max_processes
             )
         fd = sandbox.args_fd()
         sandbox.write_args(fd, spec.options())
