@@ -80,6 +80,8 @@ class Runtime:
                 await backend.close()
                 await store.close()
                 raise
+            if confined is not None and confined.by == confining.BY["kernelspec"]:
+                backend.signed_moves = True  # its launcher moves folders on signed requests
             runtime = await cls._with_backend(settings, store, backend, confined)
             runtime.confinement = confined
             runtime.egress = await remote_egress(settings, store, backend)

@@ -46,12 +46,14 @@ async def resolver(host: str, port: int) -> list[ipaddress.IPv4Address | ipaddre
 
 
 def backend_for(gateway: Gateway, egress: Egress | None = None) -> GatewayBackend:
-    return GatewayBackend(
+    backend = GatewayBackend(
         gateway.url,
         kernel_name="slackinterp",
         token=gateway.token,
         egress=egress.remote if egress is not None else None,
     )
+    backend.signed_moves = True  # as runtime.py sets it when the probe finds the kernelspec
+    return backend
 
 
 async def out(kernel: GatewayKernel, code: str) -> str:
@@ -138,6 +140,11 @@ async def test_a_pooled_kernel_moves_to_its_thread_only_when_the_bot_signs_it(
     await out(other, "with open('private.txt', 'w') as f: f.write('not yours')")
     pooled = await backend.start_kernel(tmp_path / "pool-1")
     try:
+        # The key that signs moves stays with the launcher.
+        assert (
+            await value(pooled, "'KERNEL_SLACKINTERP_MOVE_KEY' in __import__('os').environ")
+            is False
+        )
         # Kernel code asks the launcher itself, without the bot's signature: refused.
         await out(
             pooled,

@@ -332,6 +332,10 @@ class GatewayBackend(KernelBackend):
         # The egress proxy's door for these kernels (allowlist mode): each kernel gets its own
         # credentials in its KERNEL_* environment.
         self.egress = egress
+        # Kernels confined by the shipped kernelspec move folders only on a signed request
+        # (gateway/moves.py): each gets a key its launcher keeps. Set when the start-up probe
+        # found them so (runtime.py); other kernels get no key to hold.
+        self.signed_moves = False
         self._http: aiohttp.ClientSession | None = None
 
     def _session(self) -> aiohttp.ClientSession:
@@ -379,13 +383,10 @@ class GatewayBackend(KernelBackend):
 
     async def start_kernel(self, cwd: Path) -> GatewayKernel:
         cwd.mkdir(parents=True, exist_ok=True)
-        move_key = secrets.token_hex(16)
-        env = {
-            "KERNEL_USERNAME": "slackinterp",
-            **self.env,
-            moves.WORKDIR_VARIABLE: cwd.name,
-            moves.KEY_VARIABLE: move_key,
-        }
+        move_key = secrets.token_hex(16) if self.signed_moves else ""
+        env = {"KERNEL_USERNAME": "slackinterp", **self.env, moves.WORKDIR_VARIABLE: cwd.name}
+        if move_key:
+            env[moves.KEY_VARIABLE] = move_key
         account = None
         if self.egress is not None:
             account, granted = self.egress.grant()
