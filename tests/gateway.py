@@ -54,10 +54,14 @@ def confined_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gatew
         pytest.skip("jupyter_kernel_gateway is not installed (pip install -e '.[test]')")
     if not shutil.which("bwrap"):
         pytest.skip("bubblewrap is not installed")
+    yield from serve_confined(tmp_path_factory.mktemp("confined-gateway"))
+
+
+def serve_confined(root: Path) -> Iterator[Gateway]:
+    """A Kernel Gateway in `root` whose default kernelspec is the shipped one."""
     from slackinterp.kernels.confined import kernelspec
     from slackinterp.kernels.local.sandbox import Limits
 
-    root = tmp_path_factory.mktemp("confined-gateway")
     specs = root / "specs"
     limits = Limits(1024 * 1024 * 1024 * 2, 128, 256 * 1024 * 1024)
     kernelspec.install(limits, "nobody", prefix=str(specs))
