@@ -278,3 +278,25 @@ async def test_the_bot_starts_in_allowlist_mode_on_confined_kernels_and_notes_re
         assert any("blocked.example:443" in n and "allowlist" in n for n in notices), notices
     finally:
         await runtime.stop()
+
+
+async def test_doctor_says_they_are_confined_by_the_kernelspec(
+    tmp_path: Path,
+    confined_gateway: Gateway,  # noqa: F811
+) -> None:
+    from slackinterp.doctor import check_sandbox
+    from tests.conftest import make_settings
+
+    check = await check_sandbox(
+        make_settings(
+            tmp_path,
+            gateway_url=confined_gateway.url,
+            gateway_token=confined_gateway.token,
+            kernel_name="slackinterp",
+            network="allowlist",
+            network_allow=["pypi.org"],
+        )
+    )
+    assert check.ok and not check.skipped, check
+    assert check.lines()[0].startswith("✓ sandbox — gateway kernels are confined by the kernelspec")
+    assert "allowlist of pypi.org" in check.detail
