@@ -33,13 +33,17 @@ def _link(url: str | None, label: str) -> str:
 async def fork_thread(client: AsyncWebClient, engine: Engine, key: ThreadKey) -> str:
     """Fork the thread `key`; the answer for the original thread."""
     source = await permalink(client, key.channel, key.thread_ts)
-    posted = await client.chat_postMessage(
-        channel=key.channel,
-        text=f":fork_and_knife: Forked from {_link(source, 'this thread')}. "
-        "Reply here to go on from where it stood; the two threads are independent.",
-    )
-    new_ts = str(posted["ts"])
-    target = ThreadKey(key.team, key.channel, new_ts)
+    # A person may answer the announcement at once: from the moment it is posted, the new
+    # thread's messages wait for the fork (engine.announcing_fork, Engine.fork).
+    with engine.announcing_fork(key.channel):
+        posted = await client.chat_postMessage(
+            channel=key.channel,
+            text=f":fork_and_knife: Forked from {_link(source, 'this thread')}. "
+            "Reply here to go on from where it stood; the two threads are independent.",
+        )
+        new_ts = str(posted["ts"])
+        target = ThreadKey(key.team, key.channel, new_ts)
+        engine.expect_fork(target)
     try:
         forked = await engine.fork(key, target)
     except ForkError as exc:
