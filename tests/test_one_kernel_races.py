@@ -227,15 +227,17 @@ class Races(RuleBasedStateMachine):
         allowed = set(self.allowed[n])
         if n in self.unsettled:
             allowed |= self.seen[n] | {()}
-        if n in self.forks_from:
-            source = self.forks_from[n]
-            allowed |= self.allowed[source] | self.seen[source]
+        if n in self.forks_from and self.forks_from[n] in self.unsettled:
+            allowed |= self.seen[self.forks_from[n]] | {()}
         if base not in allowed:
             self.watch.violations.append(
                 f"thread {n}: saw {base}, expected one of {sorted(allowed)[:4]}"
             )
         self.seen[n].add(state)
         self.allowed[n] = {state}
+        for target, source in self.forks_from.items():  # forks in flight may start from it
+            if source == n:
+                self.allowed[target].add(state)
 
     @rule(n=st.integers(0, THREADS - 1), pause=st.sampled_from([0, 0.01, 0.1]))
     def send(self, n: int, pause: float) -> None:
@@ -252,7 +254,7 @@ class Races(RuleBasedStateMachine):
         target = next(self.numbers)
         engine = self.rt.engine
         self.forks_from[target] = source
-        self.allowed[target] = set()
+        self.allowed[target] = set(self.allowed[source])  # where the source may stand
         self.seen[target] = set()
 
         async def fork() -> None:

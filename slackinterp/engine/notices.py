@@ -138,8 +138,7 @@ def cell_lifecycle(result: CellResult) -> Notice | None:
         return Notice(
             NoticeKind.DIED,
             "The kernel died (out of memory, or the code exited it). "
-            "A new one starts with the next cell and earlier cells are "
-            "replayed to restore the state.",
+            "A new one starts with the next cell and brings the variables back.",
         )
     if result.restarted:
         return Notice(

@@ -47,7 +47,7 @@ from slackinterp.engine.session import Forking, Instruction, ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
 from slackinterp.engine.status import ThreadStatus, kernel_memory
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
+from slackinterp.errors import FailureKind, NoticeKind, SlackinterpError, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellResult
 from slackinterp.kernels.files import TransferError, clear_staging
@@ -466,8 +466,11 @@ class Engine:
         except ForkError as exc:
             forking.failure = exc.message
             raise
+        except SlackinterpError as exc:  # at capacity, a kernel that would not start, ...
+            forking.failure = exc.message
+            raise
         except BaseException as exc:
-            forking.failure = f"the fork failed ({type(exc).__name__})"
+            forking.failure = f"an internal error ({type(exc).__name__})"
             raise
         else:
             session.forking = None

@@ -10,9 +10,9 @@ import logging
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp.engine.fork import ForkError
 from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import SlackinterpError
 from slackinterp.slack import text as t
 
 log = logging.getLogger(__name__)
@@ -46,7 +46,7 @@ async def fork_thread(client: AsyncWebClient, engine: Engine, key: ThreadKey) ->
         engine.expect_fork(target)
     try:
         forked = await engine.fork(key, target)
-    except ForkError as exc:
+    except SlackinterpError as exc:  # ForkError, at capacity, a kernel that did not start
         await client.chat_postMessage(
             channel=key.channel, thread_ts=new_ts, text=f":warning: {t.escape(exc.message)}"
         )
