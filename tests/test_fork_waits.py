@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from slackinterp.engine.events import CellFinished, TurnFailed, TurnQueued
+from slackinterp.engine.events import CellFinished, CellStarted, TurnFailed, TurnQueued
+from slackinterp.engine.turn import TurnRequest
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.runtime import Runtime
 from tests import conftest
@@ -56,9 +57,16 @@ async def test_a_message_into_a_fork_that_failed_gets_its_failure_and_the_way_on
         engine, registry = runtime.engine, runtime.registry
         await run_turn(engine, SOURCE, "```fx = 41```")
         assert await registry.reap_idle(0.0) == [SOURCE.id]
-        busy = asyncio.create_task(run_turn(engine, OTHER, "```import time; time.sleep(4)```"))
-        while registry.slot(OTHER.id) is None:
-            await asyncio.sleep(0.05)
+        started = asyncio.Event()
+
+        async def hold_the_seat() -> None:
+            request = TurnRequest(OTHER, "```import time; time.sleep(4)```")
+            async for event in engine.submit(request):
+                if isinstance(event, CellStarted):
+                    started.set()
+
+        busy = asyncio.create_task(hold_the_seat())
+        await asyncio.wait_for(started.wait(), 60)
         engine.expect_fork(TARGET)  # announced
         waiting = asyncio.create_task(run_turn(engine, TARGET, "```print(fx + 1)```"))
         with pytest.raises(Exception, match="kernels are busy"):
