@@ -88,6 +88,10 @@ async def _fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSessi
     store, registry, settings = steps.store, steps.registry, steps.settings
     if await store.thread_exists(target.key.id):
         raise ForkError("That thread is already in use; a fork needs a new thread.")
+    # The thread exists from now on: another replica takes a reply into it (no mention
+    # needed) and queues it behind this fork on the thread's lock, instead of ignoring it.
+    await store.start_turn(target.key.id)
+    await store.turn_finished(target.key.id)
     began = time.monotonic()
     here = registry.backend.workdir_files(source.workdir) is not None
     lease = None
@@ -113,8 +117,6 @@ async def _fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSessi
                 raise
     lost: RestoreReason | None = None
     try:
-        await store.start_turn(target.key.id)  # the thread exists from now on
-        await store.turn_finished(target.key.id)
         copied = await store.fork_cells(source.key.id, target.key.id)
         await store.add_history(target.key.id, history)
         if lease is None or not copied:

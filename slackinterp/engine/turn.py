@@ -101,6 +101,9 @@ NoticeListener = Callable[[ThreadKey, Notice], Awaitable[None]]
 # How long a message into an unknown thread waits for a fork being announced in its channel
 # (Slack's answer to the announcement, normally well under a second).
 FORK_ANNOUNCE_WAIT = 15.0
+# How long a reply into a bot-started thread unknown to this replica waits for another replica
+# to write it (Engine.thread_appears).
+REPLICA_FORK_WAIT = 5.0
 _DONE = object()
 
 
@@ -171,6 +174,22 @@ class Engine:
         if pending:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(asyncio.gather(*pending), FORK_ANNOUNCE_WAIT)
+
+    async def thread_appears(self, key: ThreadKey) -> bool:
+        """A reply in a thread the bot itself started, unknown here: with replicas, another
+        one may be forking into it right now (its announcement is the thread's root), and
+        writes the thread moments after Slack has it. Wait for that, briefly, rather than
+        ignore the reply. A single process knows its own forks (announcing_fork)."""
+        if self.registry.directory is None:
+            return False
+        deadline = time.monotonic() + REPLICA_FORK_WAIT
+        pause = 0.02
+        while time.monotonic() < deadline:
+            if await self.store.thread_exists(key.id):
+                return True
+            await asyncio.sleep(pause)  # another process's write: nothing to wait on here
+            pause = min(pause * 2, 0.5)
+        return await self.store.thread_exists(key.id)
 
     def expect_fork(self, target: ThreadKey) -> None:
         """From now on `target` is a fork under way: its messages wait for it (engine.fork)."""
