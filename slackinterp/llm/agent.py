@@ -87,18 +87,20 @@ class Agent:
 
     def _learn(
         self, real_calls: list[str], text_calls: int, unknown_text: int, state: TurnState
-    ) -> None:
+    ) -> bool:
         """One reply's way of calling tools, for model_fit (function mode only). A switch
         holds from the next round of this very turn: the model's first message is the one a
-        new user judges the bot by."""
+        new user judges the bot by. True when this reply made the bot switch."""
         if self.fit is None or not self.fit.learning or self.blocks:
-            return
+            return False
         unknown = unknown_text + sum(name != prompts.TOOL_NAME for name in real_calls)
         if self.fit.observe(
             text_calls=text_calls - unknown_text, unknown_tools=unknown, real_calls=len(real_calls)
         ):
             self.adapt()
             state.blocks = self.blocks
+            return True
+        return False
 
     async def close(self) -> None:
         await self.client.close()
@@ -193,7 +195,11 @@ class Agent:
                         sum(c.fixed for c in calls),
                         sum(not c.known for c in calls),
                     )
-            self._learn(real_calls, text_calls, unknown_text, state)
+            if self._learn(real_calls, text_calls, unknown_text, state):
+                # Rounds spent before the bot learned how this model calls tools do not count
+                # against the model's (smaller) cap: the rounds that follow are its own.
+                log.info("model.rounds_restarted spent=%d cap=%d", rounds, self.config.max_rounds)
+                rounds = 0
             if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
                 await self._say_cut(reply, hooks)
             if not reply.tool_calls:
