@@ -32,6 +32,7 @@ from slackinterp.llm import (
     bounds,
     codeblocks,
     failures,
+    grounding,
     hints,
     images,
     model_fit,
@@ -145,6 +146,7 @@ class Agent:
                 )
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
+        state.quoted = "\n".join([content, *(str(m.get("content") or "") for m in earlier)])
         await self.history.add_history(key, turn)
         data = await hooks.data_sources()  # the channel's SQL sources, once per turn
         rounds = 0
@@ -163,6 +165,8 @@ class Agent:
             )
             if data:
                 system += "\n\n" + data
+            if rounds == self.config.max_rounds and state.ran_cell:
+                system += "\n\n" + hints.LAST_ROUND
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
@@ -211,11 +215,7 @@ class Agent:
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
-                nudge = (
-                    ""
-                    if state.nudged
-                    else hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
-                )
+                nudge = self._answer_nudge(answer, state, rounds)
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
@@ -305,6 +305,21 @@ class Agent:
         turn.extend(added)
         await self.history.add_history(key, added)
 
+    def _answer_nudge(self, answer: str, state: TurnState, rounds: int) -> str:
+        """What to tell the model about an answer before it is given, once per turn, or "".
+        Only while a round is left: an answer in the last round is given as it is, never
+        swapped for "I stopped after N rounds"."""
+        if state.nudged or rounds >= self.config.max_rounds:
+            return ""
+        nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
+        if nudge or not state.ran_cell:
+            return nudge
+        missing = grounding.unprinted(answer, state.printed, state.quoted)
+        if missing:
+            log.info("model.unprinted_numbers count=%d", len(missing))
+            return hints.unprinted(missing, state.blocks)
+        return ""
+
     async def _say_cut(self, reply: Reply, hooks: TurnPort) -> None:
         """A reply the bot stopped (wall clock, repetition): one line for the thread."""
         if not reply.tool_calls and self.config.text_tool_calls:
@@ -343,6 +358,10 @@ class Agent:
 
     async def _after_cell(self, code: str, result: CellResult, state: TurnState) -> None:
         state.ran_cell = True
+        shown = result.result
+        state.printed += "\n" + result.text
+        if shown is not None:
+            state.printed += "\n" + str(shown.data.get("text/plain", ""))
         if result.ok:
             state.succeeded = True
             state.already_run.add(textcalls.normal(code))
