@@ -146,7 +146,13 @@ PLAIN_SYSTEM = (
     "output back. When you have the result, reply with the answer and no code."
 )
 PLAIN_LAST = "That was the last code you can run. Give your final answer now, without code."
-_BLOCK = re.compile(r"```[ \t]*(?:python3?|py)?[ \t]*\n(.*?)\n[ \t]*```", re.S | re.I)
+_PYTHON = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n(.*?)\n[ \t]*```", re.S | re.I)
+_BLOCK = re.compile(r"```[ \t]*\n(.*?)\n[ \t]*```", re.S)
+
+
+def first_block(text: str) -> re.Match[str] | None:
+    """The first ```python block, else the first block with no language named."""
+    return _PYTHON.search(text) or _BLOCK.search(text)
 
 
 class Plain:
@@ -204,7 +210,7 @@ class Plain:
                 log.failed = f"model call failed: {type(exc).__name__}"
                 return
             messages.append({"role": "assistant", "content": text})
-            block = _BLOCK.search(text)
+            block = first_block(text)
             if block is None or last:
                 log.answer = text
                 return
