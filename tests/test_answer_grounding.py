@@ -90,3 +90,27 @@ async def test_the_last_round_asks_for_the_answer_and_keeps_it(tmp_path: Path) -
         assert hints.LAST_ROUND in system
         assert hints.LAST_ROUND not in model.requests[0].body["messages"][0]["content"]
         assert not any("rounds of code" in all_text(m) for m in bot_messages(slack, ts))
+
+
+def test_a_cell_that_only_prints_numbers_written_into_it_computes_nothing() -> None:
+    written = grounding.prints_only_written_numbers
+    assert written("print(0.94)")
+    assert written('print("@prediction_accuracy[0.94]")')
+    assert written("print(f'@acc[{0.94}]')\n42")
+    assert not written('print("done")')  # no number
+    assert not written("print(acc)") and not written("print(round(0.945, 2))")
+    assert not written("x = 0.94\nprint(x)") and not written("print(0.94")
+
+
+async def test_such_a_cell_is_not_run_and_the_model_is_told(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(py("print(0.94)"), py("print(6 * 7)"), Reply(text="It is 42."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        await wait_final(slack, ts, "It is 42.")
+        [cell] = await wait_cells(slack, ts, 1)
+        assert "42" in all_text(cell)
+        told = json.dumps(model.requests[1].body["messages"])
+        assert "only prints values written into it" in told
+        assert any(
+            "only prints numbers typed into it" in all_text(m) for m in bot_messages(slack, ts)
+        )

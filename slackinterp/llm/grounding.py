@@ -9,6 +9,7 @@ answer is given.
 
 from __future__ import annotations
 
+import ast
 import re
 
 # A number standing on its own: not inside a name (`col2`, `x_1`), a list marker ("1. "),
@@ -57,3 +58,51 @@ def unprinted(answer: str, outputs: str, quoted: str) -> list[str]:
         if n not in missing and not printed(n, seen, raw):
             missing.append(n)
     return missing
+
+
+def prints_only_written_numbers(code: str) -> bool:
+    """The cell computes nothing: every statement prints (or shows) constants written into
+    the code, and a number is among them (`print(0.94)`, `print("@acc[0.94]")`). A small
+    model does this to make an answer look computed; text alone (`print("done")`) is not
+    caught, nor any cell that reads a name or calls anything but print()."""
+    try:
+        tree = ast.parse(code)
+    except SyntaxError:
+        return False
+    values: list[ast.expr] = []
+    for statement in tree.body:
+        if not isinstance(statement, ast.Expr):
+            return False
+        value = statement.value
+        if isinstance(value, ast.Call):
+            if not (isinstance(value.func, ast.Name) and value.func.id == "print"):
+                return False
+            if value.keywords:
+                return False
+            values += value.args
+        else:
+            values.append(value)
+    if not values or not all(_constant(v) for v in values):
+        return False
+    return any(_DIGIT.search(ast.unparse(v)) for v in values)
+
+
+_DIGIT = re.compile(r"\d")
+
+
+def _constant(node: ast.expr) -> bool:
+    if isinstance(node, ast.JoinedStr):
+        return all(
+            isinstance(part, ast.Constant)
+            or (isinstance(part, ast.FormattedValue) and _constant(part.value))
+            for part in node.values
+        )
+    return _literal(node)
+
+
+def _literal(node: ast.expr) -> bool:
+    try:
+        ast.literal_eval(node)
+    except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        return False
+    return True
