@@ -193,10 +193,20 @@ def bot_timed_out(log: TurnLog) -> bool:
     return log.failed == "time limit" or "SLACKINTERP_TURN_SECONDS" in said
 
 
+# How the bot's own last lines begin when the model gave no answer (llm/agent.py, tooling.py,
+# turnclock.py): the bot said why it stopped.
+GAVE_UP = ("I stopped", "The model wrote no answer", "The model returned an empty answer")
+
+
 def result(q: Question, loop: str, log: TurnLog, timed_out: bool, load: float) -> Result:
     cell_text = log.all_text
     score = dabench_score.score(
-        log.answer, q.labels, cell_text=cell_text, quoted=q.text, timed_out=timed_out
+        log.answer,
+        q.labels,
+        cell_text=cell_text,
+        quoted=q.text,
+        timed_out=timed_out,
+        gave_up=loop != "plain" and log.answer.lstrip().startswith(GAVE_UP),
     )
     return Result(
         q.id,
@@ -266,7 +276,7 @@ def report(results: list[Result], loops: list[str], loads: list[float]) -> None:
             print(f"{loop} / plain accuracy: {bot} / {plain} = {ratio}")
 
 
-def row(r: Result) -> None:
+def row_line(r: Result) -> None:
     parts = " ".join(f"{n}={g!r}{'✓' if ok else '≠' + e}" for n, e, g, ok in r.parts)
     print(
         f"  {r.id:4d} {r.level:6} {r.loop:11} {'RIGHT' if r.right else 'miss '} "
@@ -277,6 +287,32 @@ def row(r: Result) -> None:
 
 
 # --- main ---------------------------------------------------------------------------------------
+
+
+def rescore(args: argparse.Namespace) -> int:
+    """Score a run's JSONL again with the rule (the labels as given now) and report it."""
+    questions = {q.id: q for q in load_questions(args.questions, args.labels)}
+    results, loads, loops = [], [], []
+    for line in args.rescore.read_text().splitlines():
+        row = json.loads(line)
+        q = questions[row["id"]]
+        log = TurnLog(
+            seconds=row["seconds"],
+            cells=[(c["source"], c["code"], c["ok"]) for c in row["cells"]],
+            text=row["outputs"],
+            answer=row["answer"],
+            failed=row["failed"],
+            notices=row.get("notices", []),
+            model_calls=row["model_calls"],
+        )
+        timed_out = row["miss"] == str(dabench_score.Miss.TIME)
+        results.append(result(q, row["loop"], log, timed_out, row["load"]))
+        loads.append(row["load"])
+        loops += [] if row["loop"] in loops else [row["loop"]]
+    for r in results:
+        row_line(r)
+    report(results, loops, loads)
+    return 0
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -332,7 +368,7 @@ async def main(args: argparse.Namespace) -> int:
                         log.model_calls = int(model_calls() - calls)
                         timed_out = bot_timed_out(log)
                     results.append(result(q, loop, log, timed_out, load))
-                    row(results[-1])
+                    row_line(results[-1])
                     if out:
                         out.write(json.dumps(asdict(results[-1])) + "\n")
                         out.flush()
@@ -383,6 +419,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--ids", type=int, nargs="*", default=[], help="these question ids")
     parser.add_argument("--loops", nargs="*", default=list(LOOPS), choices=LOOPS)
     parser.add_argument("--seconds", type=float, default=300, help="wall clock per question")
+    parser.add_argument("--rescore", type=Path, help="score an --out file again; ask nothing")
     return parser.parse_args()
 
 
@@ -390,4 +427,5 @@ if __name__ == "__main__":
     logging.basicConfig(
         level=os.environ.get("BENCH_LOG", "WARNING"), format="%(levelname)s %(name)s %(message)s"
     )
-    sys.exit(asyncio.run(main(parse_args())))
+    arguments = parse_args()
+    sys.exit(rescore(arguments) if arguments.rescore else asyncio.run(main(arguments)))

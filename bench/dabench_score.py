@@ -82,7 +82,9 @@ def score(
     cell_text: str,
     quoted: str,
     timed_out: bool,
+    gave_up: bool = False,
 ) -> Score:
+    """`gave_up`: the answer is the bot's line saying why it stopped, not the model's."""
     given = parsed(answer)
     parts = [
         (name, expected, given.get(name), name in given and same(given[name], expected))
@@ -94,7 +96,7 @@ def score(
         return Score(True, None, parts, unprinted)
     if timed_out:
         miss = Miss.TIME
-    elif not answer.strip():
+    elif gave_up or not answer.strip():
         miss = Miss.NO_ANSWER
     elif any(value is None for _, _, value, _ in parts):
         miss = Miss.FORMAT
