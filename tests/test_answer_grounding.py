@@ -86,9 +86,9 @@ async def test_the_last_round_asks_for_the_answer_and_keeps_it(tmp_path: Path) -
         model.script(py("print(6 * 7)"), Reply(text="It is 43."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
         await wait_final(slack, ts, "It is 43.")
-        system = model.requests[1].body["messages"][0]["content"]
-        assert hints.LAST_ROUND in system
-        assert hints.LAST_ROUND not in model.requests[0].body["messages"][0]["content"]
+        first, last = (json.dumps(r.body["messages"]) for r in model.requests[:2])
+        assert json.dumps(hints.LAST_ROUND)[1:-1] in last and hints.LAST_ROUND[:40] not in first
+        assert hints.LAST_ROUND[:40] in model.requests[1].body["messages"][-1]["content"]
         assert not any("rounds of code" in all_text(m) for m in bot_messages(slack, ts))
 
 

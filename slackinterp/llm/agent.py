@@ -69,6 +69,18 @@ TEXT_SOURCE: CellSource = "model_text"
 FIXED_SOURCE: CellSource = "model_text_fixed"
 
 
+def with_notes(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """The request's messages with `notes` at the end, for this request only (never kept):
+    added to a last user or tool message, else as a user message of their own."""
+    if not notes:
+        return messages
+    text = "\n\n".join(notes)
+    last = messages[-1] if messages else {}
+    if last.get("role") in ("user", "tool") and isinstance(last.get("content"), str):
+        return [*messages[:-1], {**last, "content": last["content"] + "\n\n" + text}]
+    return [*messages, {"role": "user", "content": text}]
+
+
 class Agent:
     def __init__(self, client: AsyncOpenAI, config: AgentConfig, history: HistoryStore):
         self.client = client
@@ -102,6 +114,11 @@ class Agent:
             state.blocks = self.blocks
             return True
         return False
+
+    def _new_cap(self) -> bool:
+        """The switch set the rounds cap (the operator did not): a cap the operator set holds
+        for the whole turn, whatever was learned in it."""
+        return self.fit is not None and "max_rounds" in self.fit.bounds()
 
     async def close(self) -> None:
         await self.client.close()
@@ -160,13 +177,18 @@ class Agent:
                 return turnclock.out_of_time(self.config.turn_seconds, state.ran_cell)
             await self._steer(key, turn, hooks)  # messages sent while it runs
             variables = await hooks.variables()
-            system = (
-                self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
-            )
+            context = prompts.context_block(await hooks.files(), variables)
+            # The system message stays as the turn began, so a server's prompt cache (llama.cpp,
+            # vLLM, OpenAI) reuses the whole conversation each round; what changed since (new
+            # variables and files) and the last round's note go at the end of the request.
+            state.context = state.context or context
+            system = self._system_prompt() + "\n" + state.context
             if data:
                 system += "\n\n" + data
+            state.request_notes = [context] if context != state.context else []
+            state.quoted += "\n" + context
             if rounds == self.config.max_rounds and state.ran_cell:
-                system += "\n\n" + hints.LAST_ROUND
+                state.request_notes.append(hints.LAST_ROUND)
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
@@ -199,7 +221,7 @@ class Agent:
                         sum(c.fixed for c in calls),
                         sum(not c.known for c in calls),
                     )
-            if self._learn(real_calls, text_calls, unknown_text, state):
+            if self._learn(real_calls, text_calls, unknown_text, state) and self._new_cap():
                 # Rounds spent before the bot learned how this model calls tools do not count
                 # against the model's (smaller) cap: the rounds that follow are its own.
                 log.info("model.rounds_restarted spent=%d cap=%d", rounds, self.config.max_rounds)
@@ -261,6 +283,7 @@ class Agent:
                 }
                 turn.append(tool_message)
                 await self.history.add_history(key, [tool_message])
+                state.printed += "\n" + outcome.text  # what the model was shown is grounded
                 if outcome.halt:
                     return outcome.halt
                 if outcome.result is not None:
@@ -358,10 +381,6 @@ class Agent:
 
     async def _after_cell(self, code: str, result: CellResult, state: TurnState) -> None:
         state.ran_cell = True
-        shown = result.result
-        state.printed += "\n" + result.text
-        if shown is not None:
-            state.printed += "\n" + str(shown.data.get("text/plain", ""))
         if result.ok:
             state.succeeded = True
             state.already_run.add(textcalls.normal(code))
@@ -444,6 +463,7 @@ class Agent:
             messages = [head, *fit_to_budget(earlier, turn, budget - message_size(head) - 2)]
             if state.blocks:
                 messages = codeblocks.as_plain_messages(messages)
+            messages = with_notes(messages, state.request_notes)
             with_images = bool(state.images) and self.vision
             if with_images:
                 messages.append(images.request_message(state.images))
