@@ -99,7 +99,7 @@ class DataChannel:
                 writer.write(wire.json_frame(wire.ERROR, {"message": "a malformed request"}))
             else:
                 await self.answerer.answer(self.thread(), request, writer)
-            await writer.drain()
+            await writer.drain(final=True)
         except (ConnectionError, RuntimeError) as exc:
             log.info("data.comm_ended reason=%s", exc)
         except Exception:
@@ -151,12 +151,19 @@ class CommWriter:
         self.cancelled = True
         self._moved.set()
 
-    async def drain(self) -> None:
+    async def drain(self, final: bool = False) -> None:
+        """Send what is written in whole pieces; the rest waits for more, or for the answer's
+        end (`final`): a small answer travels as one message, not one per frame."""
         pending, self.pending = self.pending, []
         if not pending:
             return
+        found = list(pieces(pending))
+        if not final and sum(len(v) for v in found[-1]) < PIECE:
+            self.pending = list(found.pop())
+        if not found:
+            return
         subshell = await self.channel.subshell()
-        for piece in pieces(pending):
+        for piece in found:
             while self.sent - self.acked >= WINDOW and not self.cancelled:
                 self._moved.clear()
                 try:
