@@ -27,7 +27,7 @@ from slackinterp.egress.policy import NetworkMode
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.errors import SlackinterpError
-from slackinterp.kernels import packages
+from slackinterp.kernels import features, packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
 from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
@@ -143,6 +143,13 @@ class Runtime:
 
     async def start(self) -> None:
         metrics.track_kernels(lambda: len(self.registry.slots), lambda: len(self.registry.pool))
+        if self.settings.gateway_url:  # said at start, as doctor and the docs say it
+            lacking = features.missing(features.GATEWAY)
+            log.warning(
+                "kernels.gateway_lacks count=%d features=%r (docs/deployment.md)",
+                len(lacking),
+                "; ".join(f.name for f in lacking),
+            )
         await self.registry.start()
         self.reaper.start()
         await self._tell_model_the_packages()

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from slackinterp.config import Settings, SettingsError, load_settings
+from slackinterp.doctor.backend_features import report as backend_report
 from slackinterp.doctor.checks import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -167,4 +168,6 @@ def main(settings: Settings | None = None, settings_error: SettingsError | None 
     else:
         checks = asyncio.run(run_checks(settings))
     print(render(checks))
+    if settings is not None:
+        print("\n" + backend_report(settings))
     return 0 if all(check.ok for check in checks) else 1
