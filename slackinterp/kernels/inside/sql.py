@@ -21,7 +21,7 @@ import os
 import socket
 import struct
 import sys
-from typing import Any
+from typing import Any, cast
 
 SOCKET_VARIABLE = "SLACKINTERP_DATA_SOCKET"
 HEADER = struct.Struct(">cQ")
@@ -128,7 +128,7 @@ class _CommLink:
         self.empty = queue.Empty
         self.lock = threading.Lock()
         self.waiting: dict[str, Any] = {}
-        self.comm = create_comm(target_name=COMM_TARGET, data={})
+        self.comm: Any = cast(Any, create_comm(target_name=COMM_TARGET, data={}))
         # ipykernel sends a comm's replies to the subshell its last message came from: this
         # cell's main shell, busy until sql() returns. The bot names its own subshell.
         self.comm._reply_subshell_for = lambda _data, default: default
@@ -137,7 +137,7 @@ class _CommLink:
     def _arrived(self, msg: dict[str, Any]) -> None:
         data = msg.get("content", {}).get("data") or {}
         with self.lock:
-            waiting = self.waiting.get(data.get("id"))
+            waiting = self.waiting.get(str(data.get("id")))
         if waiting is not None:
             waiting.put(list(msg.get("buffers") or []))
 
@@ -145,7 +145,7 @@ class _CommLink:
         import uuid
 
         ident = uuid.uuid4().hex
-        answers = self.queue_type()
+        answers: Any = self.queue_type()
         with self.lock:
             self.waiting[ident] = answers
         pieces = _Pieces(answers, self.empty, lambda n: self.comm.send({"ack": ident, "n": n}))
