@@ -167,7 +167,7 @@ def main(settings: Settings | None = None, settings_error: SettingsError | None 
         checks += check_setting_names()
     else:
         checks = asyncio.run(run_checks(settings))
+    if settings is not None:  # first: the report's last line stays its verdict
+        print(backend_report(settings) + "\n")
     print(render(checks))
-    if settings is not None:
-        print("\n" + backend_report(settings))
     return 0 if all(check.ok for check in checks) else 1

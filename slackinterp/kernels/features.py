@@ -141,7 +141,7 @@ def lines(backend: str) -> list[str]:
         if backend == GATEWAY:  # the reasons are about the gateway's column
             parts.append(feature.why)
         detail = "; ".join(part for part in parts if part)
-        found.append(f"  {cell[:1]} {feature.name}" + (f" — {detail}" if detail else ""))
+        found.append(f"  {cell[:1]} {feature.name}" + (f": {detail}" if detail else ""))
     return found
 
 
