@@ -282,3 +282,46 @@ async def test_restore_and_fork_on_each_gateway(
         assert "43" in await cell_text(fake, ts, 2)
         await wait_text(fake, ts, "Restored 1 variable")
         await fork_and_check(fake, bot)
+
+
+BIG = (
+    "WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < 300000) "
+    "SELECT x, printf('%040d', x) AS s FROM g"
+)
+
+
+async def test_two_connections_to_one_gateway_kernel_answer_it_once(
+    tmp_path: Path,
+    kernel_gateway: Any,  # noqa: F811
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A replica that served a kernel before may still hold a connection to it, and iopub
+    reaches both: the kernel keeps the first answer and stops the other, so a result of
+    several pieces arrives whole and in order."""
+    sales = make_sqlite(tmp_path / "sales.db")
+    file = tmp_path / "sources.toml"
+    file.write_text(f'[sources.sales]\nurl = "sqlite:///{sales}"\nchannels = ["{CHANNEL}"]\n')
+    gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
+    caplog.set_level(logging.INFO, logger="slackinterp.datasources.service")
+    async with (
+        FakeSlack() as fake,
+        running_bot(fake, tmp_path, data_sources_file=file, **gateway) as bot,
+    ):
+        own_threads(fake, next(_clock))
+        ts, _ = await fake.user_message(CHANNEL, code("print('ready')"))
+        assert "ready" in await cell_text(fake, ts, 1)
+        registry = bot.runtime.registry
+        ((key, slot),) = [(k, s) for k, s in registry.slots.items() if k.endswith(ts)]
+        other = await registry.backend.attach(slot.kernel.kernel_id, slot.kernel.cwd)
+        other.serve_thread(key)
+        try:
+            check = f"df = sql({BIG!r})\nprint(len(df), bool((df.x.diff().dropna() == 1).all()))"
+            await fake.user_message(CHANNEL, f"```{check}```", thread_ts=ts)
+            assert "300000 True" in await cell_text(fake, ts, 2)
+        finally:
+            await other.detach()
+        lines = [r.getMessage() for r in caplog.records if r.msg.startswith("data.query ")]
+        big = [line for line in lines if "WITH RECURSIVE" in line]
+        assert len(big) == 2 and sum("outcome=ok" in line for line in big) == 1, big
+        (stopped,) = [line for line in big if "outcome=ok" not in line]
+        assert "stopped" in stopped, stopped  # told to stop by the kernel, not timed out

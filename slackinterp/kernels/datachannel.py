@@ -8,10 +8,14 @@ or Enterprise Gateway's WebSocket), so the kernel needs no port, address or cred
 
 Who asks is the connection: one `DataChannel` per connection the bot opened for a kernel,
 and the thread it speaks for is the one the registry gave that kernel (`thread`), never
-anything the kernel sends. The answer is datasources/wire.py's frames, cut into pieces of at
-most PIECE bytes (tornado, under the gateways, refuses WebSocket messages over 10 MiB); the
-kernel acknowledges each piece, and no more than WINDOW are in flight, so neither the bot nor
-the gateway holds more than a few pieces of a big result.
+anything the kernel sends. iopub reaches every connection to a kernel (a replica that served
+it before may still hold one), so each channel signs its answers with a token of its own
+(`by`): the kernel keeps the first to answer and tells any other to stop.
+
+The answer is datasources/wire.py's frames, cut into pieces of at most PIECE bytes (tornado,
+under the gateways, refuses WebSocket messages over 10 MiB); the kernel acknowledges each
+piece, and no more than WINDOW are in flight, so neither the bot nor the gateway holds more
+than a few pieces of a big result.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import secrets
 from collections.abc import Callable, Iterator
 from typing import Any, Protocol
 
@@ -61,12 +66,16 @@ class DataChannel:
         self.answerer = answerer
         self.client = client
         self.thread = thread
+        self.token = secrets.token_hex(8)  # signs this connection's answers
         self.queries: dict[str, CommWriter] = {}
         self._subshell: asyncio.Task[str] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
 
     def receive(self, comm_id: str, data: dict[str, Any]) -> None:
         """A message of the kernel's data comm (called by the client as it arrives)."""
+        by = data.get("by")
+        if by is not None and by != self.token:
+            return  # about another connection's answer
         if isinstance(data.get("ack"), str):
             writer = self.queries.get(data["ack"])
             if writer is not None:
@@ -172,7 +181,7 @@ class CommWriter:
                     raise ConnectionError("the kernel stopped reading") from None
             if self.cancelled:
                 raise ConnectionError("the kernel stopped reading")
-            data = {"id": self.ident}
+            data = {"id": self.ident, "by": self.channel.token}
             await self.channel.client.send_comm(self.comm_id, data, piece, subshell)
             self.sent += 1
 

@@ -114,9 +114,11 @@ class _CommLink:
     """This kernel's data comm: requests out on iopub, answers in on the bot's subshell.
 
     The bot's messages arrive on its subshell's thread (`_arrived`), each with the query's
-    id and a piece of the answer's byte stream as a buffer; the waiting cell reads them from
-    its query's queue and acknowledges each piece, so the bot never has more than its window
-    in flight."""
+    id, the answering connection's token (`by`) and a piece of the answer's byte stream as a
+    buffer; the waiting cell reads them from its query's queue and acknowledges each piece, so
+    the bot never has more than its window in flight. iopub reaches every connection to the
+    kernel (a bot replica that served it before may still hold one): the first connection to
+    answer a query keeps it, and any other is told to stop."""
 
     def __init__(self) -> None:
         import queue
@@ -136,19 +138,31 @@ class _CommLink:
 
     def _arrived(self, msg: dict[str, Any]) -> None:
         data = msg.get("content", {}).get("data") or {}
+        ident, by = str(data.get("id")), data.get("by")
         with self.lock:
-            waiting = self.waiting.get(str(data.get("id")))
-        if waiting is not None:
-            waiting.put(list(msg.get("buffers") or []))
+            entry = self.waiting.get(ident)
+            if entry is None:
+                return
+            if entry[1] is None:
+                entry[1] = by
+            mine = entry[1] == by
+        if mine:
+            entry[0].put(list(msg.get("buffers") or []))
+        else:
+            self.comm.send({"cancel": ident, "by": by})
 
     def ask(self, request: dict[str, Any]) -> tuple[Any, list[Any], dict[str, Any]]:
         import uuid
 
         ident = uuid.uuid4().hex
-        answers: Any = self.queue_type()
+        entry: list[Any] = [self.queue_type(), None]  # the answers, who answers
         with self.lock:
-            self.waiting[ident] = answers
-        pieces = _Pieces(answers, self.empty, lambda n: self.comm.send({"ack": ident, "n": n}))
+            self.waiting[ident] = entry
+
+        def ack(n: int) -> None:
+            self.comm.send({"ack": ident, "n": n, "by": entry[1]})
+
+        pieces = _Pieces(entry[0], self.empty, ack)
         done = False
         try:
             self.comm.send({"query": request, "id": ident})
