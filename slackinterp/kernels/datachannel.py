@@ -88,17 +88,18 @@ class DataChannel:
             ident = data["id"]
             if ident in self.queries:
                 return
+            busy = len(self.queries) >= PER_KERNEL
             writer = CommWriter(self, comm_id, ident)
             self.queries[ident] = writer
             task = asyncio.get_running_loop().create_task(
-                self._serve(writer, data["query"]), name="data-comm-query"
+                self._serve(writer, data["query"], busy), name="data-comm-query"
             )
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _serve(self, writer: CommWriter, request: Any) -> None:
+    async def _serve(self, writer: CommWriter, request: Any, busy: bool) -> None:
         try:
-            if len(self.queries) > PER_KERNEL:
+            if busy:
                 writer.write(wire.json_frame(wire.ERROR, {"message": "too many queries at once"}))
             elif (
                 not isinstance(request, dict)
