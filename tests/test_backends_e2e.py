@@ -23,6 +23,7 @@ import pytest
 from sqlalchemy import select
 
 from slackinterp import metrics
+from slackinterp.kernels.local import sandbox
 from slackinterp.store.schema import cell_usage
 from tests.datasource_db import SECRET_ENV, Warehouse, make_sqlite
 from tests.fakes.slack import FakeSlack
@@ -248,7 +249,7 @@ async def test_cell_usage_on_every_backend(
         assert peak is not None and peak >= 200 * 1024 * 1024, peak  # the bytearray's pages
 
 
-async def test_input_and_a_chart_on_every_backend(
+async def test_input_a_plot_and_a_chart_on_every_backend(
     tmp_path: Path,
     backend: dict[str, Any],  # noqa: F811
 ) -> None:
@@ -265,6 +266,26 @@ async def test_input_and_a_chart_on_every_backend(
             lambda: [u for u in fake.live_uploads() if u.thread_ts == ts] or None, timeout=60
         )
         assert uploads[0].content.startswith(b"\x89PNG")
+        if not sandbox.bwrap_works()[0]:
+            return  # the chart renderer's own sandbox (test_charts.py skips likewise)
+        altair = (
+            "import altair as alt, pandas as pd\nalt.Chart(pd.DataFrame({'a': [1, 2], "
+            "'b': [3, 4]})).mark_bar().encode(x='a:O', y='b')"
+        )
+        await fake.user_message(CHANNEL, f"```{altair}```", thread_ts=ts)
+        await wait_cells(fake, ts, 3, timeout=120)
+        charts = await fake.wait_for(
+            lambda: (
+                [
+                    u
+                    for u in fake.live_uploads()
+                    if u.thread_ts == ts and u.content.startswith(b"\x89PNG")
+                ][1:]
+                or None
+            ),
+            timeout=120,
+        )
+        assert charts[0].filename.startswith("figure-")  # the Altair chart, as a PNG
 
 
 @pytest.mark.parametrize("gateway", ["kernel_gateway", "enterprise_gateway"])
