@@ -41,7 +41,8 @@ FEATURES = (
         "CPU-seconds and peak memory per cell (`resources`)",
         "✓ cgroup or /proc",
         "✓ read by the kernel",
-        "getrusage around each cell: the kernel's threads and the children it waited for",
+        "getrusage around each cell: the kernel's threads and the children it waited for; "
+        "what the kernel says, so its code could misstate it (no cap depends on it)",
     ),
     Feature("Usage footer, caps, `@interp usage`", "✓", "✓"),
     Feature("`input()` and `getpass()`", "✓", "✓", "the stdin channel, on every backend"),
