@@ -116,3 +116,46 @@ async def test_malformed_and_too_many_requests_get_an_error_frame() -> None:
     assert "too many queries at once" in errors
     assert len(answerer.asked) == datachannel.PER_KERNEL
     await channel.close()
+
+
+def kernel_sql() -> Any:
+    """kernels/inside/sql.py as a kernel loads it (a module named by its content)."""
+    from slackinterp.kernels import inside
+
+    return eval(inside.load_expression("sql"))
+
+
+def test_the_kernel_reads_frames_across_pieces_and_acknowledges_each() -> None:
+    import queue
+
+    module = kernel_sql()
+    stream = wire.header(wire.BATCH, 5) + b"hello" + wire.json_frame(wire.END, {"rows": 1})
+    answers: queue.SimpleQueue[list[bytes]] = queue.SimpleQueue()
+    sent = 0
+    for at in range(0, len(stream), 4):  # pieces that split headers and bodies
+        answers.put([stream[at : at + 4]])
+        sent += 1
+    acks: list[int] = []
+    pieces_ = module._Pieces(answers, queue.Empty, acks.append)
+    kind, size = wire.HEADER.unpack(bytes(pieces_.read_exact(wire.HEADER.size)))
+    assert (kind, bytes(pieces_.read_exact(size))) == (wire.BATCH, b"hello")
+    kind, size = wire.HEADER.unpack(bytes(pieces_.read_exact(wire.HEADER.size)))
+    assert kind == wire.END and json.loads(bytes(pieces_.read_exact(size))) == {"rows": 1}
+    assert answers.empty() and len(acks) == sent  # one acknowledgement per piece
+
+
+def test_a_kernel_without_subshells_gets_a_sql_that_says_why() -> None:
+    from IPython.core.interactiveshell import InteractiveShell
+
+    module = kernel_sql()
+    shell = InteractiveShell.instance()
+    try:
+        module._install(comm=True)
+        try:
+            shell.user_ns["sql"]("SELECT 1")
+        except module.SQLError as exc:
+            assert "needs kernel subshells (ipykernel 7 or later)" in str(exc)
+        else:
+            raise AssertionError("sql() ran without subshells")
+    finally:
+        InteractiveShell.clear_instance()
