@@ -288,13 +288,11 @@ async def test_input_a_plot_and_a_chart_on_every_backend(
         assert charts[0].filename.startswith("figure-")  # the Altair chart, as a PNG
 
 
-@pytest.mark.parametrize("gateway", ["kernel_gateway", "enterprise_gateway"])
-async def test_restore_and_fork_on_each_gateway(
-    tmp_path: Path, gateway: str, request: pytest.FixtureRequest
+async def test_restore_and_fork_on_every_backend(
+    tmp_path: Path,
+    backend: dict[str, Any],  # noqa: F811
 ) -> None:
-    found = request.getfixturevalue(gateway)
-    settings = {"gateway_url": found.url, "gateway_token": found.token}
-    async with FakeSlack() as fake, running_bot(fake, tmp_path, **settings) as bot:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **backend) as bot:
         own_threads(fake, next(_clock))
         ts, _ = await fake.user_message(CHANNEL, code("rv = 41 + 1\nprint(rv)"))
         await wait_cells(fake, ts, 1)
