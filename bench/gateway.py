@@ -169,6 +169,22 @@ def kernel_gateway(scratch: Path) -> Iterator[test_gateway.Gateway]:
 
 
 @contextlib.contextmanager
+def enterprise_gateway(scratch: Path) -> Iterator[test_gateway.Gateway | None]:
+    """tests/gateway.py's Enterprise Gateway (its own venv, made on first use), or None."""
+    if isinstance(test_gateway.enterprise_gateway_command(), str):
+        yield None
+        return
+    fixture: Any = test_gateway.enterprise_gateway
+    start = getattr(fixture, "__wrapped__", fixture)
+    steps = start(_TempDirs(scratch))
+    gateway = next(steps)
+    try:
+        yield gateway
+    finally:
+        steps.close()
+
+
+@contextlib.contextmanager
 def postgres() -> Iterator[tuple[str | None, str]]:
     """(server URL, "") or (None, why not), as tests/pg.py finds or makes a server."""
     steps = test_pg.server_url()
@@ -804,15 +820,17 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
 
             progress(f"(d) sql() of {args.data_rows:,} rows and usage readings …")
             settings = {"gateway_url": gw.url, "gateway_token": gw.token}
-            results["data"] = await measure_data(
-                {**settings, "kernel_name": KERNEL_SPEC},
-                server,
-                scratch,
-                args.data_rows,
-                args.data_repeat,
-                bench_settings,
-                open_runtime,
-            )
+            with enterprise_gateway(scratch) as eg:
+                results["data"] = await measure_data(
+                    {**settings, "kernel_name": KERNEL_SPEC},
+                    {"gateway_url": eg.url, "gateway_token": eg.token} if eg else None,
+                    server,
+                    scratch,
+                    args.data_rows,
+                    args.data_repeat,
+                    bench_settings,
+                    open_runtime,
+                )
     return results
 
 

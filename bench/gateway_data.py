@@ -77,6 +77,7 @@ async def _cell(kernel: Any, code: str) -> dict[str, Any]:
 
 async def measure_data(
     gateway: dict[str, str],
+    enterprise: dict[str, str] | None,
     server: str,
     scratch: Path,
     rows: int,
@@ -109,17 +110,18 @@ async def measure_data(
             "exec_timeout": 600,
             "pool_size": 1,
         }
-        local = await open_runtime(
-            settings_for(scratch / "data-local", sandbox="bwrap", **common), "data-local"
-        )
-        remote = await open_runtime(
-            settings_for(scratch / "data-gateway", **gateway, **common), "data-gateway"
-        )
+        places = {"local": {"sandbox": "bwrap"}, "gateway": gateway}
+        if enterprise is not None:
+            places["enterprise"] = enterprise
+        runtimes: dict[str, Runtime] = {}
         try:
-            return await _measure(local, remote, repeat)
+            for name, where in places.items():
+                settings = settings_for(scratch / f"data-{name}", **where, **common)
+                runtimes[name] = await open_runtime(settings, f"data-{name}")
+            return await _measure(runtimes, repeat)
         finally:
-            await remote.stop()
-            await local.stop()
+            for rt in reversed(runtimes.values()):
+                await rt.stop()
     finally:
         os.environ.pop(PASSWORD_ENV, None)
         if created:
@@ -132,8 +134,8 @@ async def _lease(rt: Runtime, name: str) -> Any:
     return lease.kernel
 
 
-async def _measure(local: Runtime, remote: Runtime, repeat: int) -> dict[str, Any]:
-    kernels = {"local": await _lease(local, "1.0"), "gateway": await _lease(remote, "2.0")}
+async def _measure(runtimes: dict[str, Runtime], repeat: int) -> dict[str, Any]:
+    kernels = {name: await _lease(rt, f"{n}.0") for n, (name, rt) in enumerate(runtimes.items())}
     warm = "sql('SELECT 1 AS warm'); import pandas, pyarrow; print('{}')"
     for kernel in kernels.values():
         await _cell(kernel, warm)
@@ -143,7 +145,7 @@ async def _measure(local: Runtime, remote: Runtime, repeat: int) -> dict[str, An
     for _ in range(repeat):
         for name, kernel in kernels.items():
             stop = asyncio.Event()
-            ticker = asyncio.create_task(_lag(lag if name == "gateway" else [], stop))
+            ticker = asyncio.create_task(_lag(lag if name != "local" else [], stop))
             found = await _cell(kernel, WIDE_CELL.format(wide=WIDE))
             stop.set()
             await ticker
@@ -155,7 +157,7 @@ async def _measure(local: Runtime, remote: Runtime, repeat: int) -> dict[str, An
             found = await _cell(kernel, SMALL_CELL.format(small=SMALL))
             small_times[name].extend(float(t) for t in found["times"])
     small = {name: statistics.median(times) for name, times in small_times.items()}
-    usage = await _usage_cost(remote)
+    usage = await _usage_cost(runtimes["gateway"])
     lag_ms = [v * 1000 for v in lag]
     return {
         **shape,
@@ -199,23 +201,30 @@ async def _usage_cost(remote: Runtime) -> dict[str, Any]:
 
 def report_data(found: dict[str, Any]) -> list[str]:
     wide, small = found["wide_s"], found["small_ms"]
-    ratio = wide["gateway"] / wide["local"]
-    added = small["gateway"] - small["local"]
     usage = found["usage_on_ms"] - found["usage_off_ms"]
 
     def verdict(ok: bool) -> str:
         return "ok" if ok else "MISSED"
 
+    lines = [
+        f"(d) sql() and usage on gateways, {found['rows']:,} rows x {found['columns']} columns "
+        "(gateway: Kernel Gateway; enterprise: Enterprise Gateway, when it could be installed)",
+    ]
+    for name in (n for n in wide if n != "local"):
+        ratio = wide[name] / wide["local"]
+        added = small[name] - small["local"]
+        lines += [
+            f"  into a DataFrame: local {wide['local']:.2f} s, {name} {wide[name]:.2f} s "
+            f"(medians): {ratio:.2f}x (target <= 2x: {verdict(ratio <= 2)})",
+            f"  10-row query: local {small['local']:.2f} ms, {name} {small[name]:.2f} ms: "
+            f"{added:+.2f} ms (target <= 20 ms added: {verdict(added <= 20)})",
+        ]
     return [
-        f"(d) sql() and usage on the gateway, {found['rows']:,} rows x {found['columns']} columns",
-        f"  into a DataFrame: local {wide['local']:.2f} s, gateway {wide['gateway']:.2f} s "
-        f"(medians): {ratio:.2f}x (target <= 2x: {verdict(ratio <= 2)})",
-        f"  bot loop lag while the gateway's rows streamed: p99 {found['lag_p99_ms']:.1f} ms, "
+        *lines,
+        f"  bot loop lag while the gateways' rows streamed: p99 {found['lag_p99_ms']:.1f} ms, "
         f"max {found['lag_max_ms']:.1f} ms (target p99 < 50 ms: "
         f"{verdict(found['lag_p99_ms'] < 50)})",
-        f"  10-row query: local {small['local']:.2f} ms, gateway {small['gateway']:.2f} ms: "
-        f"{added:+.2f} ms (target <= 20 ms added: {verdict(added <= 20)})",
-        f"  `1+1` with the usage reading {found['usage_on_ms']:.2f} ms, without "
+        f"  Kernel Gateway `1+1` with the usage reading {found['usage_on_ms']:.2f} ms, without "
         f"{found['usage_off_ms']:.2f} ms: {usage:+.2f} ms per cell, "
         f"{found['usage_readings']} of {ROUND_TRIPS} cells read (target <= 2 ms: "
         f"{verdict(usage <= 2)})",
