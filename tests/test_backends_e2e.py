@@ -10,6 +10,7 @@ connection (kernels/datachannel.py): both pass the same assertions here.
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import logging
 import shutil
@@ -177,9 +178,19 @@ print("sent")
 """
 
 
+GATEWAYS = ("kernel_gateway", "enterprise_gateway")
+
+
+def gateway_settings(request: pytest.FixtureRequest, which: str) -> dict[str, str]:
+    found = request.getfixturevalue(which)
+    return {"gateway_url": found.url, "gateway_token": found.token}
+
+
+@pytest.mark.parametrize("which", GATEWAYS)
 async def test_a_gateway_kernel_cannot_pose_as_another_thread(
     tmp_path: Path,
-    kernel_gateway: Any,  # noqa: F811
+    which: str,
+    request: pytest.FixtureRequest,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """The thread is the connection's, never what the kernel says: a forged request naming
@@ -187,7 +198,7 @@ async def test_a_gateway_kernel_cannot_pose_as_another_thread(
     sales = make_sqlite(tmp_path / "sales.db")
     file = tmp_path / "sources.toml"
     file.write_text(f'[sources.sales]\nurl = "sqlite:///{sales}"\nchannels = ["{CHANNEL}"]\n')
-    gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
+    gateway = gateway_settings(request, which)
     caplog.set_level(logging.INFO, logger="slackinterp.datasources.service")
     async with FakeSlack() as fake, running_bot(fake, tmp_path, data_sources_file=file, **gateway):
         own_threads(fake, next(_clock))
@@ -212,8 +223,6 @@ async def test_a_gateway_kernel_cannot_pose_as_another_thread(
 
 
 async def wait_a_moment() -> None:
-    import asyncio
-
     await asyncio.sleep(0.1)
 
 
@@ -309,9 +318,11 @@ BIG = (
 )
 
 
+@pytest.mark.parametrize("which", GATEWAYS)
 async def test_two_connections_to_one_gateway_kernel_answer_it_once(
     tmp_path: Path,
-    kernel_gateway: Any,  # noqa: F811
+    which: str,
+    request: pytest.FixtureRequest,
     caplog: pytest.LogCaptureFixture,
 ) -> None:
     """A replica that served a kernel before may still hold a connection to it, and iopub
@@ -320,7 +331,7 @@ async def test_two_connections_to_one_gateway_kernel_answer_it_once(
     sales = make_sqlite(tmp_path / "sales.db")
     file = tmp_path / "sources.toml"
     file.write_text(f'[sources.sales]\nurl = "sqlite:///{sales}"\nchannels = ["{CHANNEL}"]\n')
-    gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
+    gateway = gateway_settings(request, which)
     caplog.set_level(logging.INFO, logger="slackinterp.datasources.service")
     async with (
         FakeSlack() as fake,
