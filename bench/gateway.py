@@ -35,6 +35,8 @@ do the same work per cell. The stock `python3` kernelspec is measured too, for i
                 SQLite (no kernel directory) and gateway with PostgreSQL (the thread -> kernel
                 directory replicas share: two more queries). Also acquire + the first `1+1`,
                 and a cold `backend.start_kernel` for comparison.
+(d) data        sql() and usage readings, local against gateway kernels in the same run
+                (bench/gateway_data.py; `--only data` runs it alone).
 (c) replicas    The load of tests/test_gateway_soak.py (which asserts its correctness;
                 here it is timed): two `slackinterp run` processes (Socket Mode) against one
                 FakeSlack (`next_socket` picks the connection that gets an envelope), one
@@ -164,6 +166,22 @@ def kernel_gateway(scratch: Path) -> Iterator[test_gateway.Gateway]:
         yield gateway
     finally:
         steps.close()  # runs the fixture's teardown: terminate the gateway, remove thread dirs
+
+
+@contextlib.contextmanager
+def enterprise_gateway(scratch: Path) -> Iterator[test_gateway.Gateway | None]:
+    """tests/gateway.py's Enterprise Gateway (its own venv, made on first use), or None."""
+    if isinstance(test_gateway.enterprise_gateway_command(), str):
+        yield None
+        return
+    fixture: Any = test_gateway.enterprise_gateway
+    start = getattr(fixture, "__wrapped__", fixture)
+    steps = start(_TempDirs(scratch))
+    gateway = next(steps)
+    try:
+        yield gateway
+    finally:
+        steps.close()
 
 
 @contextlib.contextmanager
@@ -793,70 +811,101 @@ async def measure(args: argparse.Namespace, scratch: Path) -> dict[str, Any]:
     logging.basicConfig(level=logging.WARNING, format="  log: %(levelname)s %(name)s %(message)s")
     with postgres() as (server, why_not), kernel_gateway(scratch) as gw:
         progress(f"gateway at {gw.url}; PostgreSQL: {'yes' if server else why_not}")
-        bwrap_works, _detail = sandbox.bwrap_works()
-        gateway_settings = {"gateway_url": gw.url, "gateway_token": gw.token}
-        specs: dict[str, dict[str, Any]] = {
-            "gateway": {**gateway_settings, "kernel_name": KERNEL_SPEC},
-            # A root bot hands unsandboxed kernels to SLACKINTERP_KERNEL_USER (nobody), who
-            # usually cannot run a checkout's .venv; the round trip is the same either way.
-            "local": {"sandbox": "none", "kernel_user": "root"},
-        }
-        if bwrap_works:
-            specs["local_bwrap"] = {"sandbox": "bwrap"}
-        runtimes: dict[str, Runtime] = {}
-        try:
-            for name, overrides in specs.items():
-                settings = bench_settings(scratch / name, **overrides)
-                local_before = any(n.startswith("local") for n in runtimes)
-                runtimes[name] = await open_runtime(settings, name, clean=not local_before)
-            progress("(a) round trip …")
-            results["round_trip"] = await bench_round_trip(runtimes, gw, scratch, args.iters)
-            progress("(b) new thread …")
-            new_thread: dict[str, Any] = {}
-            labels = {
-                "local": "local, no sandbox",
-                "local_bwrap": "local, bubblewrap",
-                "gateway": "gateway, SQLite (no directory)",
-            }
-            for name, rt in runtimes.items():
-                await rt.registry.release(f"BENCH:RT:{name}", why="reset")
-                new_thread[labels[name]] = await bench_new_thread(rt, name, args.runs)
-        finally:
-            for rt in runtimes.values():
-                await rt.stop()
-        if server is not None:
-            db, created = await test_pg.create_database(server)
-            try:
-                rt = await open_runtime(
-                    bench_settings(
-                        scratch / "gateway-pg",
-                        database_url=db,
-                        kernel_name=KERNEL_SPEC,
-                        **gateway_settings,
-                    ),
-                    "gateway-pg",
-                )
-                try:
-                    label = "gateway, PostgreSQL (kernel directory)"
-                    new_thread[label] = await bench_new_thread(rt, "gateway-pg", args.runs)
-                finally:
-                    await rt.stop()
-            finally:
-                if created:
-                    await test_pg.drop_database(server, db)
-        results["new_thread"] = new_thread
-        results["sandboxed_local"] = bwrap_works
+        if args.only != "data":
+            await measure_kernels(args, scratch, results, gw, server, why_not)
         if server is None:
-            results["replicas_skipped"] = why_not
-        else:
-            runs = []
-            progress(f"(c) {args.threads} threads × 2 turns, two replicas …")
-            runs.append(await replica_run(gw, server, scratch, 2, args.threads))
-            if not args.no_single:
-                progress("(c) the same load, one replica …")
-                runs.append(await replica_run(gw, server, scratch, 1, args.threads))
-            results["replicas"] = runs
+            results["data_skipped"] = why_not
+        elif args.only in ("all", "data"):
+            from bench.gateway_data import measure_data
+
+            progress(f"(d) sql() of {args.data_rows:,} rows and usage readings …")
+            settings = {"gateway_url": gw.url, "gateway_token": gw.token}
+            with enterprise_gateway(scratch) as eg:
+                results["data"] = await measure_data(
+                    {**settings, "kernel_name": KERNEL_SPEC},
+                    {"gateway_url": eg.url, "gateway_token": eg.token} if eg else None,
+                    server,
+                    scratch,
+                    args.data_rows,
+                    args.data_repeat,
+                    bench_settings,
+                    open_runtime,
+                )
     return results
+
+
+async def measure_kernels(
+    args: argparse.Namespace,
+    scratch: Path,
+    results: dict[str, Any],
+    gw: test_gateway.Gateway,
+    server: str | None,
+    why_not: str,
+) -> None:
+    """Parts (a) to (c)."""
+    bwrap_works, _detail = sandbox.bwrap_works()
+    gateway_settings = {"gateway_url": gw.url, "gateway_token": gw.token}
+    specs: dict[str, dict[str, Any]] = {
+        "gateway": {**gateway_settings, "kernel_name": KERNEL_SPEC},
+        # A root bot hands unsandboxed kernels to SLACKINTERP_KERNEL_USER (nobody), who
+        # usually cannot run a checkout's .venv; the round trip is the same either way.
+        "local": {"sandbox": "none", "kernel_user": "root"},
+    }
+    if bwrap_works:
+        specs["local_bwrap"] = {"sandbox": "bwrap"}
+    runtimes: dict[str, Runtime] = {}
+    try:
+        for name, overrides in specs.items():
+            settings = bench_settings(scratch / name, **overrides)
+            local_before = any(n.startswith("local") for n in runtimes)
+            runtimes[name] = await open_runtime(settings, name, clean=not local_before)
+        progress("(a) round trip …")
+        results["round_trip"] = await bench_round_trip(runtimes, gw, scratch, args.iters)
+        progress("(b) new thread …")
+        new_thread: dict[str, Any] = {}
+        labels = {
+            "local": "local, no sandbox",
+            "local_bwrap": "local, bubblewrap",
+            "gateway": "gateway, SQLite (no directory)",
+        }
+        for name, rt in runtimes.items():
+            await rt.registry.release(f"BENCH:RT:{name}", why="reset")
+            new_thread[labels[name]] = await bench_new_thread(rt, name, args.runs)
+    finally:
+        for rt in runtimes.values():
+            await rt.stop()
+    if server is not None:
+        db, created = await test_pg.create_database(server)
+        try:
+            rt = await open_runtime(
+                bench_settings(
+                    scratch / "gateway-pg",
+                    database_url=db,
+                    kernel_name=KERNEL_SPEC,
+                    **gateway_settings,
+                ),
+                "gateway-pg",
+            )
+            try:
+                label = "gateway, PostgreSQL (kernel directory)"
+                new_thread[label] = await bench_new_thread(rt, "gateway-pg", args.runs)
+            finally:
+                await rt.stop()
+        finally:
+            if created:
+                await test_pg.drop_database(server, db)
+    results["new_thread"] = new_thread
+    results["sandboxed_local"] = bwrap_works
+    if server is None:
+        results["replicas_skipped"] = why_not
+    else:
+        runs = []
+        progress(f"(c) {args.threads} threads × 2 turns, two replicas …")
+        runs.append(await replica_run(gw, server, scratch, 2, args.threads))
+        if not args.no_single:
+            progress("(c) the same load, one replica …")
+            runs.append(await replica_run(gw, server, scratch, 1, args.threads))
+        results["replicas"] = runs
 
 
 async def main(args: argparse.Namespace) -> int:
@@ -873,7 +922,14 @@ async def main(args: argparse.Namespace) -> int:
         results["leftover_kernel_pids"] = leftovers
         results["total_seconds"] = time.monotonic() - began
         results["load_before_after"] = [load_before, psutil.getloadavg()[0]]
-        print_report(results)
+        if "round_trip" in results:
+            print_report(results)
+        if "data" in results:
+            from bench.gateway_data import report_data
+
+            print("\n" + "\n".join(report_data(results["data"])))
+        elif "data_skipped" in results:
+            print(f"\n(d) skipped: {results['data_skipped']}")
         print(
             f"\n  total {results['total_seconds']:.0f} s on {psutil.cpu_count()} CPUs, load average"
             f" before/after {load_before:.2f}/{results['load_before_after'][1]:.2f}; leftover "
@@ -896,6 +952,11 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--threads", type=int, default=100, help="threads at once in (c)")
     parser.add_argument("--no-single", action="store_true", help="skip the one-replica run")
     parser.add_argument("--keep", action="store_true", help="keep the scratch directory")
+    parser.add_argument(
+        "--only", choices=["all", "kernels", "data"], default="all", help="(a)-(c), (d) or both"
+    )
+    parser.add_argument("--data-rows", type=int, default=1_000_000, help="rows for (d)")
+    parser.add_argument("--data-repeat", type=int, default=3, help="wide queries each in (d)")
     args = parser.parse_args()
     args.iters, args.runs = max(10, args.iters), max(2, args.runs)
     args.threads = max(1, args.threads)

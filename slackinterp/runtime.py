@@ -30,7 +30,7 @@ from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.errors import SlackinterpError
 from slackinterp.kernels import confinement as confining
-from slackinterp.kernels import packages
+from slackinterp.kernels import features, packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
 from slackinterp.kernels.confinement import Confinement
 from slackinterp.kernels.local import privileges, sandbox
@@ -59,7 +59,9 @@ class Runtime:
     # Sandboxed local kernels' egress proxy and policies (None: no proxy in this mode, no
     # sandbox, or a gateway's kernels).
     egress: Egress | None = None
-    data: DataSources | None = None  # SQL data sources (local sandboxed kernels only)
+    # SQL data sources: sandboxed local kernels (their data socket) and a gateway's kernels
+    # (their own Jupyter connection, kernels/datachannel.py).
+    data: DataSources | None = None
     # Whether the kernels' network is confined, and by what (kernels/confinement.py); None
     # when nothing was checked (SLACKINTERP_NETWORK=open: nothing to enforce).
     confinement: Confinement | None = None
@@ -73,7 +75,8 @@ class Runtime:
         await asyncio.to_thread(_check_data_dir, settings)
         store = await Store.open(store_url(settings))
         if settings.gateway_url:
-            backend = gateway_backend(settings)
+            data = data_sources_for(settings, store, None, remote=True)
+            backend = gateway_backend(settings, data)
             try:
                 confined = await gateway_confinement(settings, backend)
             except BaseException:
@@ -85,6 +88,7 @@ class Runtime:
             runtime = await cls._with_backend(settings, store, backend, confined)
             runtime.confinement = confined
             runtime.egress = await remote_egress(settings, store, backend)
+            runtime.engine.data = runtime.data = data
             return runtime
         bwrap = await asyncio.to_thread(resolve_sandbox, settings)
         try:
@@ -161,6 +165,13 @@ class Runtime:
 
     async def start(self) -> None:
         metrics.track_kernels(lambda: len(self.registry.slots), lambda: len(self.registry.pool))
+        if self.settings.gateway_url:  # said at start, as doctor and the docs say it
+            lacking = features.missing(features.GATEWAY)
+            log.warning(
+                "kernels.gateway_lacks count=%d features=%r (docs/deployment.md)",
+                len(lacking),
+                "; ".join(f.name for f in lacking),
+            )
         await self.registry.start()
         self.reaper.start()
         await self._tell_model_the_packages()
@@ -301,7 +312,7 @@ def local_backend(
     )
 
 
-def gateway_backend(settings: Settings) -> Any:
+def gateway_backend(settings: Settings, data: DataSources | None = None) -> Any:
     from slackinterp.kernels.gateway.backend import GatewayBackend
 
     return GatewayBackend(
@@ -309,6 +320,7 @@ def gateway_backend(settings: Settings) -> Any:
         kernel_name=settings.kernel_name,
         token=settings.gateway_token,
         request_timeout=settings.gateway_timeout,
+        data=data,
     )
 
 
@@ -409,16 +421,29 @@ class DataSourcesUnusable(StoreError):
     """A configured data source cannot be used (said at start, with its name)."""
 
 
-def data_sources_for(settings: Settings, store: Store, bwrap: str | None) -> DataSources | None:
-    """The SQL data sources, for sandboxed local kernels (the socket's privacy rests on the
-    sandbox hiding other kernels' runtime directories); None when none is configured."""
+def data_sources_for(
+    settings: Settings, store: Store, bwrap: str | None, *, remote: bool = False
+) -> DataSources | None:
+    """The SQL data sources; None when none is configured. Local kernels need the sandbox
+    (the socket's privacy rests on it hiding other kernels' runtime directories); a
+    gateway's kernels (`remote`) ask over their own connection, so a kernel speaks for its
+    own thread unless it can drive another kernel, which only the deployment prevents (one
+    pod per kernel, or a confining kernelspec): said at start, in doctor and the docs."""
     try:
         specs = sources.load(settings.data_sources_file, settings.data_sources, os.environ)
     except sources.SourceError as exc:
         raise DataSourcesUnusable(str(exc)) from None
     if not specs:
         return None
-    if bwrap is None:
+    if remote:
+        log.warning(
+            "data.gateway sources=%s transport=kernel_connection isolation=deployment "
+            "(a kernel that can reach another kernel's connection on the gateway's host "
+            "could query as that kernel's thread: run kernels in pods of their own or in a "
+            "confining kernelspec; docs/SECURITY.md section 12)",
+            ",".join(s.name for s in specs),
+        )
+    elif bwrap is None:
         log.warning(
             "data.disabled reason=no_sandbox sources=%s (sql() needs bubblewrap)",
             ",".join(s.name for s in specs),

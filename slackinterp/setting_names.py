@@ -25,6 +25,7 @@ PREFIX = "SLACKINTERP_"
 OTHER_NAMES = frozenset(
     {
         "SLACKINTERP_TEST_DATABASE_URL",
+        "SLACKINTERP_TEST_CACHE",  # where the tests keep Enterprise Gateway's venv
         "SLACKINTERP_SOAK_THREADS",
         "SLACKINTERP_PACKAGES",
         "SLACKINTERP_EGRESS_SOCKET",

@@ -20,6 +20,7 @@ from sqlalchemy.engine import make_url
 from tests.datasource_db import SECRET_ENV, Warehouse, make_sqlite
 from tests.fakes.openai_server import Dynamic, Reply, ToolCall
 from tests.fakes.slack import FakeSlack
+from tests.gateway import backend, enterprise_gateway, kernel_gateway  # noqa: F401 - fixtures
 from tests.process_memory import readable_memory
 from tests.slack_harness import CHANNEL, all_text, model_bot, running_bot, wait_cells, wait_final
 
@@ -273,20 +274,25 @@ print("elsewhere:", [p for p in found if os.path.realpath(p) != "/run/kernel/dat
 """
 
 
-async def test_a_scheduled_run_queries_afresh(tmp_path: Path) -> None:
+async def test_a_scheduled_run_queries_afresh(
+    tmp_path: Path,
+    backend: dict[str, Any],  # noqa: F811 - local kernels, Kernel Gateway, Enterprise Gateway
+) -> None:
     """A Monday report is worth having because its run asks the database again: a row added
     after the thread's cell shows in the scheduled run's reply."""
     import sqlite3
 
     from tests.test_schedules_e2e import FAST, runs, schedule_in
+    from tests.test_snapshots_e2e import own_threads
 
     sales = make_sqlite(tmp_path / "sales.db")
     file = tmp_path / "sources.toml"
     file.write_text(f'[sources.sales]\nurl = "sqlite:///{sales}"\nchannels = ["{CHANNEL}"]\n')
     async with (
         FakeSlack() as slack,
-        running_bot(slack, tmp_path, data_sources_file=file, **FAST) as bot,
+        running_bot(slack, tmp_path, data_sources_file=file, **FAST, **backend) as bot,
     ):
+        own_threads(slack, 1_730_000_000 + 100_000 * len(backend))  # the gateways keep folders
         count = 'print("signups:", int(sql("SELECT count(*) AS n FROM signups").n[0]))'
         ts, _ = await slack.user_message(CHANNEL, code(count))
         assert "signups: 300" in await cell_text(slack, ts, 1)

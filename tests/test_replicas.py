@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fakes.slack import FakeSlack
+from tests.fakes.slack import FakeSlack, TsClock
 from tests.gateway import Gateway, kernel_gateway  # noqa: F401 - a fixture
 from tests.processes import stop
 from tests.slack_harness import CHANNEL, all_text, bot_messages, finished_cells, wait_text
@@ -115,3 +115,40 @@ async def test_replicas_share_threads(tmp_path: Path, pg_url: str, kernel_gatewa
             await stop(a)
             await stop(b)
         assert b.returncode == 0, (tmp_path / "b.log").read_text()[-3000:]
+
+
+async def test_a_reply_into_a_fork_through_the_other_replica_waits_for_it(
+    tmp_path: Path,
+    pg_url: str,
+    kernel_gateway,  # noqa: F811
+) -> None:
+    """Replica A forks; the reply into the new thread, sent at once, reaches replica B: it
+    waits for the fork (the thread's lock in the database) and runs in the fork's one kernel."""
+    async with FakeSlack() as fake:
+        fake.workspace.clock = TsClock(start_seconds=1_700_400_000)  # threads of its own
+        a = start_replica(fake, "a", tmp_path, pg_url, kernel_gateway)
+        await fake.wait_for(lambda: fake.live_sockets >= 1, timeout=60)
+        b = start_replica(fake, "b", tmp_path, pg_url, kernel_gateway)
+        try:
+            await fake.wait_for(lambda: fake.live_sockets >= 2, timeout=60)
+            ts, _ = await say(fake, 0, "<@UBOT> ```fx = 41```")
+            await wait_cells(fake, ts, 1)
+            await say(fake, 0, "<@UBOT> fork", ts)
+            top = await fake.wait_for(
+                lambda: next(
+                    (
+                        m
+                        for m in fake.history(CHANNEL)
+                        if "Forked from" in m.get("text", "")
+                        and m.get("thread_ts", m["ts"]) == m["ts"]
+                    ),
+                    None,
+                ),
+                timeout=60,
+            )
+            await say(fake, 1, "```print('FORKED', fx + 1)```", top["ts"])
+            cells = await wait_cells(fake, top["ts"], 1)
+            assert "FORKED 42" in all_text(cells[0]), all_text(cells[0])
+        finally:
+            await stop(a)
+            await stop(b)

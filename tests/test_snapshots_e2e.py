@@ -307,3 +307,45 @@ async def test_gateway_kernels_save_and_load_their_own_snapshots(
         cells = await wait_cells(fake, ts, 3)
         assert f"{shown.group()} 1" in all_text(cells[2])
         await wait_text(fake, ts, "Restored 2 variables from the snapshot")
+
+
+async def fork_and_reply_at_once(fake: FakeSlack, bot: SlackBot) -> None:
+    """The reported case: `fx = 41`, `fork`, and a reply into the new thread as soon as its
+    announcement shows, while the fork still loads the snapshot: it runs in the fork's one
+    kernel, with the fork's variables."""
+    ts, _ = await fake.user_message(CHANNEL, code("fx = 41\nprint('set', fx)"))
+    await wait_cells(fake, ts, 1)
+    await settled(fake, bot)
+    await fake.user_message(CHANNEL, "<@UBOT> fork", thread_ts=ts)
+    top = await fake.wait_for(
+        lambda: next(
+            (
+                m
+                for m in fake.history(CHANNEL)
+                if "Forked from" in m.get("text", "") and m.get("thread_ts", m["ts"]) == m["ts"]
+            ),
+            None,
+        )
+    )
+    new_ts = top["ts"]
+    await fake.user_message(CHANNEL, "```print('FORKED', fx + 1)```", thread_ts=new_ts)
+    cells = await wait_cells(fake, new_ts, 1)
+    assert "FORKED 42" in all_text(cells[0]), all_text(cells[0])
+    await wait_text(fake, new_ts, "Ready")
+    started = [r for r in bot.runtime.registry.slots if r.endswith(new_ts)]
+    assert len(started) == 1
+
+
+async def test_a_reply_sent_into_a_fork_at_once_runs_with_its_state(tmp_path: Path) -> None:
+    async with FakeSlack() as fake, running_bot(fake, tmp_path) as bot:
+        await fork_and_reply_at_once(fake, bot)
+
+
+async def test_a_reply_sent_into_a_gateway_fork_at_once_runs_with_its_state(
+    tmp_path: Path,
+    kernel_gateway: Gateway,  # noqa: F811
+) -> None:
+    gateway = {"gateway_url": kernel_gateway.url, "gateway_token": kernel_gateway.token}
+    async with FakeSlack() as fake, running_bot(fake, tmp_path, **gateway) as bot:
+        own_threads(fake, 1_700_300_000)
+        await fork_and_reply_at_once(fake, bot)

@@ -10,8 +10,10 @@ from typing import Any
 from slackinterp.pricing import PriceTable
 from tests.fakes.openai_server import Reply, ToolCall
 from tests.fakes.slack import FakeSlack
+from tests.gateway import backend, enterprise_gateway, kernel_gateway  # noqa: F401 - fixtures
 from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
 from tests.slack_harness import model_bot as harness_model_bot
+from tests.test_snapshots_e2e import own_threads
 
 MODEL = "gpt-5-mini"  # priced by the built-in table
 
@@ -34,8 +36,12 @@ async def wait_reply(slack: FakeSlack, ts: str, needle: str) -> str:
     return all_text(found)
 
 
-async def test_footer_usage_view_and_store_agree_with_the_server(tmp_path: Path) -> None:
-    async with model_bot(tmp_path) as (slack, model, bot):
+async def test_footer_usage_view_and_store_agree_with_the_server(
+    tmp_path: Path,
+    backend: dict[str, Any],  # noqa: F811 - local kernels, Kernel Gateway, Enterprise Gateway
+) -> None:
+    async with model_bot(tmp_path, **backend) as (slack, model, bot):
+        own_threads(slack, 1_720_000_000 + 100_000 * len(backend))  # the gateways keep folders
         model.script(
             py("busy = sum(i * i for i in range(500_000))\nprint(6 * 7)", (1200, 200, 30)),
             Reply(text="It is 42.", usage=(1500, 1000, 12)),

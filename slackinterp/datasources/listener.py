@@ -22,7 +22,7 @@ PER_KERNEL = 2  # queries in flight per kernel
 
 class Answerer(Protocol):
     async def answer(
-        self, thread: str | None, request: dict[str, Any], writer: asyncio.StreamWriter
+        self, thread: str | None, request: dict[str, Any], writer: wire.FrameWriter
     ) -> None: ...
 
 

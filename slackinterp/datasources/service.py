@@ -2,7 +2,9 @@
 
 One `DataSources` per bot. The local backend calls `open` for each sandboxed kernel (a socket
 at `<runtime>/data.sock`, before the kernel exists) and `kernel_env` for the one variable the
-kernel gets: the socket's path inside. Credentials and the database's address stay here: the
+kernel gets: the socket's path inside. A gateway's kernels ask over their own Jupyter
+connection instead (kernels/datachannel.py); both hand `answer` the thread the connection
+speaks for and a `wire.FrameWriter`. Credentials and the database's address stay here: the
 kernel sends SQL and receives Arrow batches. A source is enabled in a channel by its
 `channels` in the file or by an admin (`/interp data allow NAME`), checked on every query.
 
@@ -147,7 +149,7 @@ class DataSources:
 
     # --- one query ---------------------------------------------------------------------------
     async def answer(
-        self, thread: str | None, request: dict[str, Any], writer: asyncio.StreamWriter
+        self, thread: str | None, request: dict[str, Any], writer: wire.FrameWriter
     ) -> None:
         started = time.monotonic()
         sql = str(request.get("sql", ""))
@@ -224,7 +226,7 @@ class DataSources:
         label: str,
         max_rows: int,
         result: _Result,
-        writer: asyncio.StreamWriter,
+        writer: wire.FrameWriter,
     ) -> str | None:
         """Runs the query in a worker; writes its frames here. The database's error, scrubbed,
         or None."""

@@ -22,6 +22,7 @@ from collections.abc import Iterable
 from dataclasses import replace
 
 from slackinterp.config import Settings, SettingsError, load_settings
+from slackinterp.doctor.backend_features import report as backend_report
 from slackinterp.doctor.checks import (
     APP_TOKEN,
     BOT_TOKEN,
@@ -166,5 +167,7 @@ def main(settings: Settings | None = None, settings_error: SettingsError | None 
         checks += check_setting_names()
     else:
         checks = asyncio.run(run_checks(settings))
+    if settings is not None:  # first: the report's last line stays its verdict
+        print(backend_report(settings) + "\n")
     print(render(checks))
     return 0 if all(check.ok for check in checks) else 1

@@ -77,8 +77,21 @@ def copy_files(source: Path, target: Path) -> int:
 
 
 async def fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSession) -> Forked:
-    """Make `target` (a new, empty thread) start where `source` stands."""
+    """Make `target` (a new, empty thread) start where `source` stands. The caller holds
+    `target.lock` (Engine.fork): the new thread's messages wait for the whole fork."""
+    # Across replicas too: nobody attaches to the new thread's kernel while it restores.
+    async with steps.store.thread_lock(target.key.id):
+        return await _fork(steps, source, target)
+
+
+async def _fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSession) -> Forked:
     store, registry, settings = steps.store, steps.registry, steps.settings
+    if await store.thread_exists(target.key.id):
+        raise ForkError("That thread is already in use; a fork needs a new thread.")
+    # The thread exists from now on: another replica takes a reply into it (no mention
+    # needed) and queues it behind this fork on the thread's lock, instead of ignoring it.
+    await store.start_turn(target.key.id)
+    await store.turn_finished(target.key.id)
     began = time.monotonic()
     here = registry.backend.workdir_files(source.workdir) is not None
     lease = None
@@ -104,34 +117,31 @@ async def fork(steps: SnapshotSteps, source: ThreadSession, target: ThreadSessio
                 raise
     lost: RestoreReason | None = None
     try:
-        async with target.lock, store.thread_lock(target.key.id):
-            await store.start_turn(target.key.id)  # the thread exists from now on
-            await store.turn_finished(target.key.id)
-            copied = await store.fork_cells(source.key.id, target.key.id)
-            await store.add_history(target.key.id, history)
-            if lease is None or not copied:
-                return Forked(0, files, time.monotonic() - began, None)
-            # Cells a turn added to the source after the copy come last: replayed.
-            cells = [
-                ReplayCell(new, code, old.answers if old else ())
-                for (new, code), old in zip_longest(copied, found[: len(copied)])
-            ]
-            snapshots = registry.snapshots
-            if snapshots is not None:
-                try:  # the copied snapshot, renumbered to the new thread's cells
-                    ids = [(old.id, new) for old, (new, _) in zip(found, copied, strict=False)]
-                    await snapshots.rebase(lease.kernel, ids, timeout=settings.restore_timeout)
-                except StateLost:
-                    lost = RestoreReason.RESTARTED
-            replayer = Replayer(
-                snapshots if lost is None else None,
-                settings.restore_timeout,
-                settings.interrupt_grace,
-                settings.max_output_chars,
-            )
-            key = target.key.id
-            report = await restore(replayer, key, lease.kernel, cells, RestoreReason.FORKED)
-            lost = None  # the restore brought the state back, by replay if it had to
+        copied = await store.fork_cells(source.key.id, target.key.id)
+        await store.add_history(target.key.id, history)
+        if lease is None or not copied:
+            return Forked(0, files, time.monotonic() - began, None)
+        # Cells a turn added to the source after the copy come last: replayed.
+        cells = [
+            ReplayCell(new, code, old.answers if old else ())
+            for (new, code), old in zip_longest(copied, found[: len(copied)])
+        ]
+        snapshots = registry.snapshots
+        if snapshots is not None:
+            try:  # the copied snapshot, renumbered to the new thread's cells
+                ids = [(old.id, new) for old, (new, _) in zip(found, copied, strict=False)]
+                await snapshots.rebase(lease.kernel, ids, timeout=settings.restore_timeout)
+            except StateLost:
+                lost = RestoreReason.RESTARTED
+        replayer = Replayer(
+            snapshots if lost is None else None,
+            settings.restore_timeout,
+            settings.interrupt_grace,
+            settings.max_output_chars,
+        )
+        key = target.key.id
+        report = await restore(replayer, key, lease.kernel, cells, RestoreReason.FORKED)
+        lost = None  # the restore brought the state back, by replay if it had to
     finally:
         if lease is not None:
             registry.mark_idle(target.key.id, state_lost=lost)

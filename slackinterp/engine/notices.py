@@ -47,6 +47,15 @@ def queue_full(waiting: int) -> str:
     )
 
 
+def fork_failed_here(failure: str) -> str:
+    """A message into a thread whose fork did not happen: nothing ran, and how to go on."""
+    reason = failure.rstrip(".")
+    return (
+        f"This thread is a fork that did not finish ({reason}), so nothing ran here. "
+        "Fork the original thread again, or `reset` here to start with an empty kernel."
+    )
+
+
 def at_capacity(detail: str) -> str:
     return f"At capacity: {detail}."
 
@@ -129,8 +138,7 @@ def cell_lifecycle(result: CellResult) -> Notice | None:
         return Notice(
             NoticeKind.DIED,
             "The kernel died (out of memory, or the code exited it). "
-            "A new one starts with the next cell and earlier cells are "
-            "replayed to restore the state.",
+            "A new one starts with the next cell and brings the variables back.",
         )
     if result.restarted:
         return Notice(

@@ -22,6 +22,17 @@ class Instruction:
     taken: asyncio.Event = field(default_factory=asyncio.Event)
 
 
+@dataclass(eq=False)
+class Forking:
+    """A fork into this thread (engine/fork.py), from the moment the thread can be written to:
+    its messages wait for `ready` and then run with the fork's state. `failure` says why the
+    fork did not happen; until a reset, the thread's turns are refused with it rather than
+    run in an empty kernel."""
+
+    ready: asyncio.Event = field(default_factory=asyncio.Event)
+    failure: str | None = None
+
+
 @dataclass
 class ThreadSession:
     key: ThreadKey
@@ -55,6 +66,8 @@ class ThreadSession:
     told_over_cap: bool = False
     # Whose turn runs (or ran last): a scheduled run's session lives for that one turn.
     origin: TurnOrigin = TurnOrigin.PERSON
+    # A fork into this thread, under way or failed (None: not a fork, or one that is done).
+    forking: Forking | None = None
 
     @property
     def restores(self) -> bool:

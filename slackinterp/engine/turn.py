@@ -35,6 +35,7 @@ from slackinterp.engine.events import (
     TurnStarted,
 )
 from slackinterp.engine.fork import Forked
+from slackinterp.engine.fork_waits import ForkWaits
 from slackinterp.engine.intake import (
     ContextReader,
     FileFetchError,
@@ -45,7 +46,7 @@ from slackinterp.engine.intake import (
 from slackinterp.engine.port import EnginePort
 from slackinterp.engine.session import Instruction, ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
-from slackinterp.engine.status import ThreadStatus, kernel_memory
+from slackinterp.engine.status import ThreadStatus, thread_status
 from slackinterp.engine.workspace import ThreadKey
 from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
@@ -123,6 +124,8 @@ class Engine:
         # SQL data sources (set by runtime.py when configured): who queries, what the model sees.
         self.data: DataSources | None = None
         registry.listeners.append(self._on_lifecycle)
+        # Forks under way: the new thread's messages wait for them.
+        self.forks = ForkWaits(store, self.session, shared=lambda: registry.directory is not None)
 
     # --- sessions ------------------------------------------------------------------------
     def session(self, key: ThreadKey) -> ThreadSession:
@@ -135,6 +138,7 @@ class Engine:
         return session
 
     async def has_thread(self, key: ThreadKey) -> bool:
+        await self.forks.settle(key, known=key.id in self.sessions)
         return key.id in self.sessions or await self.store.thread_exists(key.id)
 
     # --- turns ---------------------------------------------------------------------------
@@ -156,7 +160,11 @@ class Engine:
                 await task
 
     async def _turn(self, request: TurnRequest, emit: Emit) -> None:
+        await self.forks.settle(request.key, known=request.key.id in self.sessions)
         session = self.session(request.key)
+        if not await self.forks.wait(session, emit):
+            emit(_DONE)  # type: ignore[arg-type]
+            return
         if inputs.answered_by(session, request, emit):  # the running cell's input()
             emit(_DONE)  # type: ignore[arg-type]
             return
@@ -375,6 +383,7 @@ class Engine:
             session.variables = None
             session.snapshot = {}
             session.unsaved_cell = None
+            session.forking = None  # a failed fork's thread starts empty now, as asked
             await self.snapshots.discard(session)
             await asyncio.to_thread(clear_staging, self.cells.spill_dir(session))
             if wipe:
@@ -384,8 +393,12 @@ class Engine:
         return f"{what}: variables and history are gone, {files}."
 
     async def fork(self, source: ThreadKey, target: ThreadKey) -> Forked:
-        """A new thread (`target`, empty) that starts where `source` stands (engine/fork.py)."""
-        return await fork.fork(self.snapshots, self.session(source), self.session(target))
+        """A new thread (`target`, empty) that starts where `source` stands (engine/fork.py);
+        its messages queue behind the fork (engine/fork_waits.py)."""
+        target_session = self.session(target)
+        return await self.forks.run(
+            target_session, fork.fork(self.snapshots, self.session(source), target_session)
+        )
 
     async def undo(self, key: ThreadKey) -> str:
         """The thread's variables back to before its last step; the answer to post."""
@@ -415,20 +428,10 @@ class Engine:
 
     async def status(self, key: ThreadKey) -> ThreadStatus:
         session = self.session(key)
+        files = len(await self.cells.listing(session))
         slot = self.registry.slot(key.id)
-        memory = None
-        if slot is not None and slot.kernel.pid:
-            memory = kernel_memory(slot.kernel.pid)
-        return ThreadStatus(
-            alive=slot is not None,
-            busy=session.busy,
-            idle_seconds=(time.monotonic() - slot.last_used) if slot and not slot.busy else None,
-            memory_bytes=memory,
-            cells=await self.store.count_cells(key.id),
-            files=len(await self.cells.listing(session)),
-            queued=session.waiting,
-            replayable=len(await self.store.replayable_cells(key.id)),
-            snapshots=self.snapshots.enabled,
+        return await thread_status(
+            session, slot, self.store, files, snapshots=self.snapshots.enabled
         )
 
     async def files(self, key: ThreadKey) -> list[tuple[str, int]]:

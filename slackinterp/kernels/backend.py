@@ -49,7 +49,8 @@ class Kernel(Protocol):
 
     def resources(self) -> Resources | None:
         """What the kernel's processes have used so far (CPU-seconds, peak memory), read
-        before and after each cell; None where the backend cannot tell (a gateway's)."""
+        before and after each cell: from /proc for a local kernel, from the kernel's own
+        reading for a gateway's (kernels/inside/usage.py); None while it is not known."""
         ...
 
     async def move_to(self, cwd: Path) -> None: ...

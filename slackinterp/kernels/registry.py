@@ -1,7 +1,10 @@
 """Thread key → kernel: the warm pool, the live-kernel cap, idle bookkeeping, restore by replay.
 
-The registry owns every kernel process. Callers (the engine) serialise work per thread; the
-registry only guards its own bookkeeping, so different threads start and run concurrently.
+The registry owns every kernel process. Callers (the engine) serialise work per thread, but the
+registry does not rely on it for its one promise: **a thread has at most one live kernel at
+every moment**. Whatever starts, attaches to, restores into or stops a thread's kernel (a lease,
+a reset, the reaper, an eviction) passes through that thread's gate, so two of them for the
+same thread take turns, while different threads start and run concurrently.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from slackinterp import metrics
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.files import ThreadFiles
+from slackinterp.kernels.gates import ThreadGates
 from slackinterp.kernels.pool import WarmPool
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 from slackinterp.kernels.restore import ReplayCell, Replayer, RestoreReport, restore
@@ -44,6 +48,10 @@ class ReleaseReason(StrEnum):
     REAPED = "reaped"  # idle past SLACKINTERP_IDLE_TIMEOUT
     EVICTED = "evicted"  # its seat went to another thread (SLACKINTERP_MAX_KERNELS)
     DISCARDED = "discarded"  # a scheduled run's own kernel, once its turn is over
+
+
+# Reasons that stop a kernel only because it sat idle: never one in use (see release).
+IDLE_ONLY = frozenset({ReleaseReason.REAPED, ReleaseReason.EVICTED})
 
 
 class AtCapacity(SlackinterpError):
@@ -108,6 +116,9 @@ class KernelRegistry:
         # model turn the kernel is idle, but the turn will use it again.
         self._in_turn: set[str] = set()
         self._lock = asyncio.Lock()
+        # One gate per thread key (see the module's docstring): held while the thread's kernel
+        # is being found, started, restored or stopped.
+        self.gate = ThreadGates().hold
         self.warm = WarmPool(
             pool_dir=pool_dir,
             size=pool_size,
@@ -218,10 +229,25 @@ class KernelRegistry:
         `fresh`: the thread was just created, so there is nothing to replay (saves a query).
         The slot is leased (busy) from the first moment it is ours until mark_idle, so no
         other thread's request can evict it while it is being handed out.
+
+        Under the thread's gate: a second request for the same thread (a fork's restore and a
+        message into the new thread, a reset and a restore) waits for this one and then finds
+        its kernel, never starts another. Should finding or restoring it fail, a kernel that
+        was placed in the seat stays there, idle and owned (reapable), not leased forever.
         """
-        slot = self.slots.get(key)
-        if slot is not None:
-            slot.busy_since = time.monotonic()
+        async with self.gate(key):
+            slot = self.slots.get(key)
+            if slot is not None:
+                slot.busy_since = time.monotonic()
+            try:
+                return await self._acquire(key, cwd, slot, fresh=fresh)
+            except BaseException:
+                placed = self.slots.get(key)
+                if placed is not None and placed.busy:
+                    self.mark_idle(key, state_lost=placed.needs_restore)
+                raise
+
+    async def _acquire(self, key: str, cwd: Path, slot: Slot | None, *, fresh: bool) -> Lease:
         slot = await self.replicas.adopt(key, cwd, slot)
         if slot is not None and not await slot.kernel.is_alive():
             log.warning("kernels.found_dead thread=%s", key)
@@ -319,7 +345,10 @@ class KernelRegistry:
                 log.warning("kernels.pooled_dead kernel=%s", kernel.kernel_id)
                 await kernel.shutdown()  # gone while waiting in the pool: start another
             if victim is not None:
-                await self._stop_slot(victim, ReleaseReason.EVICTED)
+                # Under its gate: its thread's next lease waits until the kernel is gone (it
+                # found no slot and would start another while this one still ran).
+                async with self.gate(victim.key):
+                    await self._stop_slot(victim, ReleaseReason.EVICTED)
             if attach_to is not None:
                 return await self.backend.attach(attach_to, cwd)
             with self.warm.thread_start():
@@ -390,17 +419,25 @@ class KernelRegistry:
         return self.slots.get(key)
 
     async def release(self, key: str, *, why: ReleaseReason = ReleaseReason.RESET) -> bool:
-        """Shut the thread's kernel down (files stay). True if there was one."""
-        slot = self.slots.pop(key, None)
-        self.warm.forget(key)
-        if slot is None:
-            return why == ReleaseReason.RESET and await self.replicas.reset_elsewhere(key)
-        self._stopping += 1  # still counts against the cap until it is gone
-        try:
-            await self._stop_slot(slot, why)
-        finally:
-            self._stopping -= 1
-            self.notify_freed()
+        """Shut the thread's kernel down (files stay). True if there was one.
+
+        Under the thread's gate, so a reset waits for a restore under way, and the reaper never
+        stops a kernel that a lease took between its look and its turn: a kernel stopped for
+        being idle (reaped, evicted) must still be idle when its gate is ours."""
+        async with self.gate(key):
+            slot = self.slots.get(key)
+            if slot is not None and why in IDLE_ONLY and (slot.busy or key in self._in_turn):
+                return False  # in use again since it was found idle
+            self.slots.pop(key, None)
+            self.warm.forget(key)
+            if slot is None:
+                return why == ReleaseReason.RESET and await self.replicas.reset_elsewhere(key)
+            self._stopping += 1  # still counts against the cap until it is gone
+            try:
+                await self._stop_slot(slot, why)
+            finally:
+                self._stopping -= 1
+                self.notify_freed()
         self.refill_pool()
         return True
 
@@ -441,9 +478,8 @@ class KernelRegistry:
             for s in list(self.slots.values())
             if not s.busy and now - s.last_used >= idle_timeout
         ]
-        for key in idle:
-            await self.release(key, why=ReleaseReason.REAPED)
-        return idle
+        # Each is looked at again under its gate: one leased meanwhile is kept (release).
+        return [key for key in idle if await self.release(key, why=ReleaseReason.REAPED)]
 
     def over_busy_cap(self, busy_cap: float) -> list[str]:
         """Stop cells that have kept their kernel busy too long (a backstop to the timeout)."""

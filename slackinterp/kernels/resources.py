@@ -1,6 +1,8 @@
 """What a kernel's processes used: CPU-seconds and peak memory, read from the kernel's own
-accounting (psutil over /proc). A cell's usage is the difference of two readings, so it costs
-two reads of a few /proc files per cell, on the event loop (well under a millisecond)."""
+accounting: psutil over /proc for a local kernel; for a gateway's, the kernel's own reading
+sent after each cell (`from_kernel`). A cell's usage is the difference of two readings, so it
+costs two reads of a few /proc files per cell, on the event loop (well under a millisecond),
+or nothing at all beside the cell's own messages."""
 
 from __future__ import annotations
 
@@ -56,3 +58,15 @@ def _peak_rss(pid: int) -> int:
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) * 1024
     return 0
+
+
+def from_kernel(data: dict[str, object]) -> Resources | None:
+    """A reading the kernel sent about itself (kernels/inside/usage.py: `{"usage": {"cpu":
+    seconds counted in its cells, "peak": bytes}}`), or None for anything else."""
+    usage = data.get("usage")
+    if not isinstance(usage, dict):
+        return None
+    cpu, peak = usage.get("cpu"), usage.get("peak")
+    if not isinstance(cpu, int | float) or cpu < 0:
+        return None
+    return Resources(float(cpu), int(peak) if isinstance(peak, int) and peak > 0 else None)

@@ -10,9 +10,9 @@ import logging
 from slack_sdk.errors import SlackApiError
 from slack_sdk.web.async_client import AsyncWebClient
 
-from slackinterp.engine.fork import ForkError
 from slackinterp.engine.turn import Engine
 from slackinterp.engine.workspace import ThreadKey
+from slackinterp.errors import SlackinterpError
 from slackinterp.slack import text as t
 
 log = logging.getLogger(__name__)
@@ -33,16 +33,20 @@ def _link(url: str | None, label: str) -> str:
 async def fork_thread(client: AsyncWebClient, engine: Engine, key: ThreadKey) -> str:
     """Fork the thread `key`; the answer for the original thread."""
     source = await permalink(client, key.channel, key.thread_ts)
-    posted = await client.chat_postMessage(
-        channel=key.channel,
-        text=f":fork_and_knife: Forked from {_link(source, 'this thread')}. "
-        "Reply here to go on from where it stood; the two threads are independent.",
-    )
-    new_ts = str(posted["ts"])
-    target = ThreadKey(key.team, key.channel, new_ts)
+    # A person may answer the announcement at once: from the moment it is posted, the new
+    # thread's messages wait for the fork (engine/fork_waits.py).
+    with engine.forks.announcing(key.channel):
+        posted = await client.chat_postMessage(
+            channel=key.channel,
+            text=f":fork_and_knife: Forked from {_link(source, 'this thread')}. "
+            "Reply here to go on from where it stood; the two threads are independent.",
+        )
+        new_ts = str(posted["ts"])
+        target = ThreadKey(key.team, key.channel, new_ts)
+        engine.forks.expect(target)
     try:
         forked = await engine.fork(key, target)
-    except ForkError as exc:
+    except SlackinterpError as exc:  # ForkError, at capacity, a kernel that did not start
         await client.chat_postMessage(
             channel=key.channel, thread_ts=new_ts, text=f":warning: {t.escape(exc.message)}"
         )

@@ -6,13 +6,17 @@ a whole Jupyter server (tornado, its own config system, a global singleton), whi
 five REST calls and one WebSocket per kernel in the bot's asyncio loop. The client object
 offers the subset of jupyter_client's async client API that execution.run_cell uses, so
 timeouts, escalation and output mapping are the same code for local and remote kernels.
+
+What the bot gives a local kernel from outside it reaches a gateway's kernel on that same
+WebSocket: `sql()` over a comm (kernels/datachannel.py) and each cell's CPU-seconds and peak
+memory, read by the kernel itself (kernels/inside/usage.py), both installed by a silent cell
+when the bot connects.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import datetime
 import json
 import logging
 import queue
@@ -26,16 +30,17 @@ import aiohttp
 
 from slackinterp.egress.proxy import Blocked
 from slackinterp.egress.remote import RemoteEntry, RemoteKernel
-from slackinterp.kernels import inside, tasks
+from slackinterp.kernels import inside
 from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
+from slackinterp.kernels.datachannel import Answerer, DataChannel
 from slackinterp.kernels.execution import CellControl
 from slackinterp.kernels.gateway import moves
+from slackinterp.kernels.gateway.client import GatewayClient, close_client
 from slackinterp.kernels.gateway.files import KernelFiles
-from slackinterp.kernels.resources import Resources
+from slackinterp.kernels.resources import Resources, from_kernel
 
 log = logging.getLogger(__name__)
 
-PROTOCOL_VERSION = "5.3"
 REMOTE_ROOT = "slackinterp-threads"
 COPY_TIMEOUT = 600.0  # a fork's copy of a thread's files, on the gateway's disk
 MOVE_TIMEOUT = 60.0  # a confined pooled kernel's directory becoming its thread's
@@ -44,133 +49,6 @@ ALIVE_CHECK_SECONDS = 2.0  # thread directories, relative to the kernel's start 
 
 class GatewayError(Exception):
     """The gateway refused or failed a request; the message says which and why."""
-
-
-class GatewayClient:
-    """One kernel's channels over the gateway's WebSocket, as run_cell expects them."""
-
-    def __init__(self, ws: aiohttp.ClientWebSocketResponse, session_id: str):
-        self.ws = ws
-        self.session_id = session_id
-        self.iopub: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.shell: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.stdin: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
-        self.lost_state = asyncio.Event()  # the gateway saw the kernel die or restart
-        self.closed = asyncio.Event()
-        self._reader = asyncio.create_task(self._read(), name="gateway-ws-reader")
-
-    async def _read(self) -> None:
-        sock = self.ws.get_extra_info("socket")
-        try:
-            async for frame in self.ws:
-                _quick_ack(sock)
-                if frame.type != aiohttp.WSMsgType.TEXT:
-                    continue
-                msg = json.loads(frame.data)
-                channel = msg.pop("channel", "iopub")
-                if channel == "iopub":
-                    state = msg.get("content", {}).get("execution_state")
-                    if msg["header"]["msg_type"] == "status" and state in ("restarting", "dead"):
-                        self.lost_state.set()
-                    self.iopub.put_nowait(msg)
-                elif channel == "shell":
-                    self.shell.put_nowait(msg)
-                elif channel == "stdin":  # input_request: a cell's input() (kernels/stdin.py)
-                    self.stdin.put_nowait(msg)
-        finally:
-            self.closed.set()
-
-    def _message(self, msg_type: str, content: dict[str, Any], channel: str) -> dict[str, Any]:
-        msg_id = uuid.uuid4().hex
-        return {
-            "header": {
-                "msg_id": msg_id,
-                "msg_type": msg_type,
-                "username": "slackinterp",
-                "session": self.session_id,
-                "date": datetime.datetime.now(datetime.UTC).isoformat(),
-                "version": PROTOCOL_VERSION,
-            },
-            "parent_header": {},
-            "metadata": {},
-            "content": content,
-            "channel": channel,
-            "buffers": [],
-        }
-
-    def execute(
-        self,
-        code: str,
-        silent: bool = False,
-        store_history: bool = True,
-        user_expressions: dict[str, str] | None = None,
-        allow_stdin: bool = False,
-        stop_on_error: bool = True,
-    ) -> str:
-        msg = self._message(
-            "execute_request",
-            {
-                "code": code,
-                "silent": silent,
-                "store_history": store_history,
-                "user_expressions": user_expressions or {},
-                "allow_stdin": allow_stdin,
-                "stop_on_error": stop_on_error,
-            },
-            "shell",
-        )
-        # Fire and forget like jupyter_client's execute(); the send is queued on the loop.
-        task = asyncio.get_running_loop().create_task(self.ws.send_str(json.dumps(msg)))
-        task.add_done_callback(_log_send_failure)
-        return str(msg["header"]["msg_id"])
-
-    async def get_iopub_msg(self, timeout: float | None = None) -> dict[str, Any]:
-        return await _get(self.iopub, timeout)
-
-    async def get_shell_msg(self, timeout: float | None = None) -> dict[str, Any]:
-        return await _get(self.shell, timeout)
-
-    async def get_stdin_msg(self, timeout: float | None = None) -> dict[str, Any]:
-        return await _get(self.stdin, timeout)
-
-    def input(self, value: str) -> None:
-        """The input_reply to the kernel's input_request, as jupyter_client's input()."""
-        msg = self._message("input_reply", {"value": value}, "stdin")
-        task = asyncio.get_running_loop().create_task(self.ws.send_str(json.dumps(msg)))
-        task.add_done_callback(_log_send_failure)
-
-    async def close(self) -> None:
-        await self.ws.close()
-        await tasks.cancel(self._reader, log, "gateway.reader_failed")
-
-
-async def _close(client: GatewayClient) -> None:
-    """Close a kernel's channels; a connection already gone is only worth a log line."""
-    try:
-        await client.close()
-    except Exception as exc:
-        log.info("gateway.close_failed error=%s", exc)
-
-
-def _quick_ack(sock: socket.socket | None) -> None:
-    """Ask the kernel to ACK at once. The gateway's WebSocket does not set TCP_NODELAY, so
-    Nagle holds each small reply until our (normally delayed, ~40 ms) ACK of the previous one;
-    Linux clears quick-ack mode after a while, so it is set again after every frame."""
-    if sock is not None and hasattr(socket, "TCP_QUICKACK"):
-        with contextlib.suppress(OSError):
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_QUICKACK, 1)
-
-
-def _log_send_failure(task: asyncio.Task[None]) -> None:
-    if not task.cancelled() and task.exception() is not None:
-        log.warning("gateway.send_failed error=%s", task.exception())
-
-
-async def _get(source: asyncio.Queue[dict[str, Any]], timeout: float | None) -> dict[str, Any]:
-    try:
-        return await asyncio.wait_for(source.get(), timeout)
-    except TimeoutError:
-        raise queue.Empty from None
 
 
 class GatewayKernel(Kernel):
@@ -185,6 +63,9 @@ class GatewayKernel(Kernel):
         self.move_key = ""  # signs its directory moves under the kernelspec (gateway/moves.py)
         self._client: GatewayClient | None = None
         self._alive_checked = 0.0
+        self.thread: str | None = None  # what its sql() speaks for (serve_thread)
+        self.data: DataChannel | None = None
+        self._reading: Resources | None = None  # the kernel's last usage reading
 
     @property
     def client(self) -> GatewayClient:
@@ -196,7 +77,26 @@ class GatewayKernel(Kernel):
         return None  # the process is the gateway's business
 
     def resources(self) -> Resources | None:
-        return None  # so is what it uses
+        """The kernel's own reading, sent with each cell it shows (inside/usage.py): the CPU
+        counted in its cells so far and its peak; None until the first one arrived."""
+        return self._reading
+
+    def serve_thread(self, key: str) -> None:
+        self.thread = key  # the data channel asks in this thread's name from now on
+        if self.egress is not None:  # its requests (replay included) speak for this thread
+            self.egress.thread = key
+
+    def _comm(self, msg: dict[str, Any]) -> None:
+        """A comm message from the kernel: a usage reading or the data channel's."""
+        content = msg.get("content", {})
+        data = content.get("data")
+        if msg["header"]["msg_type"] != "comm_msg" or not isinstance(data, dict):
+            return
+        reading = from_kernel(data)
+        if reading is not None:
+            self._reading = reading
+        elif self.data is not None:
+            self.data.receive(str(content.get("comm_id", "")), data)
 
     def files_outlive_it(self) -> bool:
         return False  # the working directory is the kernel's, reached through it
@@ -213,12 +113,37 @@ class GatewayKernel(Kernel):
     def scratch_dirs(self) -> list[Path]:
         return []  # the gateway's disk: its quota is the deployment's business
 
-    async def connect(self) -> None:
+    async def connect(self, fresh: bool = True) -> None:
+        """Open the kernel's channels and install the kernel-side modules. `fresh`: a kernel
+        process that has run no cell yet (started or restarted), whose usage count is 0."""
         if self._client is not None:
             await self._client.close()
+        await self._close_data()
+        self._reading = None
         ws = await self.backend.open_channels(self.kernel_id)
         self._client = GatewayClient(ws, uuid.uuid4().hex)
+        self._client.on_comm = self._comm
+        if self.backend.data is not None:
+            self.data = DataChannel(self.backend.data, self._client, lambda: self.thread)
         await self._wait_ready()
+        self._install()
+        # Known without waiting for the kernel's first reading: a cell sent now runs after
+        # the install, counted from 0. Another replica's kernel says its count first.
+        self._reading = Resources(0.0) if fresh else None
+
+    def _install(self) -> None:
+        """The kernel-side modules, in a silent cell (no reply awaited: the next request
+        runs after it): usage readings always, sql() when the bot has data sources. Both
+        are no-ops in a kernel that has them (another replica's, attached)."""
+        lines = [inside.exec_line("usage", "_install()")]
+        if self.data is not None:
+            lines.append(inside.exec_line("sql", "_install(comm=True)"))
+        self.client.execute("\n".join(lines), silent=True, store_history=False)
+
+    async def _close_data(self) -> None:
+        if self.data is not None:
+            await self.data.close()
+            self.data = None
 
     async def _wait_ready(self, timeout: float = 60.0) -> None:
         """kernel_info until answered: the channels are live and the kernel is up."""
@@ -256,10 +181,6 @@ class GatewayKernel(Kernel):
         self._apply_egress()
         await self._apply_cwd()
 
-    def serve_thread(self, key: str) -> None:
-        if self.egress is not None:  # its requests (replay included) speak for this thread
-            self.egress.thread = key
-
     def take_blocked(self) -> list[Blocked]:
         return self.egress.take_blocked() if self.egress is not None else []
 
@@ -295,13 +216,15 @@ class GatewayKernel(Kernel):
 
     async def detach(self) -> None:
         """Close our channels; the kernel stays on the gateway for another replica."""
+        await self._close_data()
         if self._client is not None:
-            await _close(self._client)
+            await close_client(self._client)
             self._client = None
 
     async def shutdown(self) -> None:
+        await self._close_data()
         if self._client is not None:
-            await _close(self._client)
+            await close_client(self._client)
         with contextlib.suppress(GatewayError, aiohttp.ClientError, TimeoutError):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
         if self.egress is not None and self.backend.egress is not None:
@@ -322,6 +245,7 @@ class GatewayBackend(KernelBackend):
         token: str | None = None,
         request_timeout: float = 60.0,
         env: dict[str, str] | None = None,
+        data: Answerer | None = None,
         egress: RemoteEntry | None = None,
     ):
         self.url = url.rstrip("/")
@@ -329,6 +253,7 @@ class GatewayBackend(KernelBackend):
         self.token = token
         self.timeout = aiohttp.ClientTimeout(total=request_timeout)
         self.env = env or {}
+        self.data = data  # the bot's SQL data sources: sql() in its kernels (datachannel.py)
         # The egress proxy's door for these kernels (allowlist mode): each kernel gets its own
         # credentials in its KERNEL_* environment.
         self.egress = egress
@@ -420,7 +345,7 @@ class GatewayBackend(KernelBackend):
     async def attach(self, kernel_id: str, cwd: Path) -> GatewayKernel:
         """Connect to a kernel another replica started (it already runs in the thread's dir)."""
         kernel = GatewayKernel(self, kernel_id, cwd)
-        await kernel.connect()
+        await kernel.connect(fresh=False)
         return kernel
 
     def workdir_files(self, workdir: Path) -> None:
