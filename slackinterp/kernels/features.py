@@ -74,20 +74,22 @@ FEATURES = (
         "Network policy: `SLACKINTERP_NETWORK`, per-channel rules, secrets, blocked-request "
         "notes (`serve_thread`, `take_blocked`)",
         "✓ sandbox and egress proxy",
-        "✗ the deployment's",
-        "a NetworkPolicy on kernel pods or a confining kernelspec (SECURITY.md §9)",
+        "✓ egress proxy over TCP, per-kernel credentials",
+        "when the kernels are confined (the `slackinterp` kernelspec, or the NetworkPolicy in "
+        "deploy/kubernetes): checked at start; not confined, allowlist refuses to start "
+        "(SECURITY.md §9)",
     ),
     Feature(
         "Per-thread sandbox: files, processes and sockets of other threads hidden",
         "✓ bubblewrap",
-        "✗ the deployment's",
-        "one pod per kernel (Enterprise Gateway on Kubernetes) or a confining kernelspec",
+        "✓ the `slackinterp` kernelspec (bubblewrap) or one pod per kernel",
+        "a plain kernelspec on one host hides nothing: the start-up probe says so",
     ),
     Feature(
         "Memory and process limits per kernel",
         "✓ RLIMIT_AS, pids cgroup",
-        "✗ the deployment's",
-        "pod resources or the kernelspec's limits",
+        "✓ the `slackinterp` kernelspec's (or pod resources)",
+        "the limits written into the kernelspec at install; pods: their `resources`",
     ),
     Feature(
         "A cell's first moments at the bot's priority (`hurry`)",
