@@ -242,6 +242,53 @@ def enterprise_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gat
     yield from _serve(command, env, root, port, token)
 
 
+@pytest.fixture(scope="session")
+def confined_enterprise_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """Enterprise Gateway (its local process proxy) offering the shipped `slackinterp`
+    kernelspec: the launcher starts each kernel under bubblewrap, as on Kernel Gateway."""
+    program = enterprise_gateway_command()
+    if isinstance(program, str):
+        pytest.skip(program)
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    from slackinterp.kernels.confined import kernelspec
+    from slackinterp.kernels.local.sandbox import Limits
+
+    root = tmp_path_factory.mktemp("confined-enterprise-gateway")
+    spec = kernelspec.spec(Limits(1024 * 1024 * 1024 * 2, 128, 256 * 1024 * 1024), "nobody")
+    proxy = "enterprise_gateway.services.processproxies.processproxy.LocalProcessProxy"
+    spec["metadata"]["process_proxy"] = {"class_name": proxy}
+    spec_dir = root / "share" / "kernels" / "slackinterp"
+    spec_dir.mkdir(parents=True)
+    (spec_dir / "kernel.json").write_text(json.dumps(spec))
+    runtime = Path(tempfile.mkdtemp(prefix="si-egw-"))
+    port = _free_port()
+    token = secrets.token_hex(8)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(root),
+        "LANG": "C.UTF-8",
+        "JUPYTER_PATH": str(root / "share"),
+        "JUPYTER_DATA_DIR": str(root / "data"),
+        "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
+        "SLACKINTERP_KERNEL_RUNTIME": str(runtime),
+    }
+    command = [
+        str(program),
+        "--EnterpriseGatewayApp.ip=127.0.0.1",
+        f"--EnterpriseGatewayApp.port={port}",
+        f"--EnterpriseGatewayApp.auth_token={token}",
+        "--EnterpriseGatewayApp.env_process_whitelist=HOME,LANG,SLACKINTERP_KERNEL_RUNTIME",
+        "--EnterpriseGatewayApp.list_kernels=True",
+        "--MappingKernelManager.cull_idle_timeout=7200",
+        "--MappingKernelManager.cull_interval=300",
+    ]
+    try:
+        yield from _serve(command, env, root, port, token)
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
 @pytest.fixture(params=BACKENDS)
 def backend(request: pytest.FixtureRequest) -> dict[str, Any]:
     """The settings that put a bot's kernels on this backend: local (the bot's own), or a

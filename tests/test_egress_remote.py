@@ -3,7 +3,8 @@ kernel reaches the proxy over TCP with credentials of its own, given in its KERN
 environment; its requests are judged by its thread's channel rules and refused under its
 cell; its credentials are worth nothing to anyone else and stop working when it ends.
 
-These run the real Kernel Gateway with a plain kernelspec, so the proxy is the only thing
+These run the real Kernel Gateway and Enterprise Gateway (which pass a request's KERNEL_*
+variables on each in its own way) with a plain kernelspec, so the proxy is the only thing
 under test here (the kernels are not confined: tests/test_gateway_confined.py has that)."""
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import ipaddress
 import json
 from pathlib import Path
 
+import pytest
+
 from slackinterp.egress.policy import Address, NetworkMode
 from slackinterp.egress.service import Egress
 from slackinterp.kernels.execution import Stream, run_cell
 from slackinterp.kernels.gateway.backend import GatewayBackend
 from tests.gateway import (
     Gateway,
+    enterprise_gateway,  # noqa: F401 - a fixture
     kernel_gateway,  # noqa: F401 - a fixture
 )
 from tests.test_egress_proxy import Upstream
@@ -69,9 +73,14 @@ async def raw(address: Address, head: str) -> bytes:
     return data
 
 
+@pytest.fixture(params=["kernel_gateway", "enterprise_gateway"])
+def gateway(request: pytest.FixtureRequest) -> Gateway:
+    found: Gateway = request.getfixturevalue(request.param)
+    return found
+
+
 async def test_a_gateway_kernel_uses_the_proxy_with_its_own_credentials(
-    tmp_path: Path,
-    kernel_gateway: Gateway,  # noqa: F811
+    tmp_path: Path, gateway: Gateway
 ) -> None:
     upstream = Upstream()
     await upstream.start()
@@ -84,9 +93,7 @@ async def test_a_gateway_kernel_uses_the_proxy_with_its_own_credentials(
         resolver=resolver,
     )
     entry = await egress.serve_remote(Address("127.0.0.1", 0), None)
-    backend = GatewayBackend(
-        kernel_gateway.url, kernel_name="python3", token=kernel_gateway.token, egress=entry
-    )
+    backend = GatewayBackend(gateway.url, kernel_name="python3", token=gateway.token, egress=entry)
     first = await backend.start_kernel(tmp_path / "one")
     second = await backend.start_kernel(tmp_path / "two")
     try:

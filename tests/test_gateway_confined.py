@@ -23,6 +23,7 @@ from slackinterp.kernels.execution import Stream, run_cell
 from slackinterp.kernels.gateway.backend import GatewayBackend, GatewayKernel
 from tests.gateway import (
     Gateway,
+    confined_enterprise_gateway,  # noqa: F401 - a fixture
     confined_gateway,  # noqa: F401 - a fixture
 )
 from tests.test_egress_remote import Rules
@@ -66,11 +67,17 @@ async def value(kernel: GatewayKernel, expression: str) -> object:
     return json.loads(await out(kernel, f"import json; print(json.dumps({expression}))"))
 
 
+@pytest.fixture(params=["confined_gateway", "confined_enterprise_gateway"])
+def either(request: pytest.FixtureRequest) -> Gateway:
+    """Kernel Gateway or Enterprise Gateway, each with the shipped kernelspec."""
+    found: Gateway = request.getfixturevalue(request.param)
+    return found
+
+
 async def test_the_probe_finds_them_confined_by_the_kernelspec(
-    tmp_path: Path,
-    confined_gateway: Gateway,  # noqa: F811
+    tmp_path: Path, either: Gateway
 ) -> None:
-    backend = backend_for(confined_gateway)
+    backend = backend_for(either)
     try:
         found = await confinement.probe(backend, tmp_path / "probe")
     finally:
@@ -79,11 +86,10 @@ async def test_the_probe_finds_them_confined_by_the_kernelspec(
 
 
 async def test_a_kernel_sees_its_own_thread_folder_and_processes_only(
-    tmp_path: Path,
-    confined_gateway: Gateway,  # noqa: F811
+    tmp_path: Path, either: Gateway
 ) -> None:
-    backend = backend_for(confined_gateway)
-    threads = confined_gateway.root / "slackinterp-threads"
+    backend = backend_for(either)
+    threads = either.root / "slackinterp-threads"
     first = await backend.start_kernel(tmp_path / "thread-a")
     second = await backend.start_kernel(tmp_path / "thread-b")
     try:
@@ -192,7 +198,7 @@ def __get(url, proxy=None):
 
 async def test_confined_kernels_reach_only_what_their_channel_allows_with_their_credentials(
     tmp_path: Path,
-    confined_gateway: Gateway,  # noqa: F811
+    either: Gateway,
     upstream: TlsUpstream,  # noqa: F811
 ) -> None:
     rules = Rules()
@@ -203,7 +209,7 @@ async def test_confined_kernels_reach_only_what_their_channel_allows_with_their_
         SecretInjector(secrets.parse(text, {"API_TOKEN": TOKEN}), bot_ca.BotCA(tmp_path / "ca"))
     )
     await egress.serve_remote(Address("127.0.0.1", 0), None)
-    backend = backend_for(confined_gateway, egress)
+    backend = backend_for(either, egress)
     first = await backend.start_kernel(tmp_path / "thread-c1")
     second = await backend.start_kernel(tmp_path / "thread-c2")
     try:
