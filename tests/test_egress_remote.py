@@ -139,3 +139,41 @@ async def test_a_gateway_kernel_uses_the_proxy_with_its_own_credentials(
         await egress.close()
         assert upstream.server is not None
         upstream.server.close()
+
+
+async def test_strangers_get_407_bounded_logs_and_a_bounded_wait(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Anyone may dial the door: without a kernel's credentials they get 407 and nothing
+    upstream; a flood of them writes a bounded log (no credential in it), and at most
+    MAX_UNAUTHENTICATED of them may sit on a half-sent head at once."""
+    import logging
+
+    from slackinterp.egress import remote
+
+    egress = Egress(NetworkMode.ALLOWLIST, ["localhost:1+private"], resolver=resolver)
+    entry = await egress.serve_remote(Address("127.0.0.1", 0), None)
+    account, env = entry.grant()
+    try:
+        caplog.set_level(logging.INFO, logger="slackinterp.egress")
+        wrong = base64.b64encode(f"{account.ident}:not-the-token".encode()).decode()
+        head = f"CONNECT localhost:1 HTTP/1.1\r\nProxy-Authorization: Basic {wrong}\r\n\r\n"
+        for _ in range(200):
+            assert b" 407 " in await raw(entry.address, head)
+        lines = [r.getMessage() for r in caplog.records if "remote_refused" in r.getMessage()]
+        assert 1 <= len(lines) <= 20, len(lines)
+        assert account.token not in caplog.text and "not-the-token" not in caplog.text
+        assert account.token in env[remote.PROXY_VARIABLE]  # only the kernel is told
+        # Half-sent heads hold a place each, up to the cap; past it: 503 at once.
+        held = []
+        for _ in range(remote.MAX_UNAUTHENTICATED):
+            _reader, writer = await asyncio.open_connection(entry.address.host, entry.address.port)
+            writer.write(b"CONNECT localhost:1 HTTP/1.1\r\n")
+            await writer.drain()
+            held.append(writer)
+        await asyncio.sleep(0.2)
+        assert b" 503 " in await raw(entry.address, head)
+        for writer in held:
+            writer.close()
+    finally:
+        await egress.close()
