@@ -177,3 +177,53 @@ async def test_strangers_get_407_bounded_logs_and_a_bounded_wait(
             writer.close()
     finally:
         await egress.close()
+
+
+async def test_a_remote_kernel_gets_its_fair_share_and_no_more() -> None:
+    """The per-kernel cap counts a remote kernel's connections like a local kernel's: past
+    it, 503 too-many-tunnels, noted for its cell; another kernel is unaffected."""
+    from slackinterp.egress.proxy import ProxyLimits
+
+    upstream = Upstream()
+    await upstream.start()
+    limits = ProxyLimits(per_kernel=2, reserve=1, idle_timeout=60)
+    egress = Egress(
+        NetworkMode.ALLOWLIST,
+        [f"allowed.test:{upstream.port}+private"],
+        resolver=resolver,
+        limits=limits,
+    )
+    entry = await egress.serve_remote(Address("127.0.0.1", 0), None)
+    greedy, _ = entry.grant()
+    other, _ = entry.grant()
+    held = []
+
+    def head(account: object) -> bytes:
+        pair = f"{account.ident}:{account.token}"  # type: ignore[attr-defined]
+        auth = base64.b64encode(pair.encode()).decode()
+        return (
+            f"CONNECT allowed.test:{upstream.port} HTTP/1.1\r\n"
+            f"Proxy-Authorization: Basic {auth}\r\n\r\n"
+        ).encode()
+
+    try:
+        for _ in range(2):
+            reader, writer = await asyncio.open_connection(entry.address.host, entry.address.port)
+            writer.write(head(greedy))
+            assert b" 200 " in await reader.readuntil(b"\r\n\r\n")
+            held.append(writer)
+        reader, writer = await asyncio.open_connection(entry.address.host, entry.address.port)
+        writer.write(head(greedy))
+        assert b" 503 " in await reader.read(4096)
+        writer.close()
+        assert [b.reason for b in greedy.take_blocked()] == ["too-many-tunnels"]
+        reader, writer = await asyncio.open_connection(entry.address.host, entry.address.port)
+        writer.write(head(other))
+        assert b" 200 " in await reader.readuntil(b"\r\n\r\n")
+        writer.close()
+    finally:
+        for writer in held:
+            writer.close()
+        await egress.close()
+        assert upstream.server is not None
+        upstream.server.close()
