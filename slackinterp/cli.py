@@ -210,6 +210,7 @@ def cmd_kernelspec(args: argparse.Namespace) -> int:
         user=args.user,
         prefix=args.prefix,
         threads_root=args.threads_root,
+        runtime_dir=args.runtime_dir,
     )
     print(f"installed kernelspec {args.name!r} in {where}")
     print(
@@ -356,6 +357,10 @@ def build_parser() -> argparse.ArgumentParser:
     spec.add_argument(
         "--threads-root",
         help="where thread folders live on this host (default: <gateway dir>/slackinterp-threads)",
+    )
+    spec.add_argument(
+        "--runtime-dir",
+        help="kernels' runtime directories (default: /run/slackinterp-kernels as root)",
     )
     spec.set_defaults(func=cmd_kernelspec)
     return parser

@@ -79,8 +79,8 @@ def serve_confined(root: Path) -> Iterator[Gateway]:
 
     specs = root / "specs"
     limits = Limits(1024 * 1024 * 1024 * 2, 128, 256 * 1024 * 1024)
-    kernelspec.install(limits, "nobody", prefix=str(specs))
     runtime = Path(tempfile.mkdtemp(prefix="si-gw-"))
+    kernelspec.install(limits, "nobody", prefix=str(specs), runtime_dir=str(runtime))
     extra = {
         "JUPYTER_PATH": str(specs / "share" / "jupyter"),
         "SLACKINTERP_KERNEL_RUNTIME": str(runtime),
@@ -255,13 +255,14 @@ def confined_enterprise_gateway(tmp_path_factory: pytest.TempPathFactory) -> Ite
     from slackinterp.kernels.local.sandbox import Limits
 
     root = tmp_path_factory.mktemp("confined-enterprise-gateway")
-    spec = kernelspec.spec(Limits(1024 * 1024 * 1024 * 2, 128, 256 * 1024 * 1024), "nobody")
+    runtime = Path(tempfile.mkdtemp(prefix="si-egw-"))
+    limits = Limits(1024 * 1024 * 1024 * 2, 128, 256 * 1024 * 1024)
+    spec = kernelspec.spec(limits, "nobody", runtime_dir=str(runtime))
     proxy = "enterprise_gateway.services.processproxies.processproxy.LocalProcessProxy"
     spec["metadata"]["process_proxy"] = {"class_name": proxy}
     spec_dir = root / "share" / "kernels" / "slackinterp"
     spec_dir.mkdir(parents=True)
     (spec_dir / "kernel.json").write_text(json.dumps(spec))
-    runtime = Path(tempfile.mkdtemp(prefix="si-egw-"))
     port = _free_port()
     token = secrets.token_hex(8)
     env = {

@@ -20,13 +20,20 @@ from slackinterp.kernels.local.sandbox import Limits
 NAME = "slackinterp"
 
 
-def spec(limits: Limits, kernel_user: str, threads_root: str | None = None) -> dict[str, Any]:
+def spec(
+    limits: Limits,
+    kernel_user: str,
+    threads_root: str | None = None,
+    runtime_dir: str | None = None,
+) -> dict[str, Any]:
     env = {
         LIMITS_VARIABLE: f"{limits.memory_bytes},{limits.max_processes},{limits.max_file_bytes}",
         "SLACKINTERP_KERNEL_USER": kernel_user,
     }
     if threads_root:
         env["SLACKINTERP_THREADS_ROOT"] = threads_root
+    if runtime_dir:  # default: /run/slackinterp-kernels as root, else under /tmp
+        env["SLACKINTERP_KERNEL_RUNTIME"] = runtime_dir
     return {
         "argv": [
             sys.executable,
@@ -51,6 +58,7 @@ def install(
     user: bool = False,
     prefix: str | None = None,
     threads_root: str | None = None,
+    runtime_dir: str | None = None,
 ) -> str:
     """Install the spec where Jupyter looks (system-wide, --user, or under --prefix); the
     directory it went to."""
@@ -60,7 +68,7 @@ def install(
         path = Path(tmp) / name
         path.mkdir()
         (path / "kernel.json").write_text(
-            json.dumps(spec(limits, kernel_user, threads_root), indent=2)
+            json.dumps(spec(limits, kernel_user, threads_root, runtime_dir), indent=2)
         )
         return str(
             KernelSpecManager().install_kernel_spec(str(path), name, user=user, prefix=prefix)

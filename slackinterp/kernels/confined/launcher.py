@@ -27,6 +27,7 @@ import os
 import shutil
 import signal
 import sys
+import time
 from pathlib import Path
 
 from slackinterp.egress import relay
@@ -43,6 +44,9 @@ CHANNELS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 LIMITS_VARIABLE = "SLACKINTERP_KERNEL_LIMITS"  # memory bytes, processes, file bytes
 DEFAULT_LIMITS = sandbox.Limits(2048 * 1024 * 1024, 256, 1024 * 1024 * 1024)
 PROXY_INSIDE = f"127.0.0.1:{relay.PORT}"
+# A kernel's remembered folder outlives its launcher (a restart reads it); the gateway says
+# nothing of a kernel's end, so old ones are swept at each start instead.
+STATE_DAYS = 14
 
 
 def limits_from(text: str | None) -> sandbox.Limits:
@@ -52,8 +56,8 @@ def limits_from(text: str | None) -> sandbox.Limits:
     return sandbox.Limits(memory, processes, file_bytes)
 
 
-def runtime_base() -> Path:
-    configured = os.environ.get("SLACKINTERP_KERNEL_RUNTIME")
+def runtime_base(environ: dict[str, str]) -> Path:
+    configured = environ.get("SLACKINTERP_KERNEL_RUNTIME")
     if configured:
         return Path(configured)
     if os.geteuid() == 0:
@@ -66,7 +70,7 @@ class Launcher:
         self.environ = environ
         self.info = json.loads(connection_file.read_text())
         self.token = connection_file.stem.removeprefix("kernel-")[:40]
-        self.base = runtime_base()
+        self.base = runtime_base(environ)
         self.runtime = self.base / self.token
         self.state = self.base / f"{self.token}.workdir"  # outside the kernel's reach
         self.threads = Path(environ.get("SLACKINTERP_THREADS_ROOT") or Path.cwd() / REMOTE_ROOT)
@@ -84,8 +88,17 @@ class Launcher:
         name = self.environ.get(moves.WORKDIR_VARIABLE, "")
         return name if moves.valid_name(name) else f"kernel-{self.token}"
 
+    def sweep(self) -> None:
+        """Forget the folders of kernels not started for STATE_DAYS (long gone)."""
+        cutoff = time.time() - STATE_DAYS * 86400
+        for old in self.base.glob("*.workdir"):
+            with contextlib.suppress(OSError):
+                if old.stat().st_mtime < cutoff:
+                    old.unlink()
+
     def prepare(self) -> tuple[Path, str]:
         self.base.mkdir(mode=0o711, parents=True, exist_ok=True)
+        self.sweep()
         shutil.rmtree(self.runtime, ignore_errors=True)  # a restart's leftovers
         self.runtime.mkdir(mode=0o700)
         if self.user is not None:
