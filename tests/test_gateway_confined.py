@@ -18,7 +18,7 @@ from slackinterp.egress import secrets
 from slackinterp.egress.inject import SecretInjector
 from slackinterp.egress.policy import Address, NetworkMode
 from slackinterp.egress.service import Egress
-from slackinterp.kernels import confinement
+from slackinterp.kernels import confinement, inside
 from slackinterp.kernels.execution import Stream, run_cell
 from slackinterp.kernels.gateway.backend import GatewayBackend, GatewayKernel
 from tests.gateway import (
@@ -306,3 +306,58 @@ async def test_doctor_says_they_are_confined_by_the_kernelspec(
     assert check.ok and not check.skipped, check
     assert check.lines()[0].startswith("✓ sandbox — gateway kernels are confined by the kernelspec")
     assert "allowlist of pypi.org" in check.detail
+
+
+async def test_a_fork_copies_another_threads_folder_once_on_the_bots_request(
+    tmp_path: Path,
+    confined_gateway: Gateway,  # noqa: F811
+) -> None:
+    """A confined kernel sees no sibling folder, so its launcher copies a fork's source, as
+    the kernel's user, on the bot's signed request, good once: replayed later, it copies
+    nothing the source wrote since; kernel code cannot sign one."""
+    from slackinterp.kernels.gateway import moves
+
+    backend = backend_for(confined_gateway)
+    threads = confined_gateway.root / "slackinterp-threads"
+    source = await backend.start_kernel(tmp_path / "thread-src")
+    await out(source, "with open('data.csv', 'w') as f: f.write('a,b\\n1,2\\n')")
+    await out(source, "import os; os.symlink('/etc/shadow', 'shadow-link')")
+    fork = await backend.start_kernel(tmp_path / "thread-fork")
+    other = await backend.start_kernel(tmp_path / "thread-other")
+    try:
+        assert await fork.copy_thread(tmp_path / "thread-src") == 1  # data.csv (and the link)
+        assert await value(fork, "open('data.csv').read()") == "a,b\n1,2\n"
+        # The link came as a link; inside the sandbox it leads to the sandbox's own view.
+        assert (threads / "thread-fork" / "shadow-link").is_symlink()
+        read = await out(
+            fork,
+            "try:\n    r = open('shadow-link').read()\n"
+            "except OSError as e:\n    r = type(e).__name__\nprint(repr(r))",
+        )
+        assert read.strip() in ("''", "'PermissionError'"), read  # nothing of the host's file
+        # The bot's request, made again with the same nonce later: refused.
+        assert other.move_key
+        nonce = "0" * 32
+        signature = moves.sign(other.move_key, moves.copy_message("thread-src", nonce))
+        fetch = f"{inside.load_expression('workplace')}.fetch('thread-src', {nonce!r}, "
+        assert "found" in await out(other, fetch + f"{signature!r}, 20)")
+        await out(source, "with open('later.txt', 'w') as f: f.write('after the fork')")
+        # (the kernel may read the old answer again; the launcher copies nothing)
+        await run_cell(
+            other, fetch + f"{signature!r}, 2)", timeout=30, grace=1, max_output_chars=5000
+        )
+        await out(other, "import time; time.sleep(1)")
+        # Kernel code cannot sign one: a forged request copies nothing either.
+        forged = f"copy thread-src {'1' * 32} {'f' * 64}"
+        await out(
+            other,
+            "import os, time\nfd = os.open('/run/kernel/move', os.O_WRONLY | os.O_NONBLOCK)\n"
+            f"os.write(fd, {(forged + chr(10)).encode()!r}); os.close(fd); time.sleep(1)",
+        )
+        assert await value(other, "__import__('os').path.exists('later.txt')") is False
+        assert not (threads / "thread-other" / "later.txt").exists()
+    finally:
+        await fork.shutdown()
+        await other.shutdown()
+        await source.shutdown()
+        await backend.close()

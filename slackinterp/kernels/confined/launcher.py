@@ -12,7 +12,8 @@ kernel's KERNEL_* environment. The launcher, outside the sandbox:
 - gives it one way out: the egress relay's socket, piped to the bot's proxy named in
   KERNEL_SLACKINTERP_PROXY (the kernel's own credentials; egress/remote.py);
 - moves a pooled kernel's directory to its thread's when the bot's signed request arrives
-  (kernels/gateway/moves.py), and remembers the move across the gateway's restarts.
+  (kernels/gateway/moves.py), and remembers the move across the gateway's restarts; copies
+  another thread's folder into it for a fork, on a signed request good once.
 It ends the kernel when it is told to end (SIGTERM) and with it (bwrap --die-with-parent).
 """
 
@@ -32,6 +33,7 @@ from pathlib import Path
 
 from slackinterp.egress import relay
 from slackinterp.egress.service import packages_env
+from slackinterp.kernels import inside
 from slackinterp.kernels.confined import pipes
 from slackinterp.kernels.gateway import moves
 from slackinterp.kernels.local import cgroups, privileges, sandbox
@@ -79,6 +81,8 @@ class Launcher:
         self.servers: list[asyncio.Server] = []
         self.proc: asyncio.subprocess.Process | None = None
         self.cgroup: cgroups.KernelCgroup | None = None
+        self.tasks: set[asyncio.Task[None]] = set()  # copies under way
+        self.nonces: set[str] = set()  # copies done: each signature works once
 
     def workdir_name(self) -> str:
         with contextlib.suppress(OSError):
@@ -192,7 +196,13 @@ class Launcher:
             while b"\n" in buffer:
                 line, _, rest = bytes(buffer).partition(b"\n")
                 buffer[:] = rest
-                self.move(line.decode("ascii", "replace"), key, current)
+                text = line.decode("ascii", "replace")
+                if text.startswith("copy "):
+                    task = asyncio.get_running_loop().create_task(self.copy(text, key, current))
+                    self.tasks.add(task)
+                    task.add_done_callback(self.tasks.discard)
+                else:
+                    self.move(text, key, current)
 
         asyncio.get_running_loop().add_reader(fd, readable)
 
@@ -211,6 +221,66 @@ class Launcher:
         if self.user is not None:
             os.chown(done, self.user.uid, self.user.gid)
         done.rename(self.runtime / moves.DONE_NAME)
+
+    async def copy(self, line: str, key: str, current: dict[str, Path]) -> None:
+        """A fork: thread NAME's folder copied into this kernel's, by a process running as
+        the kernel's user (it can read and write only what the kernel's user can: no link a
+        kernel planted leads anywhere else), with kernels/inside/forking.py's own copy."""
+        _verb, name, nonce, signature = [*line.strip().split(" "), "", "", ""][:4]
+        if not moves.verify_copy(key, name, nonce, signature) or nonce in self.nonces:
+            log.warning("launcher.copy_refused reason=bad_or_used_signature")
+            return
+        self.nonces.add(nonce)
+        answer = ""
+        try:
+            answer = await asyncio.to_thread(
+                self._copy_as_user, self.threads / name, current["dir"]
+            )
+        except Exception as exc:  # the kernel gets an answer (not found) rather than a wait
+            log.warning("launcher.copy_failed error=%s", type(exc).__name__)
+        done = self.runtime / f".{moves.COPIED_NAME}"
+        done.write_text(f"{nonce} {answer.strip()}")
+        if self.user is not None:
+            os.chown(done, self.user.uid, self.user.gid)
+        done.rename(self.runtime / moves.COPIED_NAME)
+
+    def _copy_as_user(self, source: Path, into: Path) -> str:
+        """forking.copy(source) in a child that became the kernel's user first (forked, not
+        exec'd: the interpreter may live where that user cannot reach); its answer line. Both
+        folders are opened here, as root (their parents may be closed to that user), and
+        reached by descriptor; no link is followed on the way."""
+        _module, code = inside.named("forking")
+        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+        source_fd = os.open(source, flags)
+        into_fd = os.open(into, flags)
+        read, write = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child: nothing but the copy, then _exit
+            status = 1
+            try:
+                os.close(read)
+                if self.user is not None:
+                    privileges.drop_privileges(self.user)
+                os.fchdir(into_fd)
+                namespace: dict[str, object] = {"__name__": "slackinterp_fork_copy"}
+                exec(compile(code, "forking", "exec"), namespace)
+                copy = namespace["copy"]
+                assert callable(copy)
+                os.write(write, str(copy(f"/proc/self/fd/{source_fd}/.")).encode())
+                status = 0
+            except BaseException as exc:  # said in the gateway's log, never raised here
+                os.write(2, f"launcher.copy_failed error={exc!r}\n".encode())
+            finally:
+                os._exit(status)
+        os.close(write)
+        os.close(source_fd)
+        os.close(into_fd)
+        chunks = []
+        while data := os.read(read, 65536):
+            chunks.append(data)
+        os.close(read)
+        os.waitpid(pid, 0)
+        return b"".join(chunks).decode("utf-8", "replace")
 
     async def run(self) -> int:
         bwrap = shutil.which("bwrap")

@@ -33,11 +33,13 @@ from slackinterp.egress.remote import RemoteEntry, RemoteKernel
 from slackinterp.kernels import inside
 from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
 from slackinterp.kernels.datachannel import Answerer, DataChannel
-from slackinterp.kernels.execution import CellControl
+from slackinterp.kernels.execution import CellControl, run_cell
+from slackinterp.kernels.files import TransferError
 from slackinterp.kernels.gateway import moves
 from slackinterp.kernels.gateway.client import GatewayClient, close_client
 from slackinterp.kernels.gateway.files import KernelFiles
 from slackinterp.kernels.resources import Resources, from_kernel
+from slackinterp.kernels.snapshots import Copied, parse
 
 log = logging.getLogger(__name__)
 
@@ -105,9 +107,24 @@ class GatewayKernel(Kernel):
         return KernelFiles(self, max_files=max_files)
 
     async def copy_thread(self, source: Path) -> int:
-        """The copy runs in this kernel, on the gateway: the source's directory is a sibling
-        of this one there (REMOTE_ROOT/<thread>)."""
-        return await KernelFiles(self, timeout=COPY_TIMEOUT).copy_from(source.name)
+        """The copy runs on the gateway: in this kernel, where the source's directory is a
+        sibling of this one (REMOTE_ROOT/<thread>); under the shipped kernelspec, which shows
+        a kernel no sibling, by its launcher on the bot's signed request, good once."""
+        if not self.move_key:
+            return await KernelFiles(self, timeout=COPY_TIMEOUT).copy_from(source.name)
+        nonce = secrets.token_hex(16)
+        signature = moves.sign(self.move_key, moves.copy_message(source.name, nonce))
+        code = (
+            f"{inside.load_expression('workplace')}.fetch("
+            f"{source.name!r}, {nonce!r}, {signature!r}, {COPY_TIMEOUT!r})"
+        )
+        result = await run_cell(
+            self, code, timeout=COPY_TIMEOUT + 5, grace=2.0, max_output_chars=4000, silent=True
+        )
+        copied = parse(result.text, Copied) if result.ok else None
+        if copied is None or not copied.found:
+            raise TransferError("the thread's files were not found on the gateway")
+        return copied.files
 
     @property
     def scratch_dirs(self) -> list[Path]:

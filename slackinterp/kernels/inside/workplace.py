@@ -5,7 +5,10 @@ and moves there. A kernel confined by the shipped kernelspec sees only its own d
 $HOME: a new thread's directory there is the launcher's work (kernels/gateway/moves.py), asked
 for through the FIFO in its runtime directory with the request the bot signed, and awaited.
 
-Only definitions at import (kernels/inside/__init__.py): the bot calls `enter`.
+A fork's copy of another thread's files is the launcher's work too (`fetch`): the kernel
+passes on the bot's signed request and prints the launcher's answer for the bot.
+
+Only definitions at import (kernels/inside/__init__.py): the bot calls `enter` and `fetch`.
 """
 
 
@@ -41,3 +44,28 @@ def enter(root: str, name: str, signature: str, timeout: float) -> None:
             time.sleep(0.02)
         os.environ["SLACKINTERP_WORKDIR_NAME"] = name
     os.chdir(home)
+
+
+def fetch(name: str, nonce: str, signature: str, timeout: float) -> None:
+    """Ask the launcher to copy thread `name`'s folder into this one; print its answer."""
+    import os
+    import time
+
+    runtime = "/run/kernel"
+    fd = os.open(os.path.join(runtime, "move"), os.O_WRONLY | os.O_NONBLOCK)
+    try:
+        os.write(fd, f"copy {name} {nonce} {signature}\n".encode())
+    finally:
+        os.close(fd)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(os.path.join(runtime, "copied")) as handle:
+                found, _, answer = handle.read().strip().partition(" ")
+            if found == nonce:
+                print(answer)
+                return
+        except OSError:
+            pass
+        time.sleep(0.05)
+    raise TimeoutError("the launcher did not copy the thread's folder")
