@@ -1,4 +1,5 @@
-"""The egress proxy against a direct loopback connection, in the same run (issue 26).
+"""The egress proxy against a direct loopback connection, for a local and a gateway kernel, in
+the same run (issues 26 and 46).
 
 Run by hand (not a test), as root or a user who may create network namespaces with bwrap:
 
@@ -14,15 +15,24 @@ upstream server, which runs in a process of its own. Measured:
   - a new connection until its first answer byte: time added by the proxy (target <= 2 ms);
   - the bot's event-loop lag (a 10 ms ticker) during a download through the proxy: p99
     (target < 50 ms).
+The gateway kernel's path (issue 46) is the same client in its own network namespace with the
+same relay, whose socket is the kernelspec launcher's pipe (kernels/confined/pipes.py, in a
+process of its own as on a gateway host) to the proxy's TCP door (egress/remote.py), with the
+kernel's own credentials in every CONNECT. Measured against the local kernel's path: a new
+connection's added time (target <= 2 ms over local), the download (>= 200 MB/s) and the lag
+(p99 < 50 ms); and HTTPS to a secret-bearing host against plain CONNECT through the door
+(bench/https_secrets.py; target <= 5 ms added per request).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import os
 import shutil
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -35,7 +45,7 @@ if str(ROOT) not in sys.path:
 
 from bench.common import pct  # noqa: E402
 from slackinterp.egress import relay  # noqa: E402
-from slackinterp.egress.policy import NetworkMode  # noqa: E402
+from slackinterp.egress.policy import Address, NetworkMode  # noqa: E402
 from slackinterp.egress.service import Egress  # noqa: E402
 from slackinterp.store import Store, sqlite_url  # noqa: E402
 
@@ -70,7 +80,7 @@ while True:
 CLIENT = """
 import json, os, socket, sys, time
 mode, port, mib, connections = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4])
-if mode == "proxy":
+if mode in ("proxy", "gateway"):
     exec(os.environ["RELAY"])  # the kernel's own start-up code: the relay on 127.0.0.1:3128
     for _ in range(200):  # until it listens
         try:
@@ -78,11 +88,14 @@ if mode == "proxy":
             break
         except OSError:
             time.sleep(0.01)
+AUTH = os.environ.get("PROXY_AUTH", "")
+AUTH = f"Proxy-Authorization: Basic {AUTH}\\r\\n" if AUTH else ""
 def open_conn():
     if mode == "direct":
         return socket.create_connection(("127.0.0.1", port))
     s = socket.create_connection(("127.0.0.1", 3128))
-    s.sendall(f"CONNECT localhost:{port} HTTP/1.1\\r\\nHost: localhost:{port}\\r\\n\\r\\n".encode())
+    head = f"CONNECT localhost:{port} HTTP/1.1\\r\\nHost: localhost:{port}\\r\\n{AUTH}\\r\\n"
+    s.sendall(head.encode())
     head = b""
     while not head.endswith(b"\\r\\n\\r\\n"):
         head += s.recv(1)
@@ -118,10 +131,17 @@ print(json.dumps(out), flush=True)
 
 
 async def run_client(
-    wrapper: list[str], mode: str, port: int, mib: int, connections: int, lag: list[float]
+    wrapper: list[str],
+    mode: str,
+    port: int,
+    mib: int,
+    connections: int,
+    lag: list[float],
+    socket_path: str = "",
+    auth: str = "",
 ) -> dict[str, object]:
-    env = {**os.environ, "RELAY": textwrap.dedent(relay.HOOK)}
-    env[relay.SOCKET_VARIABLE] = env.pop("BENCH_SOCKET", "")
+    env = {**os.environ, "RELAY": textwrap.dedent(relay.HOOK), "PROXY_AUTH": auth}
+    env[relay.SOCKET_VARIABLE] = socket_path
     proc = await asyncio.create_subprocess_exec(
         *wrapper,
         sys.executable,
@@ -161,6 +181,18 @@ def start_upstream() -> tuple[subprocess.Popen[str], int]:
     return upstream, int(upstream.stdout.readline())
 
 
+PIPE = """
+import asyncio, sys
+from pathlib import Path
+from slackinterp.kernels.confined import pipes
+async def main():
+    await pipes.unix_to_tcp(Path(sys.argv[1]), "127.0.0.1", int(sys.argv[2]), None, None)
+    print("ready", flush=True)
+    await asyncio.Event().wait()
+asyncio.run(main())
+"""
+
+
 async def main(upstream: subprocess.Popen[str], port: int, mib: int, connections: int) -> None:
     scratch = Path(tempfile.mkdtemp(prefix="egress-bench-"))
     store = await Store.open(sqlite_url(scratch / "bench.db"))
@@ -168,19 +200,82 @@ async def main(upstream: subprocess.Popen[str], port: int, mib: int, connections
     egress = Egress(NetworkMode.ALLOWLIST, ["python-packages"], channel_rules=store)
     listener = await egress.proxy.listen(scratch / "egress.sock")
     listener.thread = "T:CB:1.1"
+    entry = await egress.serve_remote(Address("127.0.0.1", 0), None)
+    account, _env = entry.grant()
+    account.thread = "T:CB:2.2"
+    auth = base64.b64encode(f"{account.ident}:{account.token}".encode()).decode()
+    pipe_path = scratch / "gateway-egress.sock"
+    pipe = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        PIPE,
+        str(pipe_path),
+        str(entry.listen.port),
+        stdout=subprocess.PIPE,
+        cwd=str(ROOT),
+    )
+    assert pipe.stdout is not None
+    await pipe.stdout.readline()
+    netns = ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
     try:
         direct_lag: list[float] = []
         direct = await run_client([], "direct", port, mib, connections, direct_lag)
         proxy_lag: list[float] = []
-        os.environ["BENCH_SOCKET"] = str(listener.path)
-        netns = ["bwrap", "--dev-bind", "/", "/", "--unshare-net", "--die-with-parent", "--"]
-        proxied = await run_client(netns, "proxy", port, mib, connections, proxy_lag)
+        proxied = await run_client(
+            netns, "proxy", port, mib, connections, proxy_lag, str(listener.path)
+        )
+        gateway_lag: list[float] = []
+        gateway = await run_client(
+            netns, "gateway", port, mib, connections, gateway_lag, str(pipe_path), auth
+        )
     finally:
+        pipe.kill()
+        await pipe.wait()
         await listener.close()
+        await egress.close()
         await store.close()
         upstream.kill()
         shutil.rmtree(scratch, ignore_errors=True)
     report(direct, proxied, direct_lag, proxy_lag, mib)
+    report_gateway(proxied, gateway, gateway_lag, mib)
+    await https_through_the_door()
+
+
+def report_gateway(
+    local: dict[str, object], gateway: dict[str, object], lag: list[float], mib: int
+) -> None:
+    """The gateway kernel's path against the local kernel's, measured in the same run."""
+    rate = float(gateway["bytes"]) / float(gateway["seconds"]) / 1e6  # type: ignore[arg-type]
+    local50 = pct([t * 1000 for t in local["connect"]], 50)  # type: ignore[attr-defined]
+    gate50 = pct([t * 1000 for t in gateway["connect"]], 50)  # type: ignore[attr-defined]
+    gate95 = pct([t * 1000 for t in gateway["connect"]], 95)  # type: ignore[attr-defined]
+    added = gate50 - local50
+    lag99 = pct([v * 1000 for v in lag], 99) if lag else 0.0
+    print(
+        f"gateway kernel (relay -> launcher pipe -> TCP door, own credentials): new connection "
+        f"p50 {gate50:.2f} ms (p95 {gate95:.2f}) vs local kernel {local50:.2f} ms: added "
+        f"{added:+.2f} ms (target <= 2 ms: {'ok' if added <= 2 else 'MISSED'})"
+    )
+    print(
+        f"gateway kernel download {mib} MiB: {rate:.0f} MB/s (target >= 200 MB/s: "
+        f"{'ok' if rate >= 200 else 'MISSED'}); bot loop lag p99 {lag99:.1f} ms (target < 50 "
+        f"ms: {'ok' if lag99 < 50 else 'MISSED'})"
+    )
+
+
+async def https_through_the_door(requests: int = 300) -> None:
+    from bench.https_secrets import measure
+
+    found = await measure(requests, remote=True)
+    plain = [float(t) * 1000 for t in found["plain"]]
+    inject = [float(t) * 1000 for t in found["inject"]]
+    added = statistics.median(inject) - statistics.median(plain)
+    print(
+        f"gateway kernel HTTPS GET, kept-alive, {len(plain)} each: plain CONNECT median "
+        f"{statistics.median(plain):.2f} ms, secret-bearing host median "
+        f"{statistics.median(inject):.2f} ms: {added:+.2f} ms per request (target <= 5 ms: "
+        f"{'ok' if added <= 5 else 'MISSED'})"
+    )
 
 
 def report(

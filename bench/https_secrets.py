@@ -43,9 +43,15 @@ import http.client, json, socket, ssl, sys, time
 path, port, bundle, test_ca, n = sys.argv[1:6]
 port, n = int(port), int(n)
 def session(host, trust):
-    raw = socket.socket(socket.AF_UNIX)
-    raw.connect(path)
-    raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\\r\\n\\r\\n".encode())
+    auth = ""
+    if path.startswith("tcp:"):  # a gateway kernel's way: TCP, its own credentials
+        _, address, proxy_port, auth = path.split(":", 3)
+        raw = socket.create_connection((address, int(proxy_port)))
+        auth = f"Proxy-Authorization: Basic {auth}\\r\\n"
+    else:
+        raw = socket.socket(socket.AF_UNIX)
+        raw.connect(path)
+    raw.sendall(f"CONNECT {host}:{port} HTTP/1.1\\r\\n{auth}\\r\\n".encode())
     head = b""
     while b"\\r\\n\\r\\n" not in head:
         head += raw.recv(1)
@@ -70,7 +76,9 @@ print(json.dumps(result))
 """.replace("OTHER", OTHER).replace("HOST", HOST)
 
 
-async def measure(requests: int = 300) -> dict[str, list[float] | str]:
+async def measure(requests: int = 300, remote: bool = False) -> dict[str, list[float] | str]:
+    """`remote`: through the proxy's TCP door with a kernel's credentials (egress/remote.py),
+    as a gateway kernel's requests arrive, instead of a local kernel's socket."""
     tmp = Path(tempfile.mkdtemp(prefix="slackinterp-bench-https-"))
     ca_key = ec.generate_private_key(ec.SECP256R1())
     ca_cert = _cert("bench CA", ca_key, None, True)
@@ -120,6 +128,19 @@ async def measure(requests: int = 300) -> dict[str, list[float] | str]:
             injector=injector,
         )
         listener = await proxy.listen(tmp / "egress.sock")
+        door = str(listener.path)
+        entry = None
+        if remote:
+            import base64
+
+            from slackinterp.egress.policy import Address
+            from slackinterp.egress.remote import RemoteEntry
+
+            entry = RemoteEntry(proxy, Address("127.0.0.1", 0))
+            await entry.start()
+            account, _env = entry.grant()
+            pair = base64.b64encode(f"{account.ident}:{account.token}".encode()).decode()
+            door = f"tcp:127.0.0.1:{entry.listen.port}:{pair}"
         bundle = injector.ca.write_bundle(tmp, None, None)
         for _ in range(100):  # the upstream is up
             try:
@@ -131,7 +152,7 @@ async def measure(requests: int = 300) -> dict[str, list[float] | str]:
             sys.executable,
             "-c",
             CLIENT,
-            str(listener.path),
+            door,
             str(port),
             str(bundle),
             str(test_ca),
@@ -140,6 +161,8 @@ async def measure(requests: int = 300) -> dict[str, list[float] | str]:
         )
         out, _ = await client.communicate()
         await listener.close()
+        if entry is not None:
+            await entry.close()
         found: dict[str, list[float] | str] = json.loads(out)
         return found
     finally:

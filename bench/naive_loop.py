@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -135,3 +136,95 @@ async def execute(kernel: RawKernel, code: str, timeout: float) -> tuple[str, bo
         parts.append("(timed out)")
         await kernel.km.interrupt_kernel()
     return "".join(parts), bool(state["ok"]), int(state["images"])
+
+
+# --- the plain loop of bench/answers.py -------------------------------------------------------
+
+PLAIN_SYSTEM = (
+    "You are a data analyst. To compute something, reply with one ```python code block: it "
+    "runs in a Jupyter kernel whose working directory holds the user's files, and you get its "
+    "output back. When you have the result, reply with the answer and no code."
+)
+PLAIN_LAST = "That was the last code you can run. Give your final answer now, without code."
+_PYTHON = re.compile(r"```[ \t]*(?:python3?|py)[ \t]*\n(.*?)\n[ \t]*```", re.S | re.I)
+_BLOCK = re.compile(r"```[ \t]*\n(.*?)\n[ \t]*```", re.S)
+
+
+def first_block(text: str) -> re.Match[str] | None:
+    """The first ```python block, else the first block with no language named."""
+    return _PYTHON.search(text) or _BLOCK.search(text)
+
+
+class Plain:
+    """The loop people write first with a model that writes code blocks (`openai` and
+    jupyter_client only, no slackinterp code): the first ```python block of a reply runs, its
+    output goes back, a reply without a block is the answer; the last of `rounds` calls is
+    asked for the answer. Not handicapped against the bot it is compared with: the same
+    rounds, tokens, temperature, per-reply wall clock, file name and working directory, and
+    the same wall clock for the whole question (`seconds`)."""
+
+    def __init__(self, settings: Any, client: openai.AsyncOpenAI, scratch: Path):
+        self.settings = settings
+        self.client = client
+        self.scratch = scratch
+
+    async def question(self, n: str, text: str, files: dict[str, bytes], seconds: float) -> TurnLog:
+        workdir = self.scratch / f"plain-{n}"
+        workdir.mkdir(parents=True)
+        for name, body in files.items():
+            (workdir / name).write_bytes(body)
+        names = ", ".join(files)
+        prompt = f"{text}\n\nFiles in the working directory: {names}." if files else text
+        log = TurnLog()
+        began = time.perf_counter()
+        kernel = await RawKernel(workdir).start()
+        try:
+            await self.rounds(kernel, prompt, log, began + seconds)
+        finally:
+            await kernel.stop()
+            log.seconds = time.perf_counter() - began
+        return log
+
+    async def rounds(self, kernel: RawKernel, prompt: str, log: TurnLog, deadline: float) -> None:
+        messages: list[dict[str, Any]] = [
+            {"role": "system", "content": PLAIN_SYSTEM},
+            {"role": "user", "content": prompt},
+        ]
+        rounds = self.settings.max_rounds
+        for n in range(rounds):
+            last = n == rounds - 1
+            if last and n:
+                messages.append({"role": "user", "content": PLAIN_LAST})
+            left = deadline - time.perf_counter()
+            if left <= 0:
+                log.failed = "time limit"
+                return
+            log.model_calls += 1
+            try:
+                async with asyncio.timeout(min(left, self.settings.model_reply_seconds)):
+                    text = await self.reply(messages)
+            except TimeoutError:
+                log.failed = "time limit" if deadline <= time.perf_counter() else "reply timed out"
+                return
+            except openai.OpenAIError as exc:
+                log.failed = f"model call failed: {type(exc).__name__}"
+                return
+            messages.append({"role": "assistant", "content": text})
+            block = first_block(text)
+            if block is None or last:
+                log.answer = text
+                return
+            output, ok, images = await execute(kernel, block.group(1), self.settings.exec_timeout)
+            log.cells.append(("model", block.group(1), ok))
+            log.text.append(output)
+            log.images += images
+            messages.append({"role": "user", "content": "Output:\n" + (output[-6000:] or "(none)")})
+
+    async def reply(self, messages: list[dict[str, Any]]) -> str:
+        kwargs: dict[str, Any] = {"model": self.settings.openai_model, "messages": messages}
+        if self.settings.max_completion_tokens:
+            kwargs["max_tokens"] = self.settings.max_completion_tokens
+        if self.settings.model_temperature is not None:
+            kwargs["temperature"] = self.settings.model_temperature
+        response = await self.client.chat.completions.create(**kwargs)
+        return response.choices[0].message.content or ""

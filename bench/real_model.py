@@ -175,16 +175,24 @@ def settled(slack: FakeSlack, root: str, begun: int) -> bool:
 
 
 async def slack_turn(
-    bot: Bot, root: str | None, text: str, files: dict[str, str]
+    bot: Bot,
+    root: str | None,
+    text: str,
+    files: dict[str, str] | dict[str, bytes],
+    timeout: float | None = None,
 ) -> tuple[str, TurnLog]:
-    """One message to the bot through its fake Slack; (the thread's ts, what the turn did)."""
+    """One message to the bot through its fake Slack; (the thread's ts, what the turn did).
+    `timeout`: how long the benchmark waits for the turn (default: the bot's own bounds)."""
     slack, runtime = bot.slack, bot.bot.runtime
     log = TurnLog()
     before = len(await runtime.store.transcript(bot.key(root).id)) if root else 0
     calls_before = model_calls()
     begun = processing(slack, root)
     attached = [
-        slack.add_user_file(n, body.encode(), "text/csv", "csv") for n, body in files.items()
+        slack.add_user_file(
+            n, body if isinstance(body, bytes) else body.encode(), "text/csv", "csv"
+        )
+        for n, body in files.items()
     ]
     began = time.perf_counter()
     sent, _ = await slack.user_message(
@@ -192,7 +200,9 @@ async def slack_turn(
     )
     root = root or sent
     try:
-        await slack.wait_for(lambda: settled(slack, root, begun), timeout=bot.turn_timeout())
+        await slack.wait_for(
+            lambda: settled(slack, root, begun), timeout=timeout or bot.turn_timeout()
+        )
     except TimeoutError:
         log.failed = "(the benchmark stopped waiting for this turn)"
     log.seconds = time.perf_counter() - began

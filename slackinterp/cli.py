@@ -190,6 +190,41 @@ def cmd_usage(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kernelspec(args: argparse.Namespace) -> int:
+    """Install the kernelspec that runs each gateway kernel in the bot's sandbox."""
+    from slackinterp.config import SettingsError, load_settings
+    from slackinterp.kernels.confined import kernelspec
+    from slackinterp.kernels.local.sandbox import Limits
+
+    try:
+        settings = load_settings()
+    except SettingsError as exc:
+        return _fail(exc.problems)
+    limits = Limits(
+        settings.memory_limit_bytes, settings.max_processes, settings.max_file_size_bytes
+    )
+    where = kernelspec.install(
+        limits,
+        settings.kernel_user,
+        name=args.name,
+        user=args.user,
+        prefix=args.prefix,
+        threads_root=args.threads_root,
+    )
+    print(f"installed kernelspec {args.name!r} in {where}")
+    print(
+        f"  gateway: start kernels with SLACKINTERP_KERNEL_NAME={args.name}; "
+        "each runs under bubblewrap (needs `bwrap` on this host)"
+    )
+    return 0
+
+
+KERNELSPEC_HELP = """\
+Install the kernelspec that confines a gateway's kernels: each kernel it starts runs in the
+sandbox local kernels get (its thread's folder only, its own process and network namespaces,
+the same limits, no network but the bot's egress proxy). Run it on the gateway host, then set
+SLACKINTERP_KERNEL_NAME on the bot to the name (default: slackinterp). Limits and the kernel
+user come from this host's SLACKINTERP_* settings."""
 RUN_HELP = """\
 Run the Slack bot. Socket Mode when SLACK_APP_TOKEN is set (recommended: no public URL),
 else HTTP mode on SLACKINTERP_HTTP_PORT with SLACK_SIGNING_SECRET. Settings come from the
@@ -307,6 +342,22 @@ def build_parser() -> argparse.ArgumentParser:
     usage.add_argument("--month", help="YYYY-MM (default: this month)")
     usage.add_argument("--csv", action="store_true", help="CSV instead of a table")
     usage.set_defaults(func=cmd_usage)
+    spec = sub.add_parser(
+        "kernelspec",
+        help="install the confining kernelspec on a gateway host",
+        description=KERNELSPEC_HELP,
+    )
+    spec.add_argument("action", choices=["install"])
+    spec.add_argument(
+        "--name", default="slackinterp", help="kernelspec name (default: slackinterp)"
+    )
+    spec.add_argument("--user", action="store_true", help="install for this user only")
+    spec.add_argument("--prefix", help="install under this prefix (e.g. sys.prefix of a venv)")
+    spec.add_argument(
+        "--threads-root",
+        help="where thread folders live on this host (default: <gateway dir>/slackinterp-threads)",
+    )
+    spec.set_defaults(func=cmd_kernelspec)
     return parser
 
 

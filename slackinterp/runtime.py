@@ -12,6 +12,8 @@ import contextlib
 import logging
 import os
 import signal
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,12 +25,14 @@ from slackinterp.datasources.service import DataLimits, DataSources
 from slackinterp.egress import secrets
 from slackinterp.egress.ca import BotCA
 from slackinterp.egress.inject import SecretInjector
-from slackinterp.egress.policy import NetworkMode
+from slackinterp.egress.policy import NetworkMode, parse_address
 from slackinterp.egress.service import ChannelRules, Egress
 from slackinterp.engine.turn import Engine
 from slackinterp.errors import SlackinterpError
+from slackinterp.kernels import confinement as confining
 from slackinterp.kernels import features, packages
 from slackinterp.kernels.backend import KernelBackend, ProcessRecorder
+from slackinterp.kernels.confinement import Confinement
 from slackinterp.kernels.local import privileges, sandbox
 from slackinterp.kernels.local.backend import LocalBackend
 from slackinterp.kernels.local.fork.starter import SharedTemplates
@@ -58,6 +62,9 @@ class Runtime:
     # SQL data sources: sandboxed local kernels (their data socket) and a gateway's kernels
     # (their own Jupyter connection, kernels/datachannel.py).
     data: DataSources | None = None
+    # Whether the kernels' network is confined, and by what (kernels/confinement.py); None
+    # when nothing was checked (SLACKINTERP_NETWORK=open: nothing to enforce).
+    confinement: Confinement | None = None
 
     @classmethod
     async def open(cls, settings: Settings, templates: SharedTemplates | None = None) -> Runtime:
@@ -70,7 +77,17 @@ class Runtime:
         if settings.gateway_url:
             data = data_sources_for(settings, store, None, remote=True)
             backend = gateway_backend(settings, data)
-            runtime = await cls._with_backend(settings, store, backend, None)
+            try:
+                confined = await gateway_confinement(settings, backend)
+            except BaseException:
+                await backend.close()
+                await store.close()
+                raise
+            if confined is not None and confined.by == confining.BY["kernelspec"]:
+                backend.signed_moves = True  # its launcher moves folders on signed requests
+            runtime = await cls._with_backend(settings, store, backend, confined)
+            runtime.confinement = confined
+            runtime.egress = await remote_egress(settings, store, backend)
             runtime.engine.data = runtime.data = data
             return runtime
         bwrap = await asyncio.to_thread(resolve_sandbox, settings)
@@ -91,14 +108,21 @@ class Runtime:
             data=data,
             templates=templates,
         )
-        runtime = await cls._with_backend(settings, store, backend, bwrap)
+        # The bot's own sandbox: known without a probe (resolve_sandbox logged which).
+        confined = confining.LOCAL_SANDBOX if bwrap is not None else confining.NO_SANDBOX
+        runtime = await cls._with_backend(settings, store, backend, confined)
+        runtime.confinement = confined
         runtime.egress = egress
         runtime.engine.data = runtime.data = data
         return runtime
 
     @classmethod
     async def _with_backend(
-        cls, settings: Settings, store: Store, backend: KernelBackend, bwrap: str | None
+        cls,
+        settings: Settings,
+        store: Store,
+        backend: KernelBackend,
+        confined: Confinement | None,
     ) -> Runtime:
         async def replay_source(key: str) -> list[ReplayCell]:
             cells = await store.replayable_cells(key)
@@ -127,12 +151,10 @@ class Runtime:
         if settings.model_configured:
             from slackinterp.llm.assembly import agent_from_settings
 
-            # Remote kernels: the deployment decides; SLACKINTERP_NETWORK says which.
-            contained = bwrap is not None or bool(settings.gateway_url)
+            # Only what holds: confined kernels (the probe's verdict) follow SLACKINTERP_NETWORK.
+            contained = confined is not None and confined.confined
             agent = agent_from_settings(
-                settings,
-                store,
-                network=network_allowed(settings, contained, local=bwrap is not None),
+                settings, store, network=network_allowed(settings, contained)
             )
         if backend.shared_kernels and store.dialect == "postgresql":
             # Replicas share the database and the gateway: any of them can serve a thread
@@ -187,6 +209,8 @@ class Runtime:
         self.reaper.stop()
         await self.registry.shutdown()
         await self.registry.backend.close()
+        if self.egress is not None:
+            await self.egress.close()
         if self.agent is not None:
             await self.agent.close()
         await self.engine.budgets.drain()  # model calls handed over, written before closing
@@ -300,15 +324,71 @@ def gateway_backend(settings: Settings, data: DataSources | None = None) -> Any:
     )
 
 
-def network_allowed(settings: Settings, sandboxed: bool, *, local: bool = True) -> bool | str:
-    """What the model is told about the network: True, False or "allowlist". Without a
-    sandbox nothing stops a kernel from using the network; the allowlist's proxy serves
-    local sandboxed kernels only (a gateway's kernels: the deployment decides)."""
-    if not sandboxed or settings.network is NetworkMode.OPEN:
+def network_allowed(settings: Settings, confined: bool) -> bool | str:
+    """What the model is told about the network: True, False or "allowlist". Kernels that
+    are not confined (no sandbox; a gateway's, as the probe found them) can use the network
+    whatever SLACKINTERP_NETWORK says, and the model is told so: never a rule that does not
+    hold."""
+    if not confined or settings.network is NetworkMode.OPEN:
         return True
-    if settings.network is NetworkMode.ALLOWLIST and local:
+    if settings.network is NetworkMode.ALLOWLIST:
         return "allowlist"
     return False
+
+
+class KernelsNotConfined(SandboxUnavailable):
+    """SLACKINTERP_NETWORK=allowlist with kernels that reach the network around the proxy."""
+
+
+async def gateway_confinement(settings: Settings, backend: KernelBackend) -> Confinement | None:
+    """Ask a new gateway kernel whether it is confined (kernels/confinement.py), say so at
+    start, and refuse allowlist mode when it is not: a policy shown but not enforced is worse
+    than none. None in open mode (nothing to enforce, nothing checked)."""
+    if settings.network is NetworkMode.OPEN:
+        return None
+    with tempfile.TemporaryDirectory(prefix="slackinterp-probe-") as tmp:
+        found = await confining.probe(backend, Path(tmp) / "confinement-probe")
+    report_confinement(found)
+    if not found.confined and settings.network is NetworkMode.ALLOWLIST:
+        raise KernelsNotConfined(
+            f"SLACKINTERP_NETWORK=allowlist, but the gateway's {found.line()}. Two ways "
+            f"out: {confining.FIX}; or set SLACKINTERP_NETWORK=open knowingly (kernels then "
+            "use the network of the host they run on, and the bot says so)."
+        )
+    return found
+
+
+async def remote_egress(settings: Settings, store: Store, backend: Any) -> Egress | None:
+    """Allowlist mode with a gateway's (confined) kernels: the proxy opens a door for them
+    at SLACKINTERP_EGRESS_LISTEN, and each kernel the backend starts gets credentials."""
+    if settings.network is not NetworkMode.ALLOWLIST:
+        return None
+    egress = egress_from_settings(settings, store)
+    if settings.egress_secrets_file is not None:
+        egress.set_injector(injector_for(settings))
+    listen = parse_address(settings.egress_listen, "SLACKINTERP_EGRESS_LISTEN")
+    advertise = (
+        parse_address(settings.egress_address, "SLACKINTERP_EGRESS_ADDRESS")
+        if settings.egress_address
+        else None
+    )
+    try:
+        backend.egress = await egress.serve_remote(listen, advertise)
+    except OSError as exc:
+        raise SandboxUnavailable(
+            f"SLACKINTERP_EGRESS_LISTEN={settings.egress_listen}: cannot listen there "
+            f"({exc.strerror or exc})"
+        ) from None
+    return egress
+
+
+def report_confinement(found: Confinement) -> None:
+    """At start, in the log and on stderr: whether the network rules can hold."""
+    if found.confined:
+        log.info("kernels.confinement confined=true by=%s", found.by.replace(" ", "_"))
+    else:
+        log.warning("kernels.confinement confined=false detail=%s", found.detail)
+    print(f"slackinterp: {found.line()}", file=sys.stderr)
 
 
 def egress_for(settings: Settings, store: Store, bwrap: str | None) -> Egress | None:

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -57,7 +58,38 @@ def gateway_available() -> bool:
 def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
     if not gateway_available():
         pytest.skip("jupyter_kernel_gateway is not installed (pip install -e '.[test]')")
-    root = tmp_path_factory.mktemp("gateway")
+    yield from serve_gateway(tmp_path_factory.mktemp("gateway"))
+
+
+@pytest.fixture(scope="session")
+def confined_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway]:
+    """A Kernel Gateway offering the shipped `slackinterp` kernelspec (issue 46): each kernel
+    runs under bubblewrap, started by kernels/confined/launcher.py."""
+    if not gateway_available():
+        pytest.skip("jupyter_kernel_gateway is not installed (pip install -e '.[test]')")
+    if not shutil.which("bwrap"):
+        pytest.skip("bubblewrap is not installed")
+    from slackinterp.kernels.confined import kernelspec
+    from slackinterp.kernels.local.sandbox import Limits
+
+    root = tmp_path_factory.mktemp("confined-gateway")
+    specs = root / "specs"
+    limits = Limits(1024 * 1024 * 1024 * 2, 128, 256 * 1024 * 1024)
+    kernelspec.install(limits, "nobody", prefix=str(specs))
+    runtime = Path(tempfile.mkdtemp(prefix="si-gw-"))
+    extra = {
+        "JUPYTER_PATH": str(specs / "share" / "jupyter"),
+        "SLACKINTERP_KERNEL_RUNTIME": str(runtime),
+    }
+    try:
+        yield from serve_gateway(root, extra, "slackinterp")
+    finally:
+        shutil.rmtree(runtime, ignore_errors=True)
+
+
+def serve_gateway(
+    root: Path, extra_env: dict[str, str] | None = None, default_kernel: str | None = None
+) -> Iterator[Gateway]:
     port = _free_port()
     token = secrets.token_hex(8)
     # The gateway's own environment holds no secret; kernels get PATH, these, and KERNEL_*.
@@ -66,6 +98,7 @@ def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway
         "HOME": str(root),
         "MPLCONFIGDIR": str(root / ".mpl"),
         "LANG": "C.UTF-8",
+        **(extra_env or {}),
     }
     command = [
         sys.executable,
@@ -75,12 +108,14 @@ def kernel_gateway(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Gateway
         "--KernelGatewayApp.ip=127.0.0.1",
         f"--KernelGatewayApp.port={port}",
         f"--KernelGatewayApp.auth_token={token}",
-        "--KernelGatewayApp.env_process_whitelist=HOME,MPLCONFIGDIR,LANG",
+        "--KernelGatewayApp.env_process_whitelist=HOME,MPLCONFIGDIR,LANG,SLACKINTERP_KERNEL_RUNTIME",
         "--JupyterWebsocketPersonality.list_kernels=True",
         # Culling agrees with the bot's reaper: only kernels idle far longer than it allows.
         "--MappingKernelManager.cull_idle_timeout=7200",
         "--MappingKernelManager.cull_interval=300",
     ]
+    if default_kernel:
+        command.append(f"--KernelGatewayApp.default_kernel_name={default_kernel}")
     yield from _serve(command, env, root, port, token)
 
 

@@ -95,6 +95,18 @@ def test_a_block_that_echoes_a_result_is_not_run() -> None:
     again = "```python\nNot run again: this exact code already ran successfully.\n```"
     assert textcalls.find_calls(again, blocks=True).calls == []
     assert textcalls.find_calls("```python\nstatus = 1\nprint(status)\n```", blocks=True).calls
+    # Issue 47: the error of the last cell copied into a block, three times, ended a turn as
+    # "the same failing code".
+    for error in (
+        "TypeError: unsupported format string passed to Series.__format__",
+        "KeyError: 'fare'",
+        "Traceback (most recent call last):\n  File ...\nKeyError: 'fare'",
+        "pandas.errors.ParserError: Error tokenizing data",
+    ):
+        assert textcalls.find_calls(f"```python\n{error}\n```", blocks=True).calls == []
+    code = "try:\n    x = 1\nexcept KeyError:\n    pass"
+    assert textcalls.find_calls(f"```python\n{code}\n```", blocks=True).calls
+    assert textcalls.find_calls("```python\nValueErrors = []\n```", blocks=True).calls
 
 
 def test_an_echo_in_a_block_never_closed_is_dropped_too() -> None:

@@ -82,8 +82,11 @@ async def test_doctor_shows_the_policy_and_when_nothing_enforces_it(tmp_path: Pa
 def test_what_the_model_is_told(tmp_path: Path) -> None:
     allow = make_settings(tmp_path, network="allowlist")
     assert network_allowed(allow, True) == "allowlist"
-    assert network_allowed(allow, True, local=False) is False  # a gateway's kernels
-    assert network_allowed(allow, False) is True  # no sandbox: the host's network
+    # Not confined (no sandbox; a gateway's kernels the probe reached): the host's network,
+    # whatever the setting says, and the model is told so.
+    assert network_allowed(allow, False) is True
+    assert network_allowed(make_settings(tmp_path, network="off"), True) is False
+    assert network_allowed(make_settings(tmp_path, network="off"), False) is True
     text = tool_description(60, "allowlist")
     assert "allowlist" in text and "do not retry" in text
     assert "no internet access" in tool_description(60, False)

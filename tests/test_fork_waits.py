@@ -30,13 +30,13 @@ async def test_a_message_sent_before_the_announcement_is_answered_waits_for_the_
 ) -> None:
     engine = runtime.engine
     await run_turn(engine, SOURCE, "```fx = 41```")
-    with engine.announcing_fork(SOURCE.channel):
+    with engine.forks.announcing(SOURCE.channel):
         # Slack has shown the announcement; the bot does not know its ts yet.
         early = asyncio.create_task(run_turn(engine, TARGET, "```print('FORKED', fx + 1)```"))
         known = asyncio.create_task(engine.has_thread(TARGET))
         await asyncio.sleep(0.2)
         assert not early.done() and not known.done()
-        engine.expect_fork(TARGET)
+        engine.forks.expect(TARGET)
     assert await known  # a reply without a mention is taken as the thread's
     forked = await engine.fork(SOURCE, TARGET)
     assert forked.cells == 1
@@ -67,7 +67,7 @@ async def test_a_message_into_a_fork_that_failed_gets_its_failure_and_the_way_on
 
         busy = asyncio.create_task(hold_the_seat())
         await asyncio.wait_for(started.wait(), 60)
-        engine.expect_fork(TARGET)  # announced
+        engine.forks.expect(TARGET)  # announced
         waiting = asyncio.create_task(run_turn(engine, TARGET, "```print(fx + 1)```"))
         with pytest.raises(Exception, match="kernels are busy"):
             await engine.fork(SOURCE, TARGET)

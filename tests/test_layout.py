@@ -48,6 +48,9 @@ FLOORS: dict[str, int] = {
     "slackinterp.charts": 4,  # chart rendering in a sandbox of its own: standard library only
     "slackinterp.kernels.local": 5,
     "slackinterp.kernels.gateway": 5,
+    # a gateway host's launcher for the shipped kernelspec: the local sandbox's plan for the
+    # kernels a gateway starts, with the gateway's signed moves
+    "slackinterp.kernels.confined": 6,
     "slackinterp.llm": 6,
     "slackinterp.engine": 7,
     "slackinterp.schedules": 8,

@@ -87,6 +87,34 @@ async def test_the_switch_holds_from_the_next_round_of_the_same_message(
     assert len(adapted_lines(caplog)) == 1
 
 
+async def test_rounds_spent_before_the_switch_do_not_count_against_the_small_model_cap(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Issue 47: the switch came in the 4th round of a turn (an empty reply and an answer cut
+    at the length limit came first), the small-model cap (4) was applied to a turn that had
+    already used 4 rounds, and the well-formed block of the next reply was never run. Rounds
+    spent before the bot learned how the model calls tools are not the model's: the block
+    runs and the model answers."""
+    caplog.set_level(logging.INFO)
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(
+            Reply(text=""),  # round 1: nudged
+            Reply(text="Let me see. ", finish_reason="length"),  # round 2: asked to continue
+            AS_TEXT,  # round 3: the first misfit (runs print(6 * 7))
+            INVENTED,  # round 4: the second: blocks mode and the small-model bounds
+            BLOCK,  # round 5: a well-formed block, run
+            Reply(text="It is 56."),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> seven times eight")
+        await wait_final(slack, ts, "It is 56.")
+        cells = await wait_cells(slack, ts, 2)
+        assert "42" in all_text(cells[0]) and "56" in all_text(cells[1])
+        assert len(model.requests) == 6
+        assert not any("rounds of code" in all_text(m) for m in slack.thread(CHANNEL, ts))
+    assert len(adapted_lines(caplog)) == 1
+    assert any(r.getMessage().startswith("model.rounds_restarted") for r in caplog.records)
+
+
 async def test_the_decision_shows_in_doctor_for_that_model_only(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:

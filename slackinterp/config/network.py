@@ -48,6 +48,28 @@ class NetworkSettings(Area):
         "Needs SLACKINTERP_NETWORK=allowlist and the host allowed in the channel.",
     )
 
+    # Kernels on a gateway or in pods reach the proxy over the network (egress/remote.py).
+    egress_listen: str = Field(
+        "127.0.0.1:0",
+        description="host:port where the egress proxy listens for kernels on a gateway, in "
+        "allowlist mode (0.0.0.0:3128 to serve another host or pods; port 0: any free port). "
+        "Each kernel gets its own credentials; nothing else is served there.",
+    )
+    egress_address: str | None = Field(
+        None,
+        description="host:port kernels on a gateway dial to reach the egress proxy (a "
+        "Kubernetes Service name, the bot host's address); default: the listen address.",
+    )
+
+    @field_validator("egress_listen", "egress_address")
+    @classmethod
+    def _address(cls, value: str | None) -> str | None:
+        from slackinterp.egress.policy import parse_address
+
+        if value is not None:
+            parse_address(value, "host:port")
+        return value
+
     @field_validator("network_allow", "network_deny")
     @classmethod
     def _rules(cls, value: list[str]) -> list[str]:

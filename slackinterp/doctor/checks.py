@@ -35,7 +35,7 @@ MODEL_TIMEOUT = 2 * MODEL_HTTP_TIMEOUT + 5  # the max_tokens retry may need a se
 KERNEL_TIMEOUT = 90.0  # start (jupyter_client waits up to 60 s) + two cells + shutdown
 CELL_TIMEOUT = 30.0
 DATABASE_TIMEOUT = 15.0
-SANDBOX_TIMEOUT = 15.0  # the product's bwrap probe gives up after 10 s itself
+SANDBOX_TIMEOUT = 30.0  # bwrap gives up after 10 s; a gateway probe starts a kernel
 
 PLOT_CODE = "import matplotlib.pyplot as plt\nplt.plot([1, 3, 2])\nplt.show()"
 

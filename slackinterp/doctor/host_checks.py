@@ -108,7 +108,9 @@ def _kernel_user_text(settings: Settings) -> str:
 async def check_sandbox(settings: Settings) -> Check:
     """Informational unless bubblewrap was asked for: then its absence is a failure."""
     if settings.gateway_url:
-        return skipped(SANDBOX, "kernels run on the gateway; isolation is the gateway's (pods)")
+        from slackinterp.doctor.confinement_check import check_gateway_confinement
+
+        return await check_gateway_confinement(settings, network_text(settings))
     mode = settings.sandbox  # compared with ==: a model_copy may hold the plain value
     works, what = await _bwrap_works()
     try:

@@ -42,6 +42,8 @@ class Request:
     port: int
     connect: bool
     upstream_head: bytes = b""  # plain HTTP: the rebuilt request head
+    # Proxy-Authorization, never forwarded (hop by hop): a remote kernel's credentials.
+    proxy_auth: str | None = None
 
 
 _TOKEN = re.compile(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+")  # RFC 9110 token: a method, a header name
@@ -71,9 +73,10 @@ def _parse(head: bytes) -> Request:
     method, target, _version = parts
     if not target.isascii() or not target.isprintable():
         raise BadRequest(400, "bad-request", "the target must be printable ASCII")
+    auth = _proxy_auth(lines[1:])
     if method == "CONNECT":
         host, port = _authority(target, None)
-        return Request(method, host, port, True)
+        return Request(method, host, port, True, proxy_auth=auth)
     if not target.lower().startswith("http://"):
         raise BadRequest(
             400, "bad-request", "send https through CONNECT and http as an absolute URL"
@@ -99,7 +102,17 @@ def _parse(head: bytes) -> Request:
     kept = [h for h in headers if h.partition(":")[0].lower() not in drop]
     authority = url.netloc.rpartition("@")[2]
     rebuilt = [f"{method} {path} HTTP/1.1", f"Host: {authority}", *kept, "Connection: close"]
-    return Request(method, host, port, False, ("\r\n".join(rebuilt) + "\r\n\r\n").encode("latin-1"))
+    rebuilt_head = ("\r\n".join(rebuilt) + "\r\n\r\n").encode("latin-1")
+    return Request(method, host, port, False, rebuilt_head, auth)
+
+
+def _proxy_auth(lines: list[str]) -> str | None:
+    """The Proxy-Authorization header's value (the first; a second is ignored)."""
+    for line in lines:
+        name, sep, value = line.partition(":")
+        if sep and name.strip().lower() == "proxy-authorization":
+            return value.strip()
+    return None
 
 
 def _authority(text: str, default_port: int | None) -> tuple[str, int]:
@@ -129,11 +142,19 @@ def why(decision: Decision) -> str:
     return f"{where} is not on this channel's network allowlist"
 
 
-async def answer(writer: asyncio.StreamWriter, status: int, error: str, message: str) -> None:
-    """A short plain-text answer: clients hide the body, so the header names the cause too."""
+async def answer(
+    writer: asyncio.StreamWriter,
+    status: int,
+    error: str,
+    message: str,
+    extra: tuple[str, ...] = (),
+) -> None:
+    """A short plain-text answer: clients hide the body, so the header names the cause too.
+    `extra`: more header lines (a 407's Proxy-Authenticate)."""
     reasons = {
         400: "Bad Request",
         403: "Forbidden",
+        407: "Proxy Authentication Required",
         431: "Request Header Fields Too Large",
         502: "Bad Gateway",
         503: "Service Unavailable",
@@ -142,7 +163,8 @@ async def answer(writer: asyncio.StreamWriter, status: int, error: str, message:
     head = (
         f"HTTP/1.1 {status} {reasons.get(status, 'Error')}\r\n"
         f"X-Proxy-Error: {error}\r\n"
-        "Content-Type: text/plain; charset=utf-8\r\n"
+        + "".join(f"{line}\r\n" for line in extra)
+        + "Content-Type: text/plain; charset=utf-8\r\n"
         f"Content-Length: {len(body)}\r\n"
         "Connection: close\r\n\r\n"
     ).encode()

@@ -383,3 +383,23 @@ def decide(policy: Policy, host: str, port: int) -> Decision:
                     Verdict.ALLOW, canonical.name, port, rule=rule.text, private=rule.private
                 )
     return Decision(Verdict.DENY, canonical.name, port, reason=Refusal.NOT_ALLOWED)
+
+
+# Where the proxy meets kernels it did not start (egress/remote.py); here, below config, so
+# that SLACKINTERP_EGRESS_LISTEN and SLACKINTERP_EGRESS_ADDRESS are checked at start.
+@dataclass(frozen=True)
+class Address:
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def parse_address(text: str, setting: str) -> Address:
+    """`host:port` (an IPv6 host in brackets); ValueError names the setting."""
+    host, sep, port = text.strip().rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise ValueError(f"{setting}: expected host:port, got {text!r}")
+    return Address(host, int(port))

@@ -73,12 +73,14 @@ async def system_resolver(host: str, port: int) -> list[IPAddress]:
     return found
 
 
-class KernelListener(PrivateSocket):
-    """One kernel's listener: who it speaks for, its open connections, what it refused."""
+class Account:
+    """One kernel as the proxy sees it: the thread it speaks for (so the channel whose rules
+    judge its requests), its open connections, and what was refused to it. A local kernel's
+    account is its socket (KernelListener); a remote kernel's is its credentials
+    (egress/remote.py)."""
 
-    def __init__(self, proxy: EgressProxy, path: Path, uid: int | None, gid: int | None):
-        super().__init__(path, uid, gid, limit=CHUNK)
-        self.proxy = proxy
+    def __init__(self) -> None:
+        self.thread: str | None = None  # the thread key it speaks for; None while pooled
         self.held = 0  # open connections (Shares.take)
         self.journal = Journal(log, lambda: self.thread)
         self._blocked: dict[tuple[str, int], Blocked] = {}
@@ -102,12 +104,36 @@ class KernelListener(PrivateSocket):
         self._blocked.clear()
         return found
 
+
+class KernelListener(PrivateSocket, Account):
+    """One local kernel's listener: its socket is its identity."""
+
+    def __init__(self, proxy: EgressProxy, path: Path, uid: int | None, gid: int | None):
+        PrivateSocket.__init__(self, path, uid, gid, limit=CHUNK)
+        Account.__init__(self)
+        self.proxy = proxy
+
     async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         await self.proxy.serve(self, reader, writer)
 
     async def close(self) -> None:
         await super().close()
         self.journal.flush()
+
+
+async def read_request(reader: asyncio.StreamReader, limits: ProxyLimits) -> Request | None:
+    """A request's head, bounded in size and time; None when the client closed before one.
+    Raises BadRequest (with the answer's status) for anything else."""
+    try:
+        async with asyncio.timeout(limits.head_timeout):
+            head = await reader.readuntil(b"\r\n\r\n")
+    except (TimeoutError, asyncio.LimitOverrunError):
+        raise BadRequest(431, "head-too-large", "request head too large or too slow") from None
+    except asyncio.IncompleteReadError:
+        return None
+    if len(head) > limits.head_bytes:
+        raise BadRequest(431, "head-too-large", "request head too large")
+    return parse_head(head[:-4])
 
 
 class EgressProxy:
@@ -139,8 +165,14 @@ class EgressProxy:
         return listener
 
     async def serve(
-        self, listener: KernelListener, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+        self,
+        listener: Account,
+        reader: asyncio.StreamReader,
+        writer: asyncio.StreamWriter,
+        request: Request | None = None,
     ) -> None:
+        """One connection of `listener`'s kernel; `request`: its head, when the caller read
+        it already (a remote kernel's, to learn whose it is)."""
         grant = self.shares.take(listener.held, listener.channel)
         if isinstance(grant, str):  # the cap that refuses
             metrics.EGRESS_REQUESTS.labels("deny", "limit").inc()
@@ -162,7 +194,7 @@ class EgressProxy:
         self.active += 1
         flow = Flow()
         try:
-            await self._request(listener, reader, writer, flow)
+            await self._request(listener, reader, writer, flow, request)
         except (ConnectionError, asyncio.IncompleteReadError):
             pass
         except Exception as exc:  # never a traceback in the log for a kernel's request
@@ -184,27 +216,21 @@ class EgressProxy:
 
     async def _request(
         self,
-        listener: KernelListener,
+        listener: Account,
         reader: asyncio.StreamReader,
         writer: asyncio.StreamWriter,
         flow: Flow,
+        request: Request | None,
     ) -> None:
         limits = self.limits
-        try:
-            async with asyncio.timeout(limits.head_timeout):
-                head = await reader.readuntil(b"\r\n\r\n")
-            if len(head) > limits.head_bytes:
-                raise BadRequest(431, "head-too-large", "request head too large")
-            request = parse_head(head[:-4])
-        except (TimeoutError, asyncio.LimitOverrunError):
-            exc = BadRequest(431, "head-too-large", "request head too large or too slow")
-            await self._bad(listener, writer, exc)
-            return
-        except asyncio.IncompleteReadError:
-            return  # closed before a request: nothing to say
-        except BadRequest as exc:
-            await self._bad(listener, writer, exc)
-            return
+        if request is None:
+            try:
+                request = await read_request(reader, limits)
+            except BadRequest as exc:
+                await self._bad(listener, writer, exc)
+                return
+            if request is None:
+                return  # closed before a request: nothing to say
         policy = await self.policy_for(listener.channel)
         decision = decide(policy, request.host, request.port)
         if not decision.allowed:
@@ -253,7 +279,7 @@ class EgressProxy:
 
     async def _dial(
         self,
-        listener: KernelListener,
+        listener: Account,
         policy: Policy,
         decision: Decision,
         request: Request,
@@ -329,9 +355,7 @@ class EgressProxy:
         await answer(writer, 502, "upstream-failed", f"cannot reach {decision.host}: {last_error}")
         return None
 
-    async def _bad(
-        self, listener: KernelListener, writer: asyncio.StreamWriter, exc: BadRequest
-    ) -> None:
+    async def _bad(self, listener: Account, writer: asyncio.StreamWriter, exc: BadRequest) -> None:
         """A malformed request: its answer, and one warning line (bounded by the journal)."""
         metrics.EGRESS_REQUESTS.labels("deny", exc.error).inc()
         listener.journal.write(
@@ -347,7 +371,7 @@ class EgressProxy:
 
     def _refused(
         self,
-        listener: KernelListener,
+        listener: Account,
         decision: Decision,
         request: Request,
         found: list[IPAddress] | None = None,

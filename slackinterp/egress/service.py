@@ -19,13 +19,22 @@ from typing import Protocol
 
 from slackinterp.egress import ca, relay
 from slackinterp.egress.inject import SecretInjector
-from slackinterp.egress.policy import BadRule, NetworkMode, Policy, Rule, Verdict, parse_rules
+from slackinterp.egress.policy import (
+    Address,
+    BadRule,
+    NetworkMode,
+    Policy,
+    Rule,
+    Verdict,
+    parse_rules,
+)
 from slackinterp.egress.proxy import (
     EgressProxy,
     KernelListener,
     ProxyLimits,
     Resolver,
 )
+from slackinterp.egress.remote import RemoteEntry
 
 log = logging.getLogger(__name__)
 
@@ -98,6 +107,21 @@ class Egress:
             self.policy_for, limits=limits, resolver=resolver, injector=injector
         )
         self._cache: OrderedDict[str, tuple[float, Policy]] = OrderedDict()
+        self.remote: RemoteEntry | None = None  # the door for a gateway's kernels
+
+    async def serve_remote(self, listen: Address, advertise: Address | None) -> RemoteEntry:
+        """Open the proxy to kernels the bot did not start (egress/remote.py): a TCP
+        listener at `listen`, dialled by kernels at `advertise` (default: `listen`)."""
+        entry = RemoteEntry(self.proxy, listen, advertise)
+        await entry.start()
+        self.remote = entry
+        return entry
+
+    async def close(self) -> None:
+        """Stop the remote door (local kernels' listeners close with their kernels)."""
+        if self.remote is not None:
+            await self.remote.close()
+            self.remote = None
 
     def set_injector(self, injector: SecretInjector) -> None:
         """Add bound secrets for hosts (before any kernel starts)."""

@@ -4,9 +4,14 @@ memory read from its process tree (PSS where the kernel allows it)."""
 from __future__ import annotations
 
 import contextlib
+import time
 from dataclasses import dataclass
 
 import psutil
+
+from slackinterp.engine.session import ThreadSession
+from slackinterp.kernels.slots import Slot
+from slackinterp.store import Store
 
 
 @dataclass(frozen=True)
@@ -37,3 +42,22 @@ def kernel_memory(pid: int) -> int | None:
         with contextlib.suppress(psutil.Error, OSError):
             total += int(proc.memory_info().rss)
     return total or None
+
+
+async def thread_status(
+    session: ThreadSession, slot: Slot | None, store: Store, files: int, *, snapshots: bool
+) -> ThreadStatus:
+    """A thread's status as of now: its kernel's seat (`slot`), its records, its files."""
+    key = session.key.id
+    memory = kernel_memory(slot.kernel.pid) if slot is not None and slot.kernel.pid else None
+    return ThreadStatus(
+        alive=slot is not None,
+        busy=session.busy,
+        idle_seconds=(time.monotonic() - slot.last_used) if slot and not slot.busy else None,
+        memory_bytes=memory,
+        cells=await store.count_cells(key),
+        files=files,
+        queued=session.waiting,
+        replayable=len(await store.replayable_cells(key)),
+        snapshots=snapshots,
+    )

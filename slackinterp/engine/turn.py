@@ -12,7 +12,7 @@ import contextlib
 import logging
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -34,7 +34,8 @@ from slackinterp.engine.events import (
     TurnQueued,
     TurnStarted,
 )
-from slackinterp.engine.fork import Forked, ForkError
+from slackinterp.engine.fork import Forked
+from slackinterp.engine.fork_waits import ForkWaits
 from slackinterp.engine.intake import (
     ContextReader,
     FileFetchError,
@@ -43,11 +44,11 @@ from slackinterp.engine.intake import (
     direct_code,
 )
 from slackinterp.engine.port import EnginePort
-from slackinterp.engine.session import Forking, Instruction, ThreadSession
+from slackinterp.engine.session import Instruction, ThreadSession
 from slackinterp.engine.snapshots import SnapshotSteps
-from slackinterp.engine.status import ThreadStatus, kernel_memory
+from slackinterp.engine.status import ThreadStatus, thread_status
 from slackinterp.engine.workspace import ThreadKey
-from slackinterp.errors import FailureKind, NoticeKind, SlackinterpError, TurnOrigin
+from slackinterp.errors import FailureKind, NoticeKind, TurnOrigin
 from slackinterp.kernels.backend import KernelStartError
 from slackinterp.kernels.execution import CellResult
 from slackinterp.kernels.files import TransferError, clear_staging
@@ -98,12 +99,6 @@ class TurnRequest:
 
 
 NoticeListener = Callable[[ThreadKey, Notice], Awaitable[None]]
-# How long a message into an unknown thread waits for a fork being announced in its channel
-# (Slack's answer to the announcement, normally well under a second).
-FORK_ANNOUNCE_WAIT = 15.0
-# How long a reply into a bot-started thread unknown to this replica waits for another replica
-# to write it (Engine.thread_appears).
-REPLICA_FORK_WAIT = 5.0
 _DONE = object()
 
 
@@ -129,9 +124,8 @@ class Engine:
         # SQL data sources (set by runtime.py when configured): who queries, what the model sees.
         self.data: DataSources | None = None
         registry.listeners.append(self._on_lifecycle)
-        # Forks being announced, by channel: the new thread's key is not known until Slack
-        # answers the announcement, and a message into it may arrive first (announcing_fork).
-        self._announcing: dict[str, list[asyncio.Event]] = {}
+        # Forks under way: the new thread's messages wait for them.
+        self.forks = ForkWaits(store, self.session, shared=lambda: registry.directory is not None)
 
     # --- sessions ------------------------------------------------------------------------
     def session(self, key: ThreadKey) -> ThreadSession:
@@ -144,76 +138,8 @@ class Engine:
         return session
 
     async def has_thread(self, key: ThreadKey) -> bool:
-        await self._forks_known(key)
+        await self.forks.settle(key, known=key.id in self.sessions)
         return key.id in self.sessions or await self.store.thread_exists(key.id)
-
-    # --- forks: the new thread takes messages from the moment it is announced ----------------
-    @contextlib.contextmanager
-    def announcing_fork(self, channel: str) -> Iterator[None]:
-        """While a fork's first message is being posted in `channel`: a message into a thread
-        this engine does not know yet, in that channel, may be for the new thread (a person
-        can see the post before the bot has Slack's answer), so it waits for the block to end,
-        by when the caller has said which thread it is (expect_fork)."""
-        done = asyncio.Event()
-        self._announcing.setdefault(channel, []).append(done)
-        try:
-            yield
-        finally:
-            done.set()
-            waiting = self._announcing.get(channel, [])
-            if done in waiting:
-                waiting.remove(done)
-            if not waiting:
-                self._announcing.pop(channel, None)
-
-    async def _forks_known(self, key: ThreadKey) -> None:
-        """Wait (bounded) for forks being announced in the key's channel, if it is unknown."""
-        if key.id in self.sessions:
-            return
-        pending = [done.wait() for done in self._announcing.get(key.channel, [])]
-        if pending:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(asyncio.gather(*pending), FORK_ANNOUNCE_WAIT)
-
-    async def thread_appears(self, key: ThreadKey) -> bool:
-        """A reply in a thread the bot itself started, unknown here: with replicas, another
-        one may be forking into it right now (its announcement is the thread's root), and
-        writes the thread moments after Slack has it. Wait for that, briefly, rather than
-        ignore the reply. A single process knows its own forks (announcing_fork)."""
-        if self.registry.directory is None:
-            return False
-        deadline = time.monotonic() + REPLICA_FORK_WAIT
-        pause = 0.02
-        while time.monotonic() < deadline:
-            if await self.store.thread_exists(key.id):
-                return True
-            await asyncio.sleep(pause)  # another process's write: nothing to wait on here
-            pause = min(pause * 2, 0.5)
-        return await self.store.thread_exists(key.id)
-
-    def expect_fork(self, target: ThreadKey) -> None:
-        """From now on `target` is a fork under way: its messages wait for it (engine.fork)."""
-        session = self.session(target)
-        if session.forking is None:
-            session.forking = Forking()
-
-    async def _wait_for_fork(self, session: ThreadSession, emit: Emit) -> bool:
-        """A turn in a thread being forked into waits for the fork, queued like a turn behind
-        another; False when the fork failed (the turn is told why and how to go on)."""
-        forking = session.forking
-        if forking is None:
-            return True
-        if not forking.ready.is_set():
-            emit(TurnQueued(session.waiting + 1))
-            session.waiting += 1
-            try:
-                await forking.ready.wait()
-            finally:
-                session.waiting -= 1
-        if forking.failure is None:
-            return True
-        emit(TurnFailed(notices.fork_failed_here(forking.failure), kind=FailureKind.ERROR))
-        return False
 
     # --- turns ---------------------------------------------------------------------------
     async def submit(self, request: TurnRequest) -> AsyncIterator[Event]:
@@ -234,9 +160,9 @@ class Engine:
                 await task
 
     async def _turn(self, request: TurnRequest, emit: Emit) -> None:
-        await self._forks_known(request.key)
+        await self.forks.settle(request.key, known=request.key.id in self.sessions)
         session = self.session(request.key)
-        if not await self._wait_for_fork(session, emit):
+        if not await self.forks.wait(session, emit):
             emit(_DONE)  # type: ignore[arg-type]
             return
         if inputs.answered_by(session, request, emit):  # the running cell's input()
@@ -467,35 +393,12 @@ class Engine:
         return f"{what}: variables and history are gone, {files}."
 
     async def fork(self, source: ThreadKey, target: ThreadKey) -> Forked:
-        """A new thread (`target`, empty) that starts where `source` stands (engine/fork.py).
-
-        The new thread's turn lock is taken before anything else (no await before it), so
-        its messages queue behind the fork like any message behind a running turn, and run
-        in the fork's kernel with the fork's variables. If the fork fails, they are told so.
-        """
-        self.expect_fork(target)
-        session = self.session(target)
-        forking = session.forking
-        assert forking is not None
-        try:
-            if session.lock.locked():  # something already runs in the "new" thread
-                raise ForkError("That thread is already in use; a fork needs a new thread.")
-            async with session.lock:
-                forked = await fork.fork(self.snapshots, self.session(source), session)
-        except ForkError as exc:
-            forking.failure = exc.message
-            raise
-        except SlackinterpError as exc:  # at capacity, a kernel that would not start, ...
-            forking.failure = exc.message
-            raise
-        except BaseException as exc:
-            forking.failure = f"an internal error ({type(exc).__name__})"
-            raise
-        else:
-            session.forking = None
-        finally:
-            forking.ready.set()  # after the failure is known: its waiters read it
-        return forked
+        """A new thread (`target`, empty) that starts where `source` stands (engine/fork.py);
+        its messages queue behind the fork (engine/fork_waits.py)."""
+        target_session = self.session(target)
+        return await self.forks.run(
+            target_session, fork.fork(self.snapshots, self.session(source), target_session)
+        )
 
     async def undo(self, key: ThreadKey) -> str:
         """The thread's variables back to before its last step; the answer to post."""
@@ -525,20 +428,10 @@ class Engine:
 
     async def status(self, key: ThreadKey) -> ThreadStatus:
         session = self.session(key)
+        files = len(await self.cells.listing(session))
         slot = self.registry.slot(key.id)
-        memory = None
-        if slot is not None and slot.kernel.pid:
-            memory = kernel_memory(slot.kernel.pid)
-        return ThreadStatus(
-            alive=slot is not None,
-            busy=session.busy,
-            idle_seconds=(time.monotonic() - slot.last_used) if slot and not slot.busy else None,
-            memory_bytes=memory,
-            cells=await self.store.count_cells(key.id),
-            files=len(await self.cells.listing(session)),
-            queued=session.waiting,
-            replayable=len(await self.store.replayable_cells(key.id)),
-            snapshots=self.snapshots.enabled,
+        return await thread_status(
+            session, slot, self.store, files, snapshots=self.snapshots.enabled
         )
 
     async def files(self, key: ThreadKey) -> list[tuple[str, int]]:

@@ -23,6 +23,7 @@ from slackinterp import metrics
 from slackinterp.errors import FailureKind, RestoreReason, SlackinterpError
 from slackinterp.kernels.backend import Kernel, KernelBackend
 from slackinterp.kernels.files import ThreadFiles
+from slackinterp.kernels.gates import ThreadGates
 from slackinterp.kernels.pool import WarmPool
 from slackinterp.kernels.replicas import KernelDirectory, Replicas, Shared, SingleProcess
 from slackinterp.kernels.restore import ReplayCell, Replayer, RestoreReport, restore
@@ -51,14 +52,6 @@ class ReleaseReason(StrEnum):
 
 # Reasons that stop a kernel only because it sat idle: never one in use (see release).
 IDLE_ONLY = frozenset({ReleaseReason.REAPED, ReleaseReason.EVICTED})
-
-
-class _Gate:
-    """A thread's gate and how many hold or wait for it (KernelRegistry.gate)."""
-
-    def __init__(self) -> None:
-        self.lock = asyncio.Lock()
-        self.users = 0
 
 
 class AtCapacity(SlackinterpError):
@@ -125,7 +118,7 @@ class KernelRegistry:
         self._lock = asyncio.Lock()
         # One gate per thread key (see the module's docstring): held while the thread's kernel
         # is being found, started, restored or stopped.
-        self._gates: dict[str, _Gate] = {}
+        self.gate = ThreadGates().hold
         self.warm = WarmPool(
             pool_dir=pool_dir,
             size=pool_size,
@@ -196,22 +189,6 @@ class KernelRegistry:
     @property
     def live_count(self) -> int:
         return len(self.slots) + len(self.pool) + self._starting + self._stopping
-
-    @contextlib.asynccontextmanager
-    async def gate(self, key: str) -> AsyncIterator[None]:
-        """The thread's gate: whoever changes which kernel serves `key` holds it. Gates are
-        dropped when nobody holds or waits for them, so they do not pile up."""
-        gate = self._gates.get(key)
-        if gate is None:
-            gate = self._gates[key] = _Gate()
-        gate.users += 1
-        try:
-            async with gate.lock:
-                yield
-        finally:
-            gate.users -= 1
-            if gate.users == 0 and self._gates.get(key) is gate:
-                del self._gates[key]
 
     async def _start(self, cwd: Path, purpose: str) -> Kernel:
         """A new kernel from the backend, timed: slow starts explain slow first replies."""

@@ -32,6 +32,7 @@ from slackinterp.llm import (
     bounds,
     codeblocks,
     failures,
+    grounding,
     hints,
     images,
     model_fit,
@@ -68,6 +69,18 @@ TEXT_SOURCE: CellSource = "model_text"
 FIXED_SOURCE: CellSource = "model_text_fixed"
 
 
+def with_notes(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """The request's messages with `notes` at the end, for this request only (never kept):
+    added to a last user or tool message, else as a user message of their own."""
+    if not notes:
+        return messages
+    text = "\n\n".join(notes)
+    last = messages[-1] if messages else {}
+    if last.get("role") in ("user", "tool") and isinstance(last.get("content"), str):
+        return [*messages[:-1], {**last, "content": last["content"] + "\n\n" + text}]
+    return [*messages, {"role": "user", "content": text}]
+
+
 class Agent:
     def __init__(self, client: AsyncOpenAI, config: AgentConfig, history: HistoryStore):
         self.client = client
@@ -87,18 +100,25 @@ class Agent:
 
     def _learn(
         self, real_calls: list[str], text_calls: int, unknown_text: int, state: TurnState
-    ) -> None:
+    ) -> bool:
         """One reply's way of calling tools, for model_fit (function mode only). A switch
         holds from the next round of this very turn: the model's first message is the one a
-        new user judges the bot by."""
+        new user judges the bot by. True when this reply made the bot switch."""
         if self.fit is None or not self.fit.learning or self.blocks:
-            return
+            return False
         unknown = unknown_text + sum(name != prompts.TOOL_NAME for name in real_calls)
         if self.fit.observe(
             text_calls=text_calls - unknown_text, unknown_tools=unknown, real_calls=len(real_calls)
         ):
             self.adapt()
             state.blocks = self.blocks
+            return True
+        return False
+
+    def _new_cap(self) -> bool:
+        """The switch set the rounds cap (the operator did not): a cap the operator set holds
+        for the whole turn, whatever was learned in it."""
+        return self.fit is not None and "max_rounds" in self.fit.bounds()
 
     async def close(self) -> None:
         await self.client.close()
@@ -143,6 +163,7 @@ class Agent:
                 )
             await self._attached_images(files, hooks, state)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
+        state.quoted = "\n".join([content, *(str(m.get("content") or "") for m in earlier)])
         await self.history.add_history(key, turn)
         data = await hooks.data_sources()  # the channel's SQL sources, once per turn
         rounds = 0
@@ -156,11 +177,18 @@ class Agent:
                 return turnclock.out_of_time(self.config.turn_seconds, state.ran_cell)
             await self._steer(key, turn, hooks)  # messages sent while it runs
             variables = await hooks.variables()
-            system = (
-                self._system_prompt() + "\n" + prompts.context_block(await hooks.files(), variables)
-            )
+            context = prompts.context_block(await hooks.files(), variables)
+            # The system message stays as the turn began, so a server's prompt cache (llama.cpp,
+            # vLLM, OpenAI) reuses the whole conversation each round; what changed since (new
+            # variables and files) and the last round's note go at the end of the request.
+            state.context = state.context or context
+            system = self._system_prompt() + "\n" + state.context
             if data:
                 system += "\n\n" + data
+            state.request_notes = [context] if context != state.context else []
+            state.quoted += "\n" + context
+            if rounds == self.config.max_rounds and state.ran_cell:
+                state.request_notes.append(hints.LAST_ROUND)
             reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
@@ -193,7 +221,11 @@ class Agent:
                         sum(c.fixed for c in calls),
                         sum(not c.known for c in calls),
                     )
-            self._learn(real_calls, text_calls, unknown_text, state)
+            if self._learn(real_calls, text_calls, unknown_text, state) and self._new_cap():
+                # Rounds spent before the bot learned how this model calls tools do not count
+                # against the model's (smaller) cap: the rounds that follow are its own.
+                log.info("model.rounds_restarted spent=%d cap=%d", rounds, self.config.max_rounds)
+                rounds = 0
             if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
                 await self._say_cut(reply, hooks)
             if not reply.tool_calls:
@@ -205,11 +237,7 @@ class Agent:
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
-                nudge = (
-                    ""
-                    if state.nudged
-                    else hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
-                )
+                nudge = self._answer_nudge(answer, state, rounds)
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
@@ -255,6 +283,7 @@ class Agent:
                 }
                 turn.append(tool_message)
                 await self.history.add_history(key, [tool_message])
+                state.printed += "\n" + outcome.text  # what the model was shown is grounded
                 if outcome.halt:
                     return outcome.halt
                 if outcome.result is not None:
@@ -298,6 +327,21 @@ class Agent:
             added.insert(0, {"role": "assistant", "content": text})
         turn.extend(added)
         await self.history.add_history(key, added)
+
+    def _answer_nudge(self, answer: str, state: TurnState, rounds: int) -> str:
+        """What to tell the model about an answer before it is given, once per turn, or "".
+        Only while a round is left: an answer in the last round is given as it is, never
+        swapped for "I stopped after N rounds"."""
+        if state.nudged or rounds >= self.config.max_rounds:
+            return ""
+        nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
+        if nudge or not state.ran_cell:
+            return nudge
+        missing = grounding.unprinted(answer, state.printed, state.quoted)
+        if missing:
+            log.info("model.unprinted_numbers count=%d", len(missing))
+            return hints.unprinted(missing, state.blocks)
+        return ""
 
     async def _say_cut(self, reply: Reply, hooks: TurnPort) -> None:
         """A reply the bot stopped (wall clock, repetition): one line for the thread."""
@@ -419,6 +463,7 @@ class Agent:
             messages = [head, *fit_to_budget(earlier, turn, budget - message_size(head) - 2)]
             if state.blocks:
                 messages = codeblocks.as_plain_messages(messages)
+            messages = with_notes(messages, state.request_notes)
             with_images = bool(state.images) and self.vision
             if with_images:
                 messages.append(images.request_message(state.images))

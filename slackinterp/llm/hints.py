@@ -72,9 +72,29 @@ GUESSED_NUDGE = (
 )
 
 
+UNPRINTED_NUDGE = (
+    "Your answer states {numbers}, which no cell printed, so the user cannot check them. "
+    "Compute and print() them with the `python` tool, or answer again with only values your "
+    "cells printed."
+)
+LAST_ROUND = (
+    "This is your last reply for this message: give the user the answer now, from the "
+    "outputs above, in the form they asked for. Code you send now is not followed by "
+    "another reply."
+)
+
+
+def unprinted(missing: list[str], blocks: bool = False) -> str:
+    """The nudge for an answer whose numbers no cell printed (grounding.py)."""
+    shown = ", ".join(missing[:5]) + (" and more" if len(missing) > 5 else "")
+    text = UNPRINTED_NUDGE.format(numbers=shown)
+    return text.replace("with the `python` tool", BLOCK_FORM) if blocks else text
+
+
 def is_guess(nudge: str) -> bool:
-    """The nudge is about values given without running code (GUESSED_NUDGE)."""
-    return nudge.startswith(GUESSED_NUDGE.split(",")[0])
+    """The nudge is about values given without running code (GUESSED_NUDGE), or values no
+    cell printed (UNPRINTED_NUDGE): neither is shown or kept."""
+    return nudge.startswith((GUESSED_NUDGE.split(",")[0], UNPRINTED_NUDGE.split("{")[0]))
 
 
 _DIGIT = re.compile(r"\d")

@@ -109,9 +109,34 @@ def __slackinterp_preview(names):
             low = name.lower()
             if low.endswith((".csv", ".tsv")):
                 import pandas as pd
-                df = pd.read_csv(name, sep="\t" if low.endswith(".tsv") else ",", nrows=200)
-                info["columns"] = {str(c): str(t) for c, t in list(df.dtypes.items())[:40]}
-                info["head"] = df.head(5).to_string(max_colwidth=40)[:1500]
+                sep = "\t" if low.endswith(".tsv") else ","
+                rows = None if info["size"] <= 50_000_000 else 20_000
+                read = {"nrows": rows, "low_memory": False}
+                try:
+                    df = pd.read_csv(name, sep=sep, **read)
+                except UnicodeDecodeError:
+                    info["encoding"] = "latin-1"
+                    df = pd.read_csv(name, sep=sep, encoding="latin-1", **read)
+                if df.shape[1] == 1:
+                    for other in (";", "\t", "|"):
+                        if other != sep and other in str(df.columns[0]):
+                            info["sep"] = other
+                            df = pd.read_csv(
+                                name, sep=other, encoding=info.get("encoding", "utf-8"), **read
+                            )
+                            break
+                info["rows"] = len(df) if rows is None else f"{rows}+"
+                missing = df.isna().sum()
+                info["columns"] = {
+                    (str(c) if str(c) == str(c).strip() else repr(str(c))):
+                        str(t) + (f", {missing[c]} missing" if missing[c] else "")
+                    for c, t in list(df.dtypes.items())[:40]
+                }
+                info["more_columns"] = max(0, df.shape[1] - 40)
+                info["spaced"] = any(str(c) != str(c).strip() for c in df.columns)
+                unnamed = sum(str(c).startswith("Unnamed:") for c in df.columns)
+                info["unnamed"] = unnamed > df.shape[1] // 2
+                info["head"] = df.head(5).to_string(max_colwidth=40, max_cols=20)[:1500]
             elif low.endswith((".xlsx", ".xlsm", ".xls")):
                 import pandas as pd
                 info["sheets"] = list(pd.ExcelFile(name).sheet_names)[:20]
@@ -215,9 +240,7 @@ def describe_previews(raw: str) -> list[FilePreview]:
     for info in items:
         name = str(info.get("name"))
         lines = [f"- {name} ({info.get('size', '?')} bytes)"]
-        if "columns" in info:
-            cols = ", ".join(f"{c} ({t})" for c, t in info["columns"].items())
-            lines.append(f"  columns: {cols}")
+        lines += _table_lines(info)
         if "sheets" in info:
             lines.append(f"  Excel sheets: {', '.join(info['sheets'])}")
         if "keys" in info:
@@ -236,6 +259,37 @@ def describe_previews(raw: str) -> list[FilePreview]:
             lines.append(f"  could not be previewed: {info['error']}")
         previews.append(FilePreview(name, "\n".join(lines)))
     return previews
+
+
+def _table_lines(info: dict[str, Any]) -> list[str]:
+    """A CSV's shape, columns (type, missing values) and what would trip the first read:
+    the model writes its first cell from this, so what the file really holds is stated."""
+    if "columns" not in info:
+        return []
+    lines = []
+    if "rows" in info:
+        read = []
+        if info.get("encoding"):
+            read.append(f"encoding={info['encoding']!r}")
+        if info.get("sep"):
+            read.append(f"sep={info['sep']!r}")
+        how = f"; read it with pd.read_csv(..., {', '.join(read)})" if read else ""
+        count = len(info["columns"]) + int(info.get("more_columns") or 0)
+        lines.append(f"  {info['rows']} rows, {count} columns{how}")
+    cols = ", ".join(f"{c} ({t})" for c, t in info["columns"].items())
+    more = f", and {info['more_columns']} more" if info.get("more_columns") else ""
+    lines.append(f"  columns: {cols}{more}")
+    if info.get("spaced"):
+        lines.append(
+            "  some column names have spaces around them (shown quoted): use them exactly, "
+            "or strip them first with df.columns = df.columns.str.strip()"
+        )
+    if info.get("unnamed"):
+        lines.append(
+            "  most columns are unnamed: the header is probably on a later line "
+            "(pd.read_csv(..., skiprows=N))"
+        )
+    return lines
 
 
 def parse_variables(raw: str) -> list[str]:

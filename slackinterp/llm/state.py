@@ -62,3 +62,7 @@ class TurnState:
     with_files: bool = False  # files came with the message
     clock: TurnClock = field(default_factory=lambda: TurnClock(0))  # SLACKINTERP_TURN_SECONDS
     budget_spent: str = ""  # a budget ran out during the turn: its line, said before a new call
+    printed: str = ""  # what the model was shown of the turn's cells (grounding.py)
+    quoted: str = ""  # what the person and the thread's history said (numbers they wrote)
+    context: str = ""  # files and variables as the turn began: the system message keeps them
+    request_notes: list[str] = field(default_factory=list)  # added to this round's request only

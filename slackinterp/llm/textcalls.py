@@ -189,10 +189,14 @@ def _blocks(text: str) -> Found | None:
     return None  # no python block: the other forms are looked for
 
 
-# The first words of what the model is told about a cell (tooling.py, codeblocks.py): small
-# models copy them into a block of their own.
+# The first words of what the model is told about a cell (tooling.py, codeblocks.py), and
+# of a cell's error: small models copy them into a block of their own.
 _OPEN_FENCE = re.compile(r"```[ \t]*(?:python3?|py|ipython)[ \t]*\n(?P<code>(?:(?!```).)*)$", re.S)
-_ECHO = re.compile(r"\s*(?:status: \w+ \(|Not run|Error: |Output of your code)")
+# An error the cell raised, copied back: its last line (`KeyError: 'fare'`) or the traceback.
+_ECHO = re.compile(
+    r"\s*(?:status: \w+ \(|Not run|Error: |Output of your code|Traceback \(most recent call"
+    r"|[\w.]*(?:Error|Exception|Warning)(?:: |\s*$))"
+)
 
 
 # Broken JSON that small models write: a missing closing brace, or the code in Python's

@@ -15,7 +15,7 @@ from typing import Any
 
 from slackinterp.errors import NoticeKind
 from slackinterp.kernels.execution import CellResult
-from slackinterp.llm import hints, prompts, textcalls
+from slackinterp.llm import grounding, hints, prompts, textcalls
 from slackinterp.llm.port import CellSource, TurnPort
 from slackinterp.llm.state import TurnState
 
@@ -31,6 +31,12 @@ STUCK = (
     "I stopped: the model sent the same failing code three times, even after being shown "
     "the error again, so it is stuck. Look at the error above, then tell me what to change "
     "or give me more detail."
+)
+
+# A cell that only prints numbers written into it (grounding.py) is not run.
+WRITTEN_NUMBERS = (
+    "Not run: this code only prints values written into it, so nothing is computed. Compute "
+    "them from the data (read the file, then print() the results)."
 )
 
 
@@ -138,6 +144,13 @@ async def run_tool(
             "output is above. Answer the user now, or run different code.",
             code,
         )
+    if grounding.prints_only_written_numbers(code):
+        await port.notice(
+            NoticeKind.TOOL,
+            "The model wrote code that only prints numbers typed into it; it was not run, and "
+            "the model was asked to compute them.",
+        )
+        return ToolOutcome(WRITTEN_NUMBERS, code, True)
     run = await port.run_python(code, source)
     result = run.result
     text = tool_result_text(result, run.produced, run.notes)

@@ -119,6 +119,7 @@ class SlackBot:
         )
         listeners = SlackListeners(app, runtime.engine, runtime.store, settings, fetcher, schedules)
         listeners.egress = runtime.egress
+        listeners.confinement = runtime.confinement
         listeners.register()
         return cls(settings, runtime, app, listeners, fetcher, http, schedules)
 

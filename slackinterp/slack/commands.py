@@ -25,6 +25,7 @@ from slackinterp.slack.usage_front import BudgetCommand, UsageFront
 
 if TYPE_CHECKING:
     from slackinterp.egress.service import Egress
+    from slackinterp.kernels.confinement import Confinement
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +35,7 @@ class CommandListeners(ListenerBase):
 
     schedules: SlackSchedules | None = None  # set by SlackListeners when enabled
     egress: Egress | None = None  # the runtime's (slack/bot.py), for `network`
+    confinement: Confinement | None = None  # the runtime's, for `network show`
 
     @functools.cached_property
     def usage(self) -> UsageFront:
@@ -45,7 +47,8 @@ class CommandListeners(ListenerBase):
 
     @functools.cached_property
     def network(self) -> NetworkCommand:
-        return NetworkCommand(self.settings, self.store, self.egress, Admins(self.settings.admins))
+        admins = Admins(self.settings.admins)
+        return NetworkCommand(self.settings, self.store, self.egress, admins, self.confinement)
 
     @functools.cached_property
     def data_command(self) -> DataCommand:

@@ -34,8 +34,8 @@ async def fork_thread(client: AsyncWebClient, engine: Engine, key: ThreadKey) ->
     """Fork the thread `key`; the answer for the original thread."""
     source = await permalink(client, key.channel, key.thread_ts)
     # A person may answer the announcement at once: from the moment it is posted, the new
-    # thread's messages wait for the fork (engine.announcing_fork, Engine.fork).
-    with engine.announcing_fork(key.channel):
+    # thread's messages wait for the fork (engine/fork_waits.py).
+    with engine.forks.announcing(key.channel):
         posted = await client.chat_postMessage(
             channel=key.channel,
             text=f":fork_and_knife: Forked from {_link(source, 'this thread')}. "
@@ -43,7 +43,7 @@ async def fork_thread(client: AsyncWebClient, engine: Engine, key: ThreadKey) ->
         )
         new_ts = str(posted["ts"])
         target = ThreadKey(key.team, key.channel, new_ts)
-        engine.expect_fork(target)
+        engine.forks.expect(target)
     try:
         forked = await engine.fork(key, target)
     except SlackinterpError as exc:  # ForkError, at capacity, a kernel that did not start

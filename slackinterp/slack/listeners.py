@@ -197,7 +197,7 @@ class SlackListeners(CommandListeners, ButtonListeners):
             key = ThreadKey(installation_team(body), event["channel"], thread_ts)
             if not await self.engine.has_thread(key):
                 started_by_us = event.get("parent_user_id") == self.bot_user_id
-                if not (started_by_us and await self.engine.thread_appears(key)):
+                if not (started_by_us and await self.engine.forks.appears(key)):
                     return False
         return await self.sightings.first_time(body, event, retry)
 

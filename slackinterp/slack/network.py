@@ -21,6 +21,7 @@ from slackinterp.store import Store
 
 if TYPE_CHECKING:
     from slackinterp.egress.service import Egress
+    from slackinterp.kernels.confinement import Confinement
 
 log = logging.getLogger(__name__)
 
@@ -47,9 +48,17 @@ class NetworkCommand(ChannelPolicyCommand):
     word = "network"
     subject = "network rules"
 
-    def __init__(self, settings: Settings, store: Store, egress: Egress | None, admins: Admins):
+    def __init__(
+        self,
+        settings: Settings,
+        store: Store,
+        egress: Egress | None,
+        admins: Admins,
+        confinement: Confinement | None = None,
+    ):
         super().__init__(settings, store, admins)
         self.egress = egress
+        self.confinement = confinement  # what the start found (kernels/confinement.py)
 
     async def look(self, channel: str, action: str, words: list[str]) -> str | None:
         if action == "show":
@@ -95,15 +104,25 @@ class NetworkCommand(ChannelPolicyCommand):
         if self.egress is not None:
             self.egress.changed(channel)
 
+    def _enforced(self, mode: NetworkMode) -> str:
+        """Whether the rules below hold, as the start found it: never a policy shown as
+        enforced when the kernels can go around it."""
+        found = self.confinement
+        if mode is NetworkMode.OPEN:
+            return "Kernels use the network of the host they run on."
+        if found is not None and found.confined:
+            return f"Enforced: {t.escape(found.line())}."
+        detail = found.detail if found is not None else "kernels run without a sandbox"
+        return (
+            f"*Not enforced*: {t.escape(detail)}, so kernels use the network of the host they "
+            "run on whatever the rules below say."
+        )
+
     async def show(self, channel: str) -> str:
         rows = await self.store.network_rules(channel)
         mode = self.settings.network
         lines = [f"*Network for this channel's kernels:* `{mode.value}`"]
-        if self.egress is None and mode is not NetworkMode.OFF:
-            lines.append(
-                "Not enforced: kernels here run without a sandbox (or on a gateway), so they "
-                "use the host's network."
-            )
+        lines.append(self._enforced(mode))
         if mode is NetworkMode.ALLOWLIST:
             settings_allow = ", ".join(self.settings.network_allow) or "nothing"
             lines.append(f"• allowed by the settings: {t.escape(settings_allow)}")

@@ -20,6 +20,7 @@ import contextlib
 import json
 import logging
 import queue
+import secrets
 import socket
 import uuid
 from pathlib import Path
@@ -27,10 +28,13 @@ from typing import Any
 
 import aiohttp
 
+from slackinterp.egress.proxy import Blocked
+from slackinterp.egress.remote import RemoteEntry, RemoteKernel
 from slackinterp.kernels import inside
 from slackinterp.kernels.backend import Kernel, KernelBackend, KernelStartError
 from slackinterp.kernels.datachannel import Answerer, DataChannel
 from slackinterp.kernels.execution import CellControl
+from slackinterp.kernels.gateway import moves
 from slackinterp.kernels.gateway.client import GatewayClient, close_client
 from slackinterp.kernels.gateway.files import KernelFiles
 from slackinterp.kernels.resources import Resources, from_kernel
@@ -39,6 +43,7 @@ log = logging.getLogger(__name__)
 
 REMOTE_ROOT = "slackinterp-threads"
 COPY_TIMEOUT = 600.0  # a fork's copy of a thread's files, on the gateway's disk
+MOVE_TIMEOUT = 60.0  # a confined pooled kernel's directory becoming its thread's
 ALIVE_CHECK_SECONDS = 2.0  # thread directories, relative to the kernel's start dir
 
 
@@ -54,6 +59,8 @@ class GatewayKernel(Kernel):
         self.kernel_id = kernel_id
         self.cwd = cwd  # the bot-side staging directory for this thread's files
         self.control: CellControl | None = None
+        self.egress: RemoteKernel | None = None  # its proxy credentials (egress/remote.py)
+        self.move_key = ""  # signs its directory moves under the kernelspec (gateway/moves.py)
         self._client: GatewayClient | None = None
         self._alive_checked = 0.0
         self.thread: str | None = None  # what its sql() speaks for (serve_thread)
@@ -80,6 +87,8 @@ class GatewayKernel(Kernel):
 
     def serve_thread(self, key: str) -> None:
         self.thread = key  # the data channel asks in this thread's name from now on
+        if self.egress is not None:  # its requests (replay included) speak for this thread
+            self.egress.thread = key
 
     def _comm(self, msg: dict[str, Any]) -> None:
         """A comm message from the kernel: a usage reading or the data channel's."""
@@ -175,22 +184,39 @@ class GatewayKernel(Kernel):
     async def restart(self) -> None:
         await self.backend.request("POST", f"/api/kernels/{self.kernel_id}/restart")
         await self.connect()
+        self._apply_egress()
         await self._apply_cwd()
+
+    def take_blocked(self) -> list[Blocked]:
+        return self.egress.take_blocked() if self.egress is not None else []
+
+    def _apply_egress(self) -> None:
+        """Point the kernel's clients at the proxy with its own credentials (in its
+        environment since its start): kernels/inside/proxyenv.py. In order, like the cwd."""
+        if self.egress is None:
+            return
+        from slackinterp.egress import ca, service
+
+        names = ["HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"]
+        code = (
+            f"{inside.load_expression('proxyenv')}.setup("
+            f"{names!r}, {service.NO_PROXY!r}, {list(ca.TRUST_VARIABLES)!r})"
+        )
+        self.client.execute(code, silent=True, store_history=False)
 
     async def move_to(self, cwd: Path) -> None:
         self.cwd = cwd
         await self._apply_cwd()
 
     async def _apply_cwd(self) -> None:
-        # Relative to where the gateway started the kernel; requests run in order, so the next
-        # cell runs there without waiting for this one's reply.
+        # Relative to where the gateway started the kernel, or, confined by the shipped
+        # kernelspec, its own directory moved by the launcher (kernels/inside/workplace.py).
+        # Requests run in order, so the next cell runs there without waiting for the reply.
+        name = self.cwd.name
+        signature = moves.sign(self.move_key, name) if self.move_key else ""
         code = (
-            "import os as __o\n"
-            "__r = __o.environ.setdefault('SLACKINTERP_START_DIR', __o.getcwd())\n"
-            f"__d = __o.path.join(__r, {REMOTE_ROOT!r}, {self.cwd.name!r})\n"
-            "__o.makedirs(__d, exist_ok=True)\n"
-            "__o.chdir(__d)\n"
-            "del __o, __r, __d"
+            f"{inside.load_expression('workplace')}.enter("
+            f"{REMOTE_ROOT!r}, {name!r}, {signature!r}, {MOVE_TIMEOUT!r})"
         )
         self.client.execute(code, silent=True, store_history=False)
 
@@ -207,6 +233,8 @@ class GatewayKernel(Kernel):
             await close_client(self._client)
         with contextlib.suppress(GatewayError, aiohttp.ClientError, TimeoutError):
             await self.backend.request("DELETE", f"/api/kernels/{self.kernel_id}")
+        if self.egress is not None and self.backend.egress is not None:
+            await self.backend.egress.revoke(self.egress)  # its credentials die with it
 
 
 class GatewayBackend(KernelBackend):
@@ -224,6 +252,7 @@ class GatewayBackend(KernelBackend):
         request_timeout: float = 60.0,
         env: dict[str, str] | None = None,
         data: Answerer | None = None,
+        egress: RemoteEntry | None = None,
     ):
         self.url = url.rstrip("/")
         self.kernel_name = kernel_name
@@ -231,6 +260,13 @@ class GatewayBackend(KernelBackend):
         self.timeout = aiohttp.ClientTimeout(total=request_timeout)
         self.env = env or {}
         self.data = data  # the bot's SQL data sources: sql() in its kernels (datachannel.py)
+        # The egress proxy's door for these kernels (allowlist mode): each kernel gets its own
+        # credentials in its KERNEL_* environment.
+        self.egress = egress
+        # Kernels confined by the shipped kernelspec move folders only on a signed request
+        # (gateway/moves.py): each gets a key its launcher keeps. Set when the start-up probe
+        # found them so (runtime.py); other kernels get no key to hold.
+        self.signed_moves = False
         self._http: aiohttp.ClientSession | None = None
 
     def _session(self) -> aiohttp.ClientSession:
@@ -278,12 +314,21 @@ class GatewayBackend(KernelBackend):
 
     async def start_kernel(self, cwd: Path) -> GatewayKernel:
         cwd.mkdir(parents=True, exist_ok=True)
-        env = {"KERNEL_USERNAME": "slackinterp", **self.env}
+        move_key = secrets.token_hex(16) if self.signed_moves else ""
+        env = {"KERNEL_USERNAME": "slackinterp", **self.env, moves.WORKDIR_VARIABLE: cwd.name}
+        if move_key:
+            env[moves.KEY_VARIABLE] = move_key
+        account = None
+        if self.egress is not None:
+            account, granted = self.egress.grant()
+            env.update(granted)
         try:
             model = await self.request(
                 "POST", "/api/kernels", {"name": self.kernel_name, "env": env}
             )
         except GatewayError as exc:
+            if account is not None and self.egress is not None:
+                await self.egress.revoke(account)
             log.warning("gateway.start_failed error=%s", str(exc)[:300])
             status = getattr(exc, "status", None)
             raise KernelStartError(
@@ -292,8 +337,11 @@ class GatewayBackend(KernelBackend):
                 + "; the bot's log has the details"
             ) from None
         kernel = GatewayKernel(self, model["id"], cwd)
+        kernel.egress = account
+        kernel.move_key = move_key
         try:
             await kernel.connect()
+            kernel._apply_egress()
             await kernel.move_to(cwd)
         except BaseException:
             await kernel.shutdown()

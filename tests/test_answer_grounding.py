@@ -1,0 +1,116 @@
+"""Issue 47: answers carry only numbers a cell printed, the last round ends with an answer,
+and the model is shown what a CSV really holds (rows, types, missing values, odd headers,
+encodings) before its first cell."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+from pathlib import Path
+
+from slackinterp.llm import grounding, hints, prompts
+from tests.fakes.openai_server import Reply
+from tests.slack_harness import CHANNEL, all_text, bot_messages, wait_cells, wait_final
+from tests.test_agent_e2e import model_bot, py
+
+
+def test_numbers_no_cell_printed_are_found() -> None:
+    out = "mean    34.6472\ncount 891\n"
+    assert grounding.unprinted("The mean fare is 34.65 over 891 rows.", out, "") == []
+    assert grounding.unprinted("@mean_fare[34.65]", out, "") == []
+    assert grounding.unprinted("The mean is 35.1 and the median 14.45.", out, "") == [
+        "35.1",
+        "14.45",
+    ]
+    # Numbers the person wrote, list markers, code and names are not stated values.
+    quoted = "Round to 2 decimal places, ages over 60."
+    answer = "1. Ages over 60 rounded to 2 places: 34.65\n2. `df[df.age > 18]` col2"
+    assert grounding.unprinted(answer, out, quoted) == []
+    assert grounding.unprinted("1,234 rows", "1234\n", "") == []
+
+
+def test_the_nudge_names_the_numbers_and_is_not_kept() -> None:
+    text = hints.unprinted(["35.1", "14.45"], blocks=True)
+    assert "35.1, 14.45" in text and "```python block" in text
+    assert hints.is_guess(text) and hints.is_guess(hints.GUESSED_NUDGE)
+
+
+def preview(tmp_path: Path, name: str, body: bytes) -> str:
+    (tmp_path / name).write_bytes(body)
+    out = io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        with contextlib.redirect_stdout(out):
+            exec(prompts.file_preview_code([name]), {})  # what the hidden cell runs
+    finally:
+        os.chdir(cwd)
+    [described] = prompts.describe_previews(out.getvalue())
+    return described.text
+
+
+def test_a_csv_preview_states_rows_types_missing_values_and_odd_headers(tmp_path: Path) -> None:
+    body = "id, Age,city\n1,34,Lisboa\n2,,São Paulo\n3,51,\n".encode("latin-1")
+    text = preview(tmp_path, "people.csv", body)
+    assert "3 rows, 3 columns; read it with pd.read_csv(..., encoding='latin-1')" in text
+    assert "' Age' (float64, 1 missing)" in text and re.search(r"city \(\w+, 1 missing\)", text)
+    assert "id (int64)" in text and "df.columns.str.strip()" in text
+
+    text = preview(tmp_path, "semi.csv", b"a;b\n1;2\n3;4\n")
+    assert "2 rows, 2 columns; read it with pd.read_csv(..., sep=';')" in text
+    assert "a (int64), b (int64)" in text
+
+    text = preview(tmp_path, "titled.csv", b"REPORT,,\nx,y,z\n1,2,3\n")
+    assert "header is probably on a later line" in text
+
+
+async def test_an_answer_with_a_number_no_cell_printed_goes_back_once(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(py("print(6 * 7)"), Reply(text="It is 43."), Reply(text="It is 42."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        await wait_final(slack, ts, "It is 42.")
+        await wait_cells(slack, ts, 1)
+        told = json.dumps(model.requests[2].body["messages"])
+        assert "Your answer states 43, which no cell printed" in told
+        assert "It is 43." not in told  # a guess is not kept
+        assert not any("It is 43." in all_text(m) for m in bot_messages(slack, ts))
+
+
+async def test_the_last_round_asks_for_the_answer_and_keeps_it(tmp_path: Path) -> None:
+    """An answer in the last round is given, never swapped for "I stopped after N rounds",
+    and that round is told it is the last."""
+    async with model_bot(tmp_path, model_stream=False, max_rounds=2) as (slack, model, _bot):
+        model.script(py("print(6 * 7)"), Reply(text="It is 43."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        await wait_final(slack, ts, "It is 43.")
+        first, last = (json.dumps(r.body["messages"]) for r in model.requests[:2])
+        assert json.dumps(hints.LAST_ROUND)[1:-1] in last and hints.LAST_ROUND[:40] not in first
+        assert hints.LAST_ROUND[:40] in model.requests[1].body["messages"][-1]["content"]
+        assert not any("rounds of code" in all_text(m) for m in bot_messages(slack, ts))
+
+
+def test_a_cell_that_only_prints_numbers_written_into_it_computes_nothing() -> None:
+    written = grounding.prints_only_written_numbers
+    assert written("print(0.94)")
+    assert written('print("@prediction_accuracy[0.94]")')
+    assert written("print(f'@acc[{0.94}]')\n42")
+    assert not written('print("done")')  # no number
+    assert not written("print(acc)") and not written("print(round(0.945, 2))")
+    assert not written("x = 0.94\nprint(x)") and not written("print(0.94")
+
+
+async def test_such_a_cell_is_not_run_and_the_model_is_told(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(py("print(0.94)"), py("print(6 * 7)"), Reply(text="It is 42."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        await wait_final(slack, ts, "It is 42.")
+        [cell] = await wait_cells(slack, ts, 1)
+        assert "42" in all_text(cell)
+        told = json.dumps(model.requests[1].body["messages"])
+        assert "only prints values written into it" in told
+        assert any(
+            "only prints numbers typed into it" in all_text(m) for m in bot_messages(slack, ts)
+        )
