@@ -54,7 +54,7 @@ def test_doctor_prints_the_column_of_the_backend_it_finds(tmp_path: Path) -> Non
     gateway = report(make_settings(tmp_path, gateway_url="http://127.0.0.1:9"))
     assert "gateway backend" in gateway
     assert "✓ `sql()` and `%%sql`: the kernel's own connection" in gateway
-    assert "✓ Network policy" in gateway and "SECURITY.md §9" in gateway
+    assert "✓ Network policy" in gateway and "when confined" in gateway
     assert len(gateway.splitlines()) == len(features.FEATURES) + 1
     local = report(make_settings(tmp_path))
     assert "local backend" in local and "✓ Network policy" in local

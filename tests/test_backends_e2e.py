@@ -179,6 +179,7 @@ print("sent")
 
 
 GATEWAYS = ("kernel_gateway", "enterprise_gateway")
+CELL: dict[str, Any] = {"timeout": 60, "grace": 2, "max_output_chars": 100}
 
 
 def gateway_settings(request: pytest.FixtureRequest, which: str) -> dict[str, str]:
@@ -355,3 +356,41 @@ async def test_two_connections_to_one_gateway_kernel_answer_it_once(
         assert len(big) == 2 and sum("outcome=ok" in line for line in big) == 1, big
         (stopped,) = [line for line in big if "outcome=ok" not in line]
         assert "stopped" in stopped, stopped  # told to stop by the kernel, not timed out
+
+
+@pytest.mark.parametrize("which", GATEWAYS)
+async def test_a_gateway_cell_that_does_not_report_has_unknown_usage(
+    tmp_path: Path, which: str, request: pytest.FixtureRequest
+) -> None:
+    """A cell whose reading never comes (its kernel died) is unknown, not 0 CPU-seconds; an
+    empty cell counts nothing; a restarted kernel counts from 0 again."""
+    from slackinterp.kernels.execution import run_cell
+    from slackinterp.kernels.gateway.backend import GatewayBackend
+    from slackinterp.kernels.resources import Resources
+
+    settings = gateway_settings(request, which)
+    gateways = GatewayBackend(
+        settings["gateway_url"], kernel_name="python3", token=settings["gateway_token"]
+    )
+    try:
+        kernel = await gateways.start_kernel(tmp_path / "w")
+        try:
+            assert kernel.resources() == Resources(0.0)
+            busy = await run_cell(
+                kernel, "sum(range(3_000_000))", timeout=60, grace=2, max_output_chars=100
+            )
+            after = kernel.resources()
+            assert busy.ok and after is not None and after.cpu_seconds > 0.01
+            await run_cell(kernel, "", **CELL)
+            empty = kernel.resources()
+            assert empty is not None and empty.cpu_seconds == after.cpu_seconds
+            died = await run_cell(
+                kernel, "import os; os._exit(1)", timeout=60, grace=2, max_output_chars=100
+            )
+            assert not died.ok and kernel.resources() is None
+            await kernel.restart()
+            assert kernel.resources() == Resources(0.0)
+        finally:
+            await kernel.shutdown()
+    finally:
+        await gateways.close()

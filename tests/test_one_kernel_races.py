@@ -2,9 +2,10 @@
 
 Hypothesis drives the real engine and registry (real kernels, forked from the session's warm
 template) through turns, forks with a message sent into the new thread at once, undo, reset
-(with and without wipe), idle reaping, eviction (two seats for up to four threads) and kernel
-crashes, all overlapping. The backend is wrapped so that starts, liveness checks and
-shutdowns take a random time, which is where the interleavings hide. After every step:
+(with and without wipe), idle reaping, eviction (two seats for up to seven threads), kernel
+crashes and bot restarts, all overlapping (a restart waits for the requests under way). The
+backend is wrapped so that starts, liveness checks and shutdowns take a random time, which is
+where the interleavings hide. After every step:
 
 - at most one live kernel per thread (a kernel counts from its start until its shutdown ends);
 - every cell ran in its thread's current kernel (the registry's slot for that thread);
@@ -181,17 +182,29 @@ class Races(RuleBasedStateMachine):
 
     @initialize(seed=st.integers(0, 2**16))
     def open_runtime(self, seed: int) -> None:
-        settings_ = make_settings(self.tmp, max_kernels=2, capacity_wait=20.0, exec_timeout=30)
-        self.rt = self.loop.run_until_complete(Runtime.open(settings_, conftest.shared_templates))
-        rng = random.Random(seed)
-        registry = self.rt.registry
-        registry.backend = DelayedBackend(registry.backend, self.watch, rng)  # type: ignore[assignment]
-        registry.evict_grace = 0.0  # evict as soon as a kernel is idle: more races
-        self.watch.registry = registry
-        self.loop.run_until_complete(self.rt.start())
+        self.rng = random.Random(seed)
+        self.start_bot()
         for n in range(THREADS):
             self.allowed[n] = {()}
             self.seen[n] = set()
+
+    def start_bot(self) -> None:
+        """The bot's runtime on this data directory (again after a restart)."""
+        settings_ = make_settings(self.tmp, max_kernels=2, capacity_wait=20.0, exec_timeout=30)
+        self.rt = self.loop.run_until_complete(Runtime.open(settings_, conftest.shared_templates))
+        registry = self.rt.registry
+        registry.backend = DelayedBackend(registry.backend, self.watch, self.rng)  # type: ignore[assignment]
+        registry.evict_grace = 0.0  # evict as soon as a kernel is idle: more races
+        self.watch.registry = registry
+        self.loop.run_until_complete(self.rt.start())
+
+    def settle(self) -> None:
+        """Every operation started so far has ended."""
+        if self.tasks:
+            self.loop.run_until_complete(
+                asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), 180)
+            )
+        self.tasks.clear()
 
     # --- what the state machine does -------------------------------------------------------
     def spawn(self, coro: Any) -> None:
@@ -322,6 +335,16 @@ class Races(RuleBasedStateMachine):
         self.spawn(self.rt.registry.reap_idle(0.0))  # type: ignore[arg-type]
         self.let_run(0.01)
 
+    @rule()
+    def restart(self) -> None:
+        """The bot stops (its requests done, as a SIGTERM lets them end) and starts again on
+        the same data: each thread's next message restores its state from the snapshot."""
+        assert self.rt is not None
+        self.settle()
+        self.loop.run_until_complete(self.rt.stop())
+        self.rt = None
+        self.start_bot()
+
     @rule(seconds=st.sampled_from([0.05, 0.3, 1.0]))
     def wait(self, seconds: float) -> None:
         self.let_run(seconds)
@@ -332,10 +355,7 @@ class Races(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         try:
-            if self.tasks:
-                self.loop.run_until_complete(
-                    asyncio.wait_for(asyncio.gather(*self.tasks, return_exceptions=True), 180)
-                )
+            self.settle()
             if self.rt is not None:
                 registry = self.rt.registry
                 owned = {s.kernel.kernel_id for s in registry.slots.values()}

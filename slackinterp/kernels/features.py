@@ -74,22 +74,24 @@ FEATURES = (
         "Network policy: `SLACKINTERP_NETWORK`, per-channel rules, secrets, blocked-request "
         "notes (`serve_thread`, `take_blocked`)",
         "✓ sandbox and egress proxy",
-        "✓ egress proxy over TCP, per-kernel credentials",
-        "when the kernels are confined (the `slackinterp` kernelspec, or the NetworkPolicy in "
-        "deploy/kubernetes): checked at start; not confined, allowlist refuses to start "
-        "(SECURITY.md §9)",
+        "✓ when confined, the proxy's remote door",
+        "each kernel gets proxy credentials of its own (KERNEL_* environment, revoked when it "
+        "ends); the bot probes at start whether kernels are confined (the shipped kernelspec, "
+        "or a NetworkPolicy on kernel pods) and refuses allowlist mode when not (SECURITY.md §9)",
     ),
     Feature(
         "Per-thread sandbox: files, processes and sockets of other threads hidden",
         "✓ bubblewrap",
-        "✓ the `slackinterp` kernelspec (bubblewrap) or one pod per kernel",
-        "a plain kernelspec on one host hides nothing: the start-up probe says so",
+        "✓ with the shipped kernelspec or one pod per kernel",
+        "`slackinterp kernelspec install` on a gateway host runs each kernel in the local "
+        "kernels' sandbox; on Kubernetes, Enterprise Gateway gives each kernel its own pod",
     ),
     Feature(
         "Memory and process limits per kernel",
         "✓ RLIMIT_AS, pids cgroup",
-        "✓ the `slackinterp` kernelspec's (or pod resources)",
-        "the limits written into the kernelspec at install; pods: their `resources`",
+        "✓ with the shipped kernelspec or pod resources",
+        "the kernelspec's launcher applies the local kernels' limits; pods get theirs from "
+        "the Helm values",
     ),
     Feature(
         "A cell's first moments at the bot's priority (`hurry`)",

@@ -84,10 +84,9 @@ def prints_only_written_numbers(code: str) -> bool:
             values.append(value)
     if not values or not all(_constant(v) for v in values):
         return False
-    return any(_DIGIT.search(ast.unparse(v)) for v in values)
-
-
-_DIGIT = re.compile(r"\d")
+    # A number standing on its own, as an answer states it: not a digit inside a word or an
+    # ID (`C0INJECT`, `step2`), which prints nothing computed-looking.
+    return any(numbers(ast.unparse(v)) for v in values)
 
 
 def _constant(node: ast.expr) -> bool:

@@ -80,7 +80,11 @@ class GatewayKernel(Kernel):
 
     def resources(self) -> Resources | None:
         """The kernel's own reading, sent with each cell it shows (inside/usage.py): the CPU
-        counted in its cells so far and its peak; None until the first one arrived."""
+        counted in its cells so far and its peak. None until the first one arrived, and while
+        a cell sent has not reported (it died, or its code took the hooks out): unknown, not
+        the last cell's figure again."""
+        if self._client is not None and self._client.unread_cells:
+            return None
         return self._reading
 
     def serve_thread(self, key: str) -> None:
@@ -97,6 +101,8 @@ class GatewayKernel(Kernel):
         reading = from_kernel(data)
         if reading is not None:
             self._reading = reading
+            if self._client is not None:
+                self._client.unread_cells = 0
         elif self.data is not None:
             self.data.receive(str(content.get("comm_id", "")), data)
 

@@ -44,6 +44,7 @@ class GatewayClient:
         # The kernel's comm messages (sql(), usage readings): handed over as they arrive,
         # so a data answer's acknowledgements never wait behind a cell's outputs.
         self.on_comm: Callable[[dict[str, Any]], None] | None = None
+        self.unread_cells = 0  # cells sent whose usage reading has not arrived yet
         self._control: dict[str, asyncio.Future[dict[str, Any]]] = {}
         self._reader = asyncio.create_task(self._read(), name="gateway-ws-reader")
 
@@ -118,6 +119,8 @@ class GatewayClient:
             },
             "shell",
         )
+        if not silent:  # a cell the kernel reports its usage for (inside/usage.py)
+            self.unread_cells += 1
         # Fire and forget like jupyter_client's execute(); the send is queued on the loop.
         task = asyncio.get_running_loop().create_task(self.ws.send_str(json.dumps(msg)))
         task.add_done_callback(_log_send_failure)

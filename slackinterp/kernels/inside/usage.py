@@ -35,15 +35,18 @@ def _install() -> None:
     from comm import create_comm
 
     link = create_comm(target_name=COMM_TARGET, data={})
-    counted = {"cpu": 0.0, "start": 0.0}
+    counted: dict[str, float | None] = {"cpu": 0.0, "start": None}
 
     def before(_info: Any) -> None:
         counted["start"] = _reading()[0]
 
     def after(_result: Any) -> None:
+        # IPython calls this for an empty cell too, without `before`: nothing ran.
         cpu, peak = _reading()
-        counted["cpu"] += max(0.0, cpu - counted["start"])
-        link.send({"usage": {"cpu": counted["cpu"], "peak": peak}})
+        start, counted["start"] = counted["start"], None
+        total = (counted["cpu"] or 0.0) + (max(0.0, cpu - start) if start is not None else 0.0)
+        counted["cpu"] = total
+        link.send({"usage": {"cpu": total, "peak": peak}})
 
     shell.events.register("pre_run_cell", before)
     shell.events.register("post_run_cell", after)
