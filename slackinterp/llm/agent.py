@@ -189,7 +189,16 @@ class Agent:
             state.quoted += "\n" + context
             if rounds == self.config.max_rounds and state.ran_cell:
                 state.request_notes.append(hints.LAST_ROUND)
-            reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
+            try:
+                reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
+            except ModelError as exc:
+                if exc.kind is not FailureKind.TIMEOUT or not state.succeeded:
+                    raise
+                # Nothing usable arrived in time, but a cell already printed a result: the
+                # line says what happened and the turn ends with that output.
+                await hooks.notice(NoticeKind.CUT, exc.message)
+                log.info("model.no_answer_after_cells cut=time")
+                return self._cells_answer(state)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
             text_calls = unknown_text = 0
@@ -227,7 +236,9 @@ class Agent:
                 log.info("model.rounds_restarted spent=%d cap=%d", rounds, self.config.max_rounds)
                 rounds = 0
             if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
-                await self._say_cut(reply, hooks)
+                ended = await self._say_cut(reply, hooks, state)
+                if ended:
+                    return ended
             if not reply.tool_calls:
                 if reply.refusal and not reply.text.strip():
                     reply.text = f"The model declined to answer: {reply.refusal.strip()}"
@@ -241,14 +252,14 @@ class Agent:
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
+                if answer.strip() and self._ungrounded(answer, state):
+                    # Numbers no cell printed are not passed on as the answer (grounding.py).
+                    log.info("model.ungrounded_answer asked=%s", state.nudged)
+                    return grounding.WITHHELD + tooling.last_output(state) + grounding.AGAIN
                 if not answer.strip() and state.succeeded:
                     # The result is in the cells: say so, and end with what they printed.
                     log.info("model.no_answer_after_cells")
-                    return (
-                        "The model wrote no answer after the cells above. "
-                        + tooling.last_output(state)
-                        + "Ask me again if you need more."
-                    )
+                    return self._cells_answer(state)
                 if not answer.strip():
                     raise ModelError(
                         "The model returned an empty answer"
@@ -343,8 +354,25 @@ class Agent:
             return hints.unprinted(missing, state.blocks)
         return ""
 
-    async def _say_cut(self, reply: Reply, hooks: TurnPort) -> None:
-        """A reply the bot stopped (wall clock, repetition): one line for the thread."""
+    def _ungrounded(self, answer: str, state: TurnState) -> bool:
+        """The answer states numbers no cell of the turn printed (after cells ran), or gives
+        numbers about the attached files without any cell (blocks mode's guess)."""
+        if state.ran_cell:
+            return bool(grounding.unprinted(answer, state.printed, state.quoted))
+        return hints.is_guess(hints.nudge(answer, False, state.blocks, state.with_files))
+
+    @staticmethod
+    def _cells_answer(state: TurnState) -> str:
+        return (
+            "The model wrote no answer after the cells above. "
+            + tooling.last_output(state)
+            + "Ask me again if you need more."
+        )
+
+    async def _say_cut(self, reply: Reply, hooks: TurnPort, state: TurnState) -> str:
+        """A reply the bot stopped (wall clock, repetition): one line for the thread. Returns
+        the turn's last message when nothing usable arrived but a cell of the turn succeeded
+        (its output is the answer the model did not write), else ""."""
         if not reply.tool_calls and self.config.text_tool_calls:
             reply.text = bounds.without_partial_call(reply.text)
         kept = "text" if reply.text.strip() else ""
@@ -355,11 +383,16 @@ class Agent:
         limit = (
             self.config.turn_seconds if reply.cut == bounds.CUT_TURN else self.config.reply_seconds
         )
+        if not kept and state.succeeded:
+            await hooks.notice(NoticeKind.CUT, bounds.cut_line(reply.cut, limit, kept=""))
+            log.info("model.no_answer_after_cells cut=%s", reply.cut)
+            return self._cells_answer(state)
         if not kept:
             kind = FailureKind.TIMEOUT if timed else FailureKind.MODEL
             raise ModelError(bounds.cut_line(reply.cut, limit, kept=""), kind)
         line = bounds.cut_line(reply.cut, limit, kept=kept)
         await hooks.notice(NoticeKind.CUT, line)
+        return ""
 
     async def _continue_cut(
         self, key: str, partial: str, turn: list[dict[str, Any]], hooks: TurnPort, state: TurnState

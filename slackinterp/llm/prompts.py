@@ -136,7 +136,8 @@ def __slackinterp_preview(names):
                 info["spaced"] = any(str(c) != str(c).strip() for c in df.columns)
                 unnamed = sum(str(c).startswith("Unnamed:") for c in df.columns)
                 info["unnamed"] = unnamed > df.shape[1] // 2
-                info["head"] = df.head(5).to_string(max_colwidth=40, max_cols=20)[:1500]
+                head = df.head(3).to_csv(index=False).splitlines()
+                info["head"] = "\n".join(line[:240] for line in head)[:1000]
             elif low.endswith((".xlsx", ".xlsm", ".xls")):
                 import pandas as pd
                 info["sheets"] = list(pd.ExcelFile(name).sheet_names)[:20]
