@@ -81,7 +81,7 @@ def score(
     *,
     cell_text: str,
     quoted: str,
-    timed_out: bool,
+    timed_out: bool = False,
     gave_up: bool = False,
 ) -> Score:
     """`gave_up`: the answer is the bot's line saying why it stopped, not the model's."""
