@@ -129,6 +129,16 @@ async def test_an_answer_that_still_states_unprinted_numbers_is_not_passed_on(
         assert not any("43" in all_text(m) for m in bot_messages(slack, ts))
 
 
+async def test_a_guess_given_again_without_any_cell_is_not_passed_on(tmp_path: Path) -> None:
+    """Blocks mode: numbers about an attached file, given twice without running code."""
+    async with model_bot(tmp_path, model_stream=False, tool_mode="blocks") as (slack, model, _):
+        csv = slack.add_user_file("a.csv", b"x\n1\n2\n", "text/csv", "csv")
+        model.script(Reply(text="The mean is 7."), Reply(text="The mean is 7."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> mean of x?", files=[csv])
+        final = await wait_final(slack, ts, grounding.NO_CELL)
+        assert "The mean is 7" not in final["text"] and grounding.WITHHELD[:30] in final["text"]
+
+
 async def test_a_reply_cut_with_nothing_after_a_cell_ends_with_that_cell_output(
     tmp_path: Path,
 ) -> None:

@@ -255,7 +255,8 @@ class Agent:
                 if answer.strip() and self._ungrounded(answer, state):
                     # Numbers no cell printed are not passed on as the answer (grounding.py).
                     log.info("model.ungrounded_answer asked=%s", state.nudged)
-                    return grounding.WITHHELD + tooling.last_output(state) + grounding.AGAIN
+                    cells = tooling.last_output(state) if state.ran_cell else grounding.NO_CELL
+                    return grounding.WITHHELD + cells + grounding.AGAIN
                 if not answer.strip() and state.succeeded:
                     # The result is in the cells: say so, and end with what they printed.
                     log.info("model.no_answer_after_cells")

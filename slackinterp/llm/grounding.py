@@ -24,6 +24,7 @@ WITHHELD = (
     "I am not passing on the model's answer: it states numbers that no cell printed, so they "
     "are not computed. "
 )
+NO_CELL = "No code ran for this message. "
 AGAIN = "Ask me again, or narrow the question."
 
 
