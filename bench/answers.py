@@ -316,6 +316,8 @@ def rescore(args: argparse.Namespace) -> int:
         loops += [] if row["loop"] in loops else [row["loop"]]
     for r in results:
         row_line(r)
+    if args.out:  # the rescored rows
+        args.out.write_text("".join(json.dumps(asdict(r)) + "\n" for r in results))
     report(results, loops, loads)
     return 0
 

@@ -29,6 +29,8 @@ def test_the_kinds_of_miss() -> None:
     assert check("@mean_fare[34.6], @sex[male]", "mean 34.6\n") == (False, Miss.WRONG)
     assert check("") == (False, Miss.NO_ANSWER)
     assert check("I stopped: …", gave_up=True) == (False, Miss.NO_ANSWER)
+    quoted = "I stopped … Its output ends with: @mean_fare[34.6], @sex[male]"
+    assert check(quoted, "mean 34.6\n", gave_up=True) == (False, Miss.WRONG)
     assert check("", timed_out=True) == (False, Miss.TIME)
 
 
