@@ -160,3 +160,10 @@ async def test_a_reply_cut_with_nothing_after_a_cell_ends_with_that_cell_output(
         assert any(
             "SLACKINTERP_MODEL_REPLY_SECONDS" in all_text(m) for m in bot_messages(slack, ts)
         )
+
+
+def test_an_f_string_with_the_same_quotes_inside_gets_a_hint() -> None:
+    """Python 3.11 kernels: a small model's f"{df["col"]}" fails, and it sends it again."""
+    hint = hints.for_error("SyntaxError", "f-string: unmatched '['", [])
+    assert "other kind of quotes" in hint
+    assert hints.for_error("SyntaxError", "invalid syntax", []) == ""
