@@ -137,12 +137,9 @@ async def test_a_guess_given_again_without_any_cell_is_not_passed_on(tmp_path: P
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> mean of x?", files=[csv])
         final = await wait_final(slack, ts, grounding.NO_CELL)
         assert "The mean is 7" not in final["text"] and grounding.WITHHELD[:30] in final["text"]
-        # A small model is shown the table's columns, not rows to copy values from, and is
-        # told how its block starts.
+        # A small model is shown the table's columns, not rows to copy values from.
         asked = model.requests[0].body["messages"][-1]["content"]
         assert "columns: x (int64)" in asked and "first lines" not in asked
-        told = model.requests[1].body["messages"][-1]["content"]
-        assert "df = pd.read_csv('a.csv')" in told
 
 
 async def test_a_reply_cut_with_nothing_after_a_cell_ends_with_that_cell_output(

@@ -142,7 +142,6 @@ class Agent:
         earlier = await self.history.history(key)
         content = text or "(The user sent files without a message.)"
         state.with_files = bool(files)
-        state.files = [f.name for f in files]
         if files:
             raw = await hooks.run_hidden(prompts.file_preview_code([f.name for f in files]))
             previews = prompts.describe_previews(raw, rows=not state.blocks)

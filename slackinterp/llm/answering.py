@@ -27,8 +27,6 @@ def nudge_for(answer: str, state: TurnState, last_round: bool) -> str:
     if state.nudged or last_round:
         return ""
     nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
-    if hints.is_guess(nudge):
-        return nudge + hints.start_with(state.files)
     if nudge or not state.ran_cell:
         return nudge
     missing = grounding.unprinted(answer, state.printed, state.quoted)

@@ -89,15 +89,6 @@ LAST_ROUND = (
 )
 
 
-def start_with(files: Sequence[str]) -> str:
-    """How a block about the attached table starts, for a model that guessed instead."""
-    tables = [f for f in files if PurePosixPath(f).suffix.lower() in (".csv", ".tsv")]
-    if not tables:
-        return ""
-    sep = ", sep='\\t'" if tables[0].lower().endswith(".tsv") else ""
-    return f" Start it with `import pandas as pd` and `df = pd.read_csv({tables[0]!r}{sep})`."
-
-
 def unprinted(missing: list[str], blocks: bool = False) -> str:
     """The nudge for an answer whose numbers no cell printed (grounding.py)."""
     shown = ", ".join(missing[:5]) + (" and more" if len(missing) > 5 else "")
