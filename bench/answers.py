@@ -194,8 +194,13 @@ def bot_timed_out(log: TurnLog) -> bool:
 
 
 # How the bot's own last lines begin when the model gave no answer (llm/agent.py, tooling.py,
-# turnclock.py): the bot said why it stopped.
-GAVE_UP = ("I stopped", "The model wrote no answer", "The model returned an empty answer")
+# turnclock.py, grounding.py): the bot said why it stopped.
+GAVE_UP = (
+    "I stopped",
+    "The model wrote no answer",
+    "The model returned an empty answer",
+    "I am not passing on",
+)
 
 
 def result(q: Question, loop: str, log: TurnLog, timed_out: bool, load: float) -> Result:
@@ -311,6 +316,8 @@ def rescore(args: argparse.Namespace) -> int:
         loops += [] if row["loop"] in loops else [row["loop"]]
     for r in results:
         row_line(r)
+    if args.out:  # the rescored rows
+        args.out.write_text("".join(json.dumps(asdict(r)) + "\n" for r in results))
     report(results, loops, loads)
     return 0
 

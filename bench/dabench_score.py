@@ -81,10 +81,11 @@ def score(
     *,
     cell_text: str,
     quoted: str,
-    timed_out: bool,
+    timed_out: bool = False,
     gave_up: bool = False,
 ) -> Score:
-    """`gave_up`: the answer is the bot's line saying why it stopped, not the model's."""
+    """`gave_up`: the answer is the bot's line saying why it stopped, not the model's (when
+    that line quotes a cell's `@name[value]` output, the values are judged as any answer's)."""
     given = parsed(answer)
     parts = [
         (name, expected, given.get(name), name in given and same(given[name], expected))
@@ -96,7 +97,7 @@ def score(
         return Score(True, None, parts, unprinted)
     if timed_out:
         miss = Miss.TIME
-    elif gave_up or not answer.strip():
+    elif (gave_up and not given) or not answer.strip():
         miss = Miss.NO_ANSWER
     elif any(value is None for _, _, value, _ in parts):
         miss = Miss.FORMAT

@@ -83,9 +83,9 @@ async def test_the_last_round_asks_for_the_answer_and_keeps_it(tmp_path: Path) -
     """An answer in the last round is given, never swapped for "I stopped after N rounds",
     and that round is told it is the last."""
     async with model_bot(tmp_path, model_stream=False, max_rounds=2) as (slack, model, _bot):
-        model.script(py("print(6 * 7)"), Reply(text="It is 43."))
+        model.script(py("print(6 * 7)"), Reply(text="It is 42."))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
-        await wait_final(slack, ts, "It is 43.")
+        await wait_final(slack, ts, "It is 42.")
         first, last = (json.dumps(r.body["messages"]) for r in model.requests[:2])
         assert json.dumps(hints.LAST_ROUND)[1:-1] in last and hints.LAST_ROUND[:40] not in first
         assert hints.LAST_ROUND[:40] in model.requests[1].body["messages"][-1]["content"]
@@ -114,3 +114,53 @@ async def test_such_a_cell_is_not_run_and_the_model_is_told(tmp_path: Path) -> N
         assert any(
             "only prints numbers typed into it" in all_text(m) for m in bot_messages(slack, ts)
         )
+
+
+async def test_an_answer_that_still_states_unprinted_numbers_is_not_passed_on(
+    tmp_path: Path,
+) -> None:
+    """Asked once to compute them, the model gives its numbers again: the thread gets what
+    the cells printed and why, not the model's numbers."""
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(py("print(6 * 7)"), Reply(text="It is 43."), Reply(text="Surely 43."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        final = await wait_final(slack, ts, grounding.WITHHELD[:40])
+        assert "42" in final["text"] and "43" not in final["text"]
+        assert not any("43" in all_text(m) for m in bot_messages(slack, ts))
+
+
+async def test_a_guess_given_again_without_any_cell_is_not_passed_on(tmp_path: Path) -> None:
+    """Blocks mode: numbers about an attached file, given twice without running code."""
+    async with model_bot(tmp_path, model_stream=False, tool_mode="blocks") as (slack, model, _):
+        csv = slack.add_user_file("a.csv", b"x\n1\n2\n", "text/csv", "csv")
+        model.script(Reply(text="The mean is 7."), Reply(text="The mean is 7."))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> mean of x?", files=[csv])
+        final = await wait_final(slack, ts, grounding.NO_CELL)
+        assert "The mean is 7" not in final["text"] and grounding.WITHHELD[:30] in final["text"]
+        # A small model is shown the table's columns, not rows to copy values from.
+        asked = model.requests[0].body["messages"][-1]["content"]
+        assert "columns: x (int64)" in asked and "first lines" not in asked
+
+
+async def test_a_reply_cut_with_nothing_after_a_cell_ends_with_that_cell_output(
+    tmp_path: Path,
+) -> None:
+    async with model_bot(tmp_path, model_stream=False, model_reply_seconds=2) as (
+        slack,
+        model,
+        _bot,
+    ):
+        model.script(py("print(6 * 7)"), Reply(text="It is 42.", delay=8))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        final = await wait_final(slack, ts, "The model wrote no answer after the cells above")
+        assert "42" in final["text"]
+        assert any(
+            "SLACKINTERP_MODEL_REPLY_SECONDS" in all_text(m) for m in bot_messages(slack, ts)
+        )
+
+
+def test_an_f_string_with_the_same_quotes_inside_gets_a_hint() -> None:
+    """Python 3.11 kernels: a small model's f"{df["col"]}" fails, and it sends it again."""
+    hint = hints.for_error("SyntaxError", "f-string: unmatched '['", [])
+    assert "other kind of quotes" in hint
+    assert hints.for_error("SyntaxError", "invalid syntax", []) == ""

@@ -29,10 +29,10 @@ from slackinterp.config.model import ModelVision, ToolChoice, ToolMode
 from slackinterp.errors import FailureKind, NoticeKind
 from slackinterp.kernels.execution import CellResult
 from slackinterp.llm import (
+    answering,
     bounds,
     codeblocks,
     failures,
-    grounding,
     hints,
     images,
     model_fit,
@@ -44,7 +44,7 @@ from slackinterp.llm import (
 )
 from slackinterp.llm.completion import Completions, Reply
 from slackinterp.llm.failures import ModelError
-from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size
+from slackinterp.llm.history import HistoryStore, fit_to_budget, message_size, with_notes
 from slackinterp.llm.port import CellSource, ReceivedFile, TurnPort
 from slackinterp.llm.state import AgentConfig, TurnState
 from slackinterp.llm.steering import as_message as steering_message
@@ -67,18 +67,6 @@ CUT_NOTE = (
 # whose indentation had to be repaired before it would compile.
 TEXT_SOURCE: CellSource = "model_text"
 FIXED_SOURCE: CellSource = "model_text_fixed"
-
-
-def with_notes(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
-    """The request's messages with `notes` at the end, for this request only (never kept):
-    added to a last user or tool message, else as a user message of their own."""
-    if not notes:
-        return messages
-    text = "\n\n".join(notes)
-    last = messages[-1] if messages else {}
-    if last.get("role") in ("user", "tool") and isinstance(last.get("content"), str):
-        return [*messages[:-1], {**last, "content": last["content"] + "\n\n" + text}]
-    return [*messages, {"role": "user", "content": text}]
 
 
 class Agent:
@@ -156,7 +144,7 @@ class Agent:
         state.with_files = bool(files)
         if files:
             raw = await hooks.run_hidden(prompts.file_preview_code([f.name for f in files]))
-            previews = prompts.describe_previews(raw)
+            previews = prompts.describe_previews(raw, rows=not state.blocks)
             if previews:
                 content += "\n\nFiles received with this message:\n" + "\n".join(
                     p.text for p in previews
@@ -189,7 +177,16 @@ class Agent:
             state.quoted += "\n" + context
             if rounds == self.config.max_rounds and state.ran_cell:
                 state.request_notes.append(hints.LAST_ROUND)
-            reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
+            try:
+                reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
+            except ModelError as exc:
+                if exc.kind is not FailureKind.TIMEOUT or not state.succeeded:
+                    raise
+                # Nothing usable arrived in time, but a cell already printed a result: the
+                # line says what happened and the turn ends with that output.
+                await hooks.notice(NoticeKind.CUT, exc.message)
+                log.info("model.no_answer_after_cells cut=time")
+                return answering.cells_answer(state)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
             text_calls = unknown_text = 0
@@ -227,7 +224,9 @@ class Agent:
                 log.info("model.rounds_restarted spent=%d cap=%d", rounds, self.config.max_rounds)
                 rounds = 0
             if reply.cut and reply.cut != bounds.CUT_AFTER_CALL:
-                await self._say_cut(reply, hooks)
+                ended = await answering.say_cut(reply, hooks, state, self.config)
+                if ended:
+                    return ended
             if not reply.tool_calls:
                 if reply.refusal and not reply.text.strip():
                     reply.text = f"The model declined to answer: {reply.refusal.strip()}"
@@ -237,26 +236,13 @@ class Agent:
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
-                nudge = self._answer_nudge(answer, state, rounds)
+                nudge = answering.nudge_for(answer, state, rounds >= self.config.max_rounds)
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
-                if not answer.strip() and state.succeeded:
-                    # The result is in the cells: say so, and end with what they printed.
-                    log.info("model.no_answer_after_cells")
-                    return (
-                        "The model wrote no answer after the cells above. "
-                        + tooling.last_output(state)
-                        + "Ask me again if you need more."
-                    )
-                if not answer.strip():
-                    raise ModelError(
-                        "The model returned an empty answer"
-                        + (" after the cells above" if state.already_run else "")
-                        + ". Try rephrasing, or check that "
-                        f"OPENAI_MODEL ({self.config.model}) supports tool calls.",
-                        FailureKind.EMPTY,
-                    )
+                last = answering.ending(answer, state, self.config.model)
+                if last is not None:
+                    return last
                 final = {"role": "assistant", "content": reply.text}
                 turn.append(final)
                 await self.history.add_history(key, [final])
@@ -290,11 +276,7 @@ class Agent:
                     await self._after_cell(outcome.code, outcome.result, state)
                 if stop.is_set():
                     return tooling.STOPPED
-        return (
-            f"I stopped after {self.config.max_rounds} rounds of code without reaching an answer "
-            "(SLACKINTERP_MAX_ROUNDS). The cells above show how far I got; ask me to continue "
-            "or narrow the question."
-        )
+        return answering.rounds_line(self.config.max_rounds)
 
     async def _steer(self, key: str, turn: list[dict[str, Any]], hooks: TurnPort) -> None:
         """Messages that arrived in the thread since the last round join the turn as new
@@ -327,39 +309,6 @@ class Agent:
             added.insert(0, {"role": "assistant", "content": text})
         turn.extend(added)
         await self.history.add_history(key, added)
-
-    def _answer_nudge(self, answer: str, state: TurnState, rounds: int) -> str:
-        """What to tell the model about an answer before it is given, once per turn, or "".
-        Only while a round is left: an answer in the last round is given as it is, never
-        swapped for "I stopped after N rounds"."""
-        if state.nudged or rounds >= self.config.max_rounds:
-            return ""
-        nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
-        if nudge or not state.ran_cell:
-            return nudge
-        missing = grounding.unprinted(answer, state.printed, state.quoted)
-        if missing:
-            log.info("model.unprinted_numbers count=%d", len(missing))
-            return hints.unprinted(missing, state.blocks)
-        return ""
-
-    async def _say_cut(self, reply: Reply, hooks: TurnPort) -> None:
-        """A reply the bot stopped (wall clock, repetition): one line for the thread."""
-        if not reply.tool_calls and self.config.text_tool_calls:
-            reply.text = bounds.without_partial_call(reply.text)
-        kept = "text" if reply.text.strip() else ""
-        if reply.tool_calls:
-            named = reply.tool_calls[0]["function"]["name"]
-            kept = "call" if named == prompts.TOOL_NAME else "unknown"
-        timed = reply.cut in (bounds.CUT_TIME, bounds.CUT_TURN)
-        limit = (
-            self.config.turn_seconds if reply.cut == bounds.CUT_TURN else self.config.reply_seconds
-        )
-        if not kept:
-            kind = FailureKind.TIMEOUT if timed else FailureKind.MODEL
-            raise ModelError(bounds.cut_line(reply.cut, limit, kept=""), kind)
-        line = bounds.cut_line(reply.cut, limit, kept=kept)
-        await hooks.notice(NoticeKind.CUT, line)
 
     async def _continue_cut(
         self, key: str, partial: str, turn: list[dict[str, Any]], hooks: TurnPort, state: TurnState

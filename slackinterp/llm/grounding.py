@@ -3,8 +3,9 @@
 A model, small ones above all, states values it never computed: a mean "from the data" when
 the cell printed a different one, a count it expects. An answer may only carry numbers that a
 cell of the turn printed (rounded as the answer rounds them) or that the person wrote
-themselves; any other is sent back to the model once (hints.UNPRINTED_NUDGE) before the
-answer is given.
+themselves; any other is sent back to the model once (hints.UNPRINTED_NUDGE) while a round
+is left. An answer that still states such numbers is not passed on: the turn ends with what
+the cells printed instead (WITHHELD).
 """
 
 from __future__ import annotations
@@ -18,6 +19,13 @@ _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:,\d{3})*(?:\.\d+)?(?:[eE][-+]?\d+)?(?![
 _LIST_MARKER = re.compile(r"^\s*\d+[.)]\s", re.M)
 _CODE = re.compile(r"```.*?```|`[^`\n]*`", re.S)
 MAX_LISTED = 5
+# The turn's last message instead of an answer whose numbers no cell printed.
+WITHHELD = (
+    "I am not passing on the model's answer: it states numbers that no cell printed, so they "
+    "are not computed. "
+)
+NO_CELL = "No code ran for this message. "
+AGAIN = "Ask me again, or narrow the question."
 
 
 def numbers(text: str) -> list[str]:

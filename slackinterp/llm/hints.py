@@ -29,6 +29,11 @@ def for_error(ename: str, evalue: str, files: Sequence[str]) -> str:
             "A cell is not a function: print() the result, or leave it as the cell's last "
             "expression, instead of `return`."
         )
+    if ename == "SyntaxError" and evalue.startswith("f-string"):
+        return (
+            "Inside an f-string use the other kind of quotes (f\"{df['col']}\"), or compute "
+            "the value into a variable first and put only the variable in the braces."
+        )
     if ename == "FileNotFoundError" and files:
         return "Files in the working directory: " + ", ".join(files[:20]) + "."
     if ename == "KeyError":

@@ -96,3 +96,15 @@ def fit_to_budget(
         last = turn[-1:]
         return history + _shorten_tools(turn[:-1], budget - size(last)) + last
     return history + list(turn)
+
+
+def with_notes(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
+    """The request's messages with `notes` at the end, for this request only (never kept):
+    added to a last user or tool message, else as a user message of their own."""
+    if not notes:
+        return messages
+    text = "\n\n".join(notes)
+    last = messages[-1] if messages else {}
+    if last.get("role") in ("user", "tool") and isinstance(last.get("content"), str):
+        return [*messages[:-1], {**last, "content": last["content"] + "\n\n" + text}]
+    return [*messages, {"role": "user", "content": text}]

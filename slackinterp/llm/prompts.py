@@ -136,7 +136,8 @@ def __slackinterp_preview(names):
                 info["spaced"] = any(str(c) != str(c).strip() for c in df.columns)
                 unnamed = sum(str(c).startswith("Unnamed:") for c in df.columns)
                 info["unnamed"] = unnamed > df.shape[1] // 2
-                info["head"] = df.head(5).to_string(max_colwidth=40, max_cols=20)[:1500]
+                head = df.head(3).to_csv(index=False).splitlines()
+                info["head"] = "\n".join(line[:240] for line in head)[:1000]
             elif low.endswith((".xlsx", ".xlsm", ".xls")):
                 import pandas as pd
                 info["sheets"] = list(pd.ExcelFile(name).sheet_names)[:20]
@@ -230,8 +231,10 @@ class FilePreview:
     text: str
 
 
-def describe_previews(raw: str) -> list[FilePreview]:
-    """The kernel's JSON → one short text per file for the prompt."""
+def describe_previews(raw: str, rows: bool = True) -> list[FilePreview]:
+    """The kernel's JSON → one short text per file for the prompt. `rows=False` (blocks mode,
+    small models): a table's first rows are left out, its columns, types and missing values
+    stay; a 0.5B model copies values off those rows as its answer instead of computing it."""
     try:
         items = json.loads(raw.strip().splitlines()[-1])
     except (ValueError, IndexError):
@@ -251,7 +254,7 @@ def describe_previews(raw: str) -> list[FilePreview]:
             lines.append(f"  image {info['image']} pixels")
         if info.get("binary"):
             lines.append("  binary file")
-        if "head" in info:
+        if "head" in info and (rows or "columns" not in info):
             head = info["head"]
             text = head if isinstance(head, str) else "\n".join(head)
             lines.append("  first lines:\n" + "\n".join("    " + ln for ln in text.splitlines()))

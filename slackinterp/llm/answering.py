@@ -1,0 +1,106 @@
+"""A reply without code would end the turn: is it given as the answer?
+
+Once per turn, while a round is left, the model is sent back to work (hints.nudge: an empty
+reply, code shown but not run, a guess; grounding: numbers no cell printed). When no round is
+left or it was told already, an answer that still states numbers no cell printed is not passed
+on, and a turn with no answer ends with what its cells printed; every such ending is one line
+that says why (the person never gets silence or an ungrounded number from the bot).
+"""
+
+from __future__ import annotations
+
+import logging
+
+from slackinterp.errors import FailureKind, NoticeKind
+from slackinterp.llm import bounds, grounding, hints, prompts, tooling
+from slackinterp.llm.completion import Reply
+from slackinterp.llm.failures import ModelError
+from slackinterp.llm.port import TurnPort
+from slackinterp.llm.state import AgentConfig, TurnState
+
+log = logging.getLogger(__name__)
+
+
+def nudge_for(answer: str, state: TurnState, last_round: bool) -> str:
+    """What to tell the model about its answer before it is given, or "". Never in the last
+    round: an answer there is judged as it is, not swapped for "I stopped after N rounds"."""
+    if state.nudged or last_round:
+        return ""
+    nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
+    if nudge or not state.ran_cell:
+        return nudge
+    missing = grounding.unprinted(answer, state.printed, state.quoted)
+    if missing:
+        log.info("model.unprinted_numbers count=%d", len(missing))
+        return hints.unprinted(missing, state.blocks)
+    return ""
+
+
+def ending(answer: str, state: TurnState, model: str) -> str | None:
+    """The turn's last message instead of `answer`, or None when `answer` is given. An empty
+    answer with no cell to show raises ModelError (the thread gets its line)."""
+    if answer.strip() and ungrounded(answer, state):
+        log.info("model.ungrounded_answer asked=%s", state.nudged)
+        cells = tooling.last_output(state) if state.ran_cell else grounding.NO_CELL
+        return grounding.WITHHELD + cells + grounding.AGAIN
+    if not answer.strip() and state.succeeded:
+        log.info("model.no_answer_after_cells")
+        return cells_answer(state)
+    if not answer.strip():
+        raise ModelError(
+            "The model returned an empty answer"
+            + (" after the cells above" if state.already_run else "")
+            + ". Try rephrasing, or check that "
+            f"OPENAI_MODEL ({model}) supports tool calls.",
+            FailureKind.EMPTY,
+        )
+    return None
+
+
+def ungrounded(answer: str, state: TurnState) -> bool:
+    """The answer states numbers no cell of the turn printed (after cells ran), or gives
+    numbers about the attached files without any cell (blocks mode's guess)."""
+    if state.ran_cell:
+        return bool(grounding.unprinted(answer, state.printed, state.quoted))
+    return hints.is_guess(hints.nudge(answer, False, state.blocks, state.with_files))
+
+
+def cells_answer(state: TurnState) -> str:
+    """The result is in the cells: say so, and end with what they printed."""
+    return (
+        "The model wrote no answer after the cells above. "
+        + tooling.last_output(state)
+        + "Ask me again if you need more."
+    )
+
+
+async def say_cut(reply: Reply, hooks: TurnPort, state: TurnState, config: AgentConfig) -> str:
+    """A reply the bot stopped (wall clock, repetition): one line for the thread. Returns
+    the turn's last message when nothing usable arrived but a cell of the turn succeeded
+    (its output is the answer the model did not write), else ""; raises ModelError when
+    nothing usable arrived and there is nothing to show."""
+    if not reply.tool_calls and config.text_tool_calls:
+        reply.text = bounds.without_partial_call(reply.text)
+    kept = "text" if reply.text.strip() else ""
+    if reply.tool_calls:
+        named = reply.tool_calls[0]["function"]["name"]
+        kept = "call" if named == prompts.TOOL_NAME else "unknown"
+    timed = reply.cut in (bounds.CUT_TIME, bounds.CUT_TURN)
+    limit = config.turn_seconds if reply.cut == bounds.CUT_TURN else config.reply_seconds
+    if not kept and state.succeeded:
+        await hooks.notice(NoticeKind.CUT, bounds.cut_line(reply.cut, limit, kept=""))
+        log.info("model.no_answer_after_cells cut=%s", reply.cut)
+        return cells_answer(state)
+    if not kept:
+        kind = FailureKind.TIMEOUT if timed else FailureKind.MODEL
+        raise ModelError(bounds.cut_line(reply.cut, limit, kept=""), kind)
+    await hooks.notice(NoticeKind.CUT, bounds.cut_line(reply.cut, limit, kept=kept))
+    return ""
+
+
+def rounds_line(max_rounds: int) -> str:
+    return (
+        f"I stopped after {max_rounds} rounds of code without reaching an answer "
+        "(SLACKINTERP_MAX_ROUNDS). The cells above show how far I got; ask me to continue "
+        "or narrow the question."
+    )
