@@ -99,12 +99,16 @@ def fit_to_budget(
 
 
 def with_notes(messages: list[dict[str, Any]], notes: list[str]) -> list[dict[str, Any]]:
-    """The request's messages with `notes` at the end, for this request only (never kept):
-    added to a last user or tool message, else as a user message of their own."""
+    """The request's messages with `notes` in the last message, for this request only (never
+    kept): after a tool's result, before a person's words (so what they wrote stays the last
+    thing the model reads), else as a user message of their own."""
     if not notes:
         return messages
     text = "\n\n".join(notes)
     last = messages[-1] if messages else {}
-    if last.get("role") in ("user", "tool") and isinstance(last.get("content"), str):
-        return [*messages[:-1], {**last, "content": last["content"] + "\n\n" + text}]
+    content = last.get("content")
+    if last.get("role") == "tool" and isinstance(content, str):
+        return [*messages[:-1], {**last, "content": content + "\n\n" + text}]
+    if last.get("role") == "user" and isinstance(content, str):
+        return [*messages[:-1], {**last, "content": text + "\n\n" + content}]
     return [*messages, {"role": "user", "content": text}]
