@@ -84,17 +84,9 @@ async def held(slack: FakeSlack, bot: SlackBot, ts: str, n: int) -> ThreadSessio
 
 
 def user_texts(request: RecordedRequest) -> list[str]:
-    """The user messages of a request as the people wrote them: the thread's state, which a
-    round adds to the end of its last message when it changed (llm/agent.py with_notes), is
-    not part of what they said."""
-    return [
-        str(m["content"]).split(STATE_NOTE)[0].rstrip()
-        for m in request.messages
-        if m["role"] == "user"
-    ]
-
-
-STATE_NOTE = "\n## Current state of this thread"
+    """The user messages of a request. The thread's state, when a round adds it, goes before
+    a person's words (llm/history.py with_notes): what they wrote stays the last thing read."""
+    return [str(m["content"]) for m in request.messages if m["role"] == "user"]
 
 
 def reacted(slack: FakeSlack, ts: str) -> bool:
