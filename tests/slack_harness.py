@@ -112,6 +112,24 @@ async def code_in_thread(
     return await wait_cells(fake, thread_ts, cells, channel)
 
 
+async def fork_announcement(
+    fake: FakeSlack, channel: str = CHANNEL, timeout: float = WAIT_TIMEOUT
+) -> dict[str, Any]:
+    """The "Forked from …" message a fork posts at the channel's top level: the new
+    thread's root (its ts is the new thread's)."""
+    return await fake.wait_for(
+        lambda: next(
+            (
+                m
+                for m in fake.history(channel)
+                if "Forked from" in m.get("text", "") and m.get("thread_ts", m["ts"]) == m["ts"]
+            ),
+            None,
+        ),
+        timeout=timeout,
+    )
+
+
 async def wait_text(
     fake: FakeSlack,
     thread_ts: str,

@@ -17,7 +17,14 @@ import pytest
 from tests.fakes.slack import FakeSlack, TsClock
 from tests.gateway import Gateway, kernel_gateway  # noqa: F401 - a fixture
 from tests.processes import stop
-from tests.slack_harness import CHANNEL, all_text, bot_messages, finished_cells, wait_text
+from tests.slack_harness import (
+    CHANNEL,
+    all_text,
+    bot_messages,
+    finished_cells,
+    fork_announcement,
+    wait_text,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -134,18 +141,7 @@ async def test_a_reply_into_a_fork_through_the_other_replica_waits_for_it(
             ts, _ = await say(fake, 0, "<@UBOT> ```fx = 41```")
             await wait_cells(fake, ts, 1)
             await say(fake, 0, "<@UBOT> fork", ts)
-            top = await fake.wait_for(
-                lambda: next(
-                    (
-                        m
-                        for m in fake.history(CHANNEL)
-                        if "Forked from" in m.get("text", "")
-                        and m.get("thread_ts", m["ts"]) == m["ts"]
-                    ),
-                    None,
-                ),
-                timeout=60,
-            )
+            top = await fork_announcement(fake)
             await say(fake, 1, "```print('FORKED', fx + 1)```", top["ts"])
             cells = await wait_cells(fake, top["ts"], 1)
             assert "FORKED 42" in all_text(cells[0]), all_text(cells[0])

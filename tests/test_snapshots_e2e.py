@@ -7,6 +7,8 @@ import asyncio
 import re
 from pathlib import Path
 
+from prometheus_client import REGISTRY
+
 from slackinterp.slack.bot import SlackBot
 from tests.fakes.openai_server import FakeOpenAI, Reply, ToolCall
 from tests.fakes.slack import FakeSlack, TsClock
@@ -17,6 +19,7 @@ from tests.slack_harness import (
     bot_messages,
     code,
     finished_cells,
+    fork_announcement,
     model_settings,
     running_bot,
     wait_cells,
@@ -251,17 +254,7 @@ async def fork_and_check(fake: FakeSlack, bot: SlackBot) -> None:
     await settled(fake, bot)
     await fake.user_message(CHANNEL, "<@UBOT> fork", thread_ts=ts)
     told = await wait_text(fake, ts, "Forked into")
-    top = await fake.wait_for(
-        lambda: next(
-            (
-                m
-                for m in fake.history(CHANNEL)
-                if "Forked from" in m.get("text", "")
-                and m.get("thread_ts", m["ts"]) == m["ts"]  # a thread's root
-            ),
-            None,
-        )
-    )
+    top = await fork_announcement(fake)
     new_ts = top["ts"]
     assert "p" + new_ts.replace(".", "") in told["text"]  # a link to the new thread
     assert "p" + ts.replace(".", "") in top["text"]  # and back
@@ -316,24 +309,22 @@ async def fork_and_reply_at_once(fake: FakeSlack, bot: SlackBot) -> None:
     ts, _ = await fake.user_message(CHANNEL, code("fx = 41\nprint('set', fx)"))
     await wait_cells(fake, ts, 1)
     await settled(fake, bot)
+    starts_before = thread_starts()
     await fake.user_message(CHANNEL, "<@UBOT> fork", thread_ts=ts)
-    top = await fake.wait_for(
-        lambda: next(
-            (
-                m
-                for m in fake.history(CHANNEL)
-                if "Forked from" in m.get("text", "") and m.get("thread_ts", m["ts"]) == m["ts"]
-            ),
-            None,
-        )
-    )
+    top = await fork_announcement(fake)
     new_ts = top["ts"]
     await fake.user_message(CHANNEL, "```print('FORKED', fx + 1)```", thread_ts=new_ts)
     cells = await wait_cells(fake, new_ts, 1)
     assert "FORKED 42" in all_text(cells[0]), all_text(cells[0])
     await wait_text(fake, new_ts, "Ready")
-    started = [r for r in bot.runtime.registry.slots if r.endswith(new_ts)]
-    assert len(started) == 1
+    # One kernel started for the new thread (the fork's); the reply started none of its own.
+    assert thread_starts() - starts_before == 1
+
+
+def thread_starts() -> float:
+    """Kernels started for threads in this process so far (the tests keep no warm pool)."""
+    labels = {"purpose": "thread"}
+    return REGISTRY.get_sample_value("slackinterp_kernel_start_seconds_count", labels) or 0.0
 
 
 async def test_a_reply_sent_into_a_fork_at_once_runs_with_its_state(tmp_path: Path) -> None:
