@@ -92,6 +92,58 @@ async def test_the_last_round_asks_for_the_answer_and_keeps_it(tmp_path: Path) -
         assert not any("rounds of code" in all_text(m) for m in bot_messages(slack, ts))
 
 
+async def test_code_that_already_ran_is_answered_from_its_output(tmp_path: Path) -> None:
+    """The model sends the cell that printed the result again: the next reply is asked for
+    the answer (no code run), and its words are the answer; the cell ran once."""
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(
+            py("print(6 * 7)"),
+            py("print(6 * 7)"),
+            Reply(text="It is 42.\n```python\nprint(6 * 7 + 1)\n```"),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        final = await wait_final(slack, ts, "It is 42.")
+        assert "print(6 * 7 + 1)" not in final["text"]  # its code is neither run nor shown
+        assert len(await wait_cells(slack, ts, 1)) == 1
+        asked = json.dumps(model.requests[2].body["messages"][-1])
+        assert json.dumps(hints.ANSWER_NOW)[1:-1] in asked
+        assert hints.ANSWER_NOW[:30] not in json.dumps(model.requests[1].body["messages"])
+        # Cells post before the turn's final answer: none came from the answer's code.
+        assert len([m for m in bot_messages(slack, ts) if m["text"].startswith("Cell:")]) == 1
+
+
+async def test_code_again_instead_of_the_answer_ends_with_the_output(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(py("print(6 * 7)"), py("print(6 * 7)"), py("print(6 * 8)"))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        final = await wait_final(slack, ts, "kept asking to run code that had already run")
+        assert "42" in final["text"] and len(model.requests) == 3
+        assert len(await wait_cells(slack, ts, 1)) == 1  # print(6 * 8) was not run
+
+
+async def test_the_last_round_after_a_result_runs_no_code(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, model_stream=False, max_rounds=2) as (slack, model, _bot):
+        model.script(py("print(6 * 7)"), py("print(6 * 8)"))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        final = await wait_final(slack, ts, "in its last round")
+        assert "42" in final["text"] and "not run" in final["text"]
+        assert len(await wait_cells(slack, ts, 1)) == 1
+        last = json.dumps(model.requests[1].body["messages"][-1])
+        assert json.dumps(hints.LAST_ROUND_NO_CODE)[1:-1] in last
+
+
+async def test_the_last_round_after_failures_only_still_runs_a_fix(tmp_path: Path) -> None:
+    async with model_bot(tmp_path, model_stream=False, max_rounds=2) as (slack, model, _bot):
+        model.script(py("1 / 0"), py("print(6 * 7)"))
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
+        final = await wait_final(slack, ts, "rounds of code")
+        cells = await wait_cells(slack, ts, 2)
+        assert "42" in all_text(cells[1]) and "ZeroDivisionError" in all_text(cells[0])
+        assert "SLACKINTERP_MAX_ROUNDS" in final["text"]
+        last = json.dumps(model.requests[1].body["messages"][-1])
+        assert json.dumps(hints.LAST_ROUND_CODE)[1:-1] in last
+
+
 def test_a_cell_that_only_prints_numbers_written_into_it_computes_nothing() -> None:
     written = grounding.prints_only_written_numbers
     assert written("print(0.94)")

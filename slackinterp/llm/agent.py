@@ -149,7 +149,9 @@ class Agent:
                 content += "\n\nFiles received with this message:\n" + "\n".join(
                     p.text for p in previews
                 )
-            await self._attached_images(files, hooks, state)
+            if self.vision:
+                found = await images.attached(files, hooks.read_file, self.config.image_max_bytes)
+                self._add_images(state, found)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         state.quoted = "\n".join([content, *(str(m.get("content") or "") for m in earlier)])
         await self.history.add_history(key, turn)
@@ -175,8 +177,7 @@ class Agent:
                 system += "\n\n" + data
             state.request_notes = [context] if context != state.context else []
             state.quoted += "\n" + context
-            if rounds == self.config.max_rounds and state.ran_cell:
-                state.request_notes.append(hints.LAST_ROUND)
+            self._ask_for_answer(rounds == self.config.max_rounds, state)
             try:
                 reply = await self._complete_or_stop(system, earlier, turn, hooks, stop, state)
             except ModelError as exc:
@@ -187,10 +188,14 @@ class Agent:
                 await hooks.notice(NoticeKind.CUT, exc.message)
                 log.info("model.no_answer_after_cells cut=time")
                 return answering.cells_answer(state)
+            if state.answering:  # its words are the answer; its code is not run
+                reply.text = answering.words_only(reply, state)
+                if not reply.text.strip():
+                    return answering.code_instead(state)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
             text_calls = unknown_text = 0
-            if not reply.tool_calls and self.config.text_tool_calls:
+            if not reply.tool_calls and self.config.text_tool_calls and not state.answering:
                 found = textcalls.find_calls(
                     reply.text,
                     succeeded=state.succeeded,
@@ -236,13 +241,14 @@ class Agent:
                     continue
                 if reply.finish_reason == "length":
                     answer += CUT_NOTE
-                nudge = answering.nudge_for(answer, state, rounds >= self.config.max_rounds)
+                last = rounds >= self.config.max_rounds or bool(state.answering)
+                nudge = answering.nudge_for(answer, state, last)
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
-                last = answering.ending(answer, state, self.config.model)
-                if last is not None:
-                    return last
+                ended = answering.ending(answer, state, self.config.model)
+                if ended is not None:
+                    return ended
                 final = {"role": "assistant", "content": reply.text}
                 turn.append(final)
                 await self.history.add_history(key, [final])
@@ -276,7 +282,22 @@ class Agent:
                     await self._after_cell(outcome.code, outcome.result, state)
                 if stop.is_set():
                     return tooling.STOPPED
+        if state.answering == "repeat":  # its last round sent code that had already run
+            return tooling.kept_asking(state)
         return answering.rounds_line(self.config.max_rounds)
+
+    @staticmethod
+    def _ask_for_answer(last_round: bool, state: TurnState) -> None:
+        """This round's note when the model is to answer now: after code that already ran
+        (tooling.py) or, in the last round, after a cell succeeded (its code is then not
+        run, answering.py); a last round after failures only may still run a fix."""
+        if state.answering:
+            state.request_notes.append(hints.ANSWER_NOW)
+        elif last_round and state.succeeded:
+            state.answering = "last"
+            state.request_notes.append(hints.LAST_ROUND + hints.LAST_ROUND_NO_CODE)
+        elif last_round and state.ran_cell:
+            state.request_notes.append(hints.LAST_ROUND + hints.LAST_ROUND_CODE)
 
     async def _steer(self, key: str, turn: list[dict[str, Any]], hooks: TurnPort) -> None:
         """Messages that arrived in the thread since the last round join the turn as new
@@ -341,21 +362,6 @@ class Agent:
         self._add_images(state, found)
         if too_big:
             log.info("model.images_skipped too_big=%d", too_big)
-
-    async def _attached_images(
-        self, files: Sequence[ReceivedFile], hooks: TurnPort, state: TurnState
-    ) -> None:
-        if not self.vision:
-            return
-        for f in files:
-            mime = str(getattr(f, "mimetype", "")).split(";")[0].strip().lower()
-            if mime not in images.MODEL_IMAGE_TYPES:
-                continue
-            raw = await hooks.read_file(f.name, self.config.image_max_bytes)
-            if raw is None:
-                continue
-            label = f"attached by the user: {f.name}"
-            self._add_images(state, [images.from_bytes(raw, mime, label)])
 
     def _add_images(self, state: TurnState, found: list[images.Image]) -> None:
         """Keep the newest few: the model cares most about what it just drew."""

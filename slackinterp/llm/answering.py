@@ -5,14 +5,20 @@ reply, code shown but not run, a guess; grounding: numbers no cell printed). Whe
 left or it was told already, an answer that still states numbers no cell printed is not passed
 on, and a turn with no answer ends with what its cells printed; every such ending is one line
 that says why (the person never gets silence or an ungrounded number from the bot).
+
+A model that sends code which already ran, or any code in its last round after a cell
+succeeded, is asked for its answer instead (`state.answering`): that reply's words are the
+answer, its code is not run. Small models often have the result printed and keep writing code;
+ending there with "I stopped" lost answers the outputs held.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 
 from slackinterp.errors import FailureKind, NoticeKind
-from slackinterp.llm import bounds, grounding, hints, prompts, tooling
+from slackinterp.llm import bounds, grounding, hints, prompts, textcalls, tooling
 from slackinterp.llm.completion import Reply
 from slackinterp.llm.failures import ModelError
 from slackinterp.llm.port import TurnPort
@@ -103,4 +109,31 @@ def rounds_line(max_rounds: int) -> str:
         f"I stopped after {max_rounds} rounds of code without reaching an answer "
         "(SLACKINTERP_MAX_ROUNDS). The cells above show how far I got; ask me to continue "
         "or narrow the question."
+    )
+
+
+_PYTHON_BLOCK = re.compile(r"```[ \t]*(?:python|py)\b.*?(?:```|\Z)", re.S | re.I)
+
+
+def words_only(reply: Reply, state: TurnState) -> str:
+    """The reply asked for the answer (state.answering): its words without any code, which is
+    not run; "" when it held only code."""
+    reply.tool_calls = []
+    found = textcalls.find_calls(
+        reply.text, succeeded=True, already_run=state.already_run, blocks=True
+    )
+    text = found.prose if found.calls else reply.text
+    return _PYTHON_BLOCK.sub("", text).strip()
+
+
+def code_instead(state: TurnState) -> str:
+    """The turn's end when the reply asked for the answer held only code."""
+    log.info("model.code_instead_of_answer why=%s", state.answering)
+    if state.answering == "repeat":
+        return tooling.kept_asking(state)
+    return (
+        "I stopped: the model sent more code in its last round (SLACKINTERP_MAX_ROUNDS) "
+        "instead of the answer, so it was not run. "
+        + tooling.last_output(state)
+        + "Ask me to continue if you need more."
     )

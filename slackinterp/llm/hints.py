@@ -84,8 +84,16 @@ UNPRINTED_NUDGE = (
 )
 LAST_ROUND = (
     "This is your last reply for this message: give the user the answer now, from the "
-    "outputs above, in the form they asked for. Code you send now is not followed by "
-    "another reply."
+    "outputs above, in the form they asked for."
+)
+# After LAST_ROUND: a cell succeeded (answering.py: code is not run), or none did yet.
+LAST_ROUND_NO_CODE = " Code you send now is not run."
+LAST_ROUND_CODE = " Code you send now runs, but no reply of yours follows it."
+# The model sent code that already ran instead of answering: its next reply is its answer.
+ANSWER_NOW = (
+    "Write no code now: that code already ran and its output is above. Answer the user's "
+    "question from the outputs above, in the form they asked for (fill any format they gave "
+    "with the values the cells printed). If the outputs do not answer it, say what is missing."
 )
 
 

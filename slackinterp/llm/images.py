@@ -8,6 +8,7 @@ the thread's history: base64 would swamp the history budget and the database.
 from __future__ import annotations
 
 import base64
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -50,6 +51,24 @@ def from_outputs(outputs: list[Any], label: str, max_bytes: int) -> tuple[list[I
 
 def from_bytes(raw: bytes, mime: str, label: str) -> Image:
     return Image(mime, base64.b64encode(raw).decode("ascii"), label)
+
+
+async def attached(
+    files: Sequence[Any],
+    read: Callable[[str, int], Awaitable[bytes | None]],
+    max_bytes: int,
+) -> list[Image]:
+    """The images among files a person attached (`read`: the thread's file, None when it is
+    gone or bigger than `max_bytes`), for a model that can see them."""
+    found = []
+    for f in files:
+        mime = str(getattr(f, "mimetype", "")).split(";")[0].strip().lower()
+        if mime not in MODEL_IMAGE_TYPES:
+            continue
+        raw = await read(f.name, max_bytes)
+        if raw is not None:
+            found.append(from_bytes(raw, mime, f"attached by the user: {f.name}"))
+    return found
 
 
 def request_message(images: list[Image]) -> dict[str, Any]:

@@ -58,6 +58,9 @@ class TurnState:
     last_output: str = ""  # what the last successful cell printed and returned
     ran_cell: bool = False  # a cell ran in this turn
     nudged: bool = False  # the model was nudged once (hints.nudge)
+    # The model's next reply is its answer, no code run (answering.py): why ("repeat": it sent
+    # code that already ran; "last": the last round after a cell succeeded), or "".
+    answering: str = ""
     blocks: bool = False  # SLACKINTERP_TOOL_MODE=blocks: the model writes code blocks
     with_files: bool = False  # files came with the message
     clock: TurnClock = field(default_factory=lambda: TurnClock(0))  # SLACKINTERP_TURN_SECONDS

@@ -2,7 +2,7 @@
 
 Guards against what small models do: tools that do not exist, malformed arguments, the same
 failing code again (once it is told the error again with a hint; a second time ends the turn),
-and successful code called again instead of answering.
+and successful code called again instead of answering (its next reply is asked for the answer).
 """
 
 from __future__ import annotations
@@ -128,20 +128,15 @@ async def run_tool(
             True,
         )
     if textcalls.normal(code) in state.already_run:
-        # Small models tend to call the same successful code again instead of answering.
+        # Small models tend to call the same successful code again instead of answering: the
+        # next reply is asked for the answer, with no code run (answering.py).
         state.repeats += 1
         if state.repeats > 1:
-            return ToolOutcome(
-                "Not run again.",
-                code,
-                False,
-                "I stopped: the model kept asking to run code that had already run. "
-                + last_output(state)
-                + "Ask me again if you need more.",
-            )
+            return ToolOutcome("Not run again.", code, False, kept_asking(state))
+        state.answering = state.answering or "repeat"
         return ToolOutcome(
             "Not run again: this exact code already ran successfully in this turn and its "
-            "output is above. Answer the user now, or run different code.",
+            "output is above.",
             code,
         )
     if grounding.prints_only_written_numbers(code):
@@ -171,6 +166,15 @@ async def run_tool(
     if result.status.value == "stopped":
         return ToolOutcome(text, code, True, STOPPED, result)
     return ToolOutcome(text, code, not result.ok, "", result)
+
+
+def kept_asking(state: TurnState) -> str:
+    """The turn's end when the model only sends code that already ran."""
+    return (
+        "I stopped: the model kept asking to run code that had already run. "
+        + last_output(state)
+        + "Ask me again if you need more."
+    )
 
 
 def last_output(state: TurnState) -> str:
