@@ -216,3 +216,36 @@ def test_an_f_string_with_the_same_quotes_inside_gets_a_hint() -> None:
     hint = hints.for_error("SyntaxError", "f-string: unmatched '['", [])
     assert "other kind of quotes" in hint
     assert hints.for_error("SyntaxError", "invalid syntax", []) == ""
+
+
+def test_a_name_imported_from_the_wrong_module_is_looked_up() -> None:
+    evalue = "cannot import name 'LinearRegression' from 'sklearn.model_selection' (/x/y.py)"
+    assert hints.import_from("ImportError", evalue) == (
+        "LinearRegression",
+        "sklearn.model_selection",
+    )
+    assert hints.import_from("ModuleNotFoundError", "No module named 'x'") is None
+    found = hints.found_in(
+        "LinearRegression", "sklearn.model_selection", '["sklearn.linear_model"]'
+    )
+    assert "from sklearn.linear_model import LinearRegression" in found
+    assert hints.found_in("X", "m", "[]") == "" and hints.found_in("X", "m", "oops") == ""
+
+
+async def test_the_kernel_says_where_a_misplaced_name_is(tmp_path: Path) -> None:
+    """Small models import names from the wrong module (`from sklearn.model_selection import
+    LinearRegression`) and send the same import again: the error comes with the right one,
+    found among the kernel's own packages."""
+    async with model_bot(tmp_path, model_stream=False) as (slack, model, _bot):
+        model.script(
+            py("from json.decoder import dumps"),
+            py("from email.message import message_from_string"),
+            Reply(text="Done."),
+        )
+        ts, _ = await slack.user_message(CHANNEL, "<@UBOT> import things")
+        await wait_final(slack, ts, "Done.")
+        told = [m for m in model.requests[1].body["messages"] if m["role"] == "tool"]
+        assert "it is in json: `from json import dumps`" in told[-1]["content"]
+        told = [m for m in model.requests[2].body["messages"] if m["role"] == "tool"]
+        assert "`from email import message_from_string`" in told[-1]["content"]
+        assert not any("__slackinterp_where" in all_text(m) for m in bot_messages(slack, ts))

@@ -5,6 +5,7 @@ Large models need none of it; a hint is a line."""
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from pathlib import PurePosixPath
@@ -17,6 +18,7 @@ SHOWED_NOTHING = (
     "you define must also be called)."
 )
 _NAME = re.compile(r"name '([^']+)' is not defined")
+_IMPORT = re.compile(r"cannot import name '([\w.]+)' from '([\w.]+)'")
 
 
 def for_error(ename: str, evalue: str, files: Sequence[str]) -> str:
@@ -42,6 +44,30 @@ def for_error(ename: str, evalue: str, files: Sequence[str]) -> str:
             "`df.columns` (or the dict's keys) to see the real names, then use one of them."
         )
     return ""
+
+
+def import_from(ename: str, evalue: str) -> tuple[str, str] | None:
+    """(name, module) of `from module import name` that failed because module has no such
+    name: where the name really is can be looked up in the kernel (prompts.WHERE_IS_CODE)."""
+    match = _IMPORT.search(evalue) if ename == "ImportError" else None
+    return (match.group(1), match.group(2)) if match else None
+
+
+def found_in(name: str, module: str, raw: str) -> str:
+    """The hint from the kernel's search (its last line: a JSON list of modules), or ""."""
+    try:
+        places = json.loads(raw.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        return ""
+    if not isinstance(places, list) or not places:
+        return ""
+    where = str(places[0])
+    also = [str(p) for p in places[1:]]
+    return (
+        f"`{name}` is not in {module}; it is in {where}: `from {where} import {name}`"
+        + (f" (also in {', '.join(also)})" if also else "")
+        + "."
+    )
 
 
 def _undefined(name: str, files: Sequence[str]) -> str:

@@ -167,6 +167,41 @@ __slackinterp_preview(%s)
 del __slackinterp_preview
 """
 
+# Where the kernel's packages define a name a cell could not import from the module it named
+# (`from sklearn.model_selection import LinearRegression`): the package itself and its direct
+# submodules, tried in order, for at most a few seconds; a JSON list of modules on the last line.
+WHERE_IS_CODE = r"""
+def __slackinterp_where(name, module):
+    import contextlib, importlib, io, json, pkgutil, time, warnings
+    top, found, began = module.split(".")[0], [], time.monotonic()
+    with warnings.catch_warnings(), contextlib.redirect_stderr(io.StringIO()):
+        warnings.simplefilter("ignore")
+        try:
+            root = importlib.import_module(top)
+        except Exception:
+            root = None
+        subs = pkgutil.iter_modules(getattr(root, "__path__", None) or [])
+        names = [top] + sorted(
+            top + "." + m.name for m in subs if not m.name.startswith("_") and "test" not in m.name
+        )
+        for full in names:
+            if len(found) >= 3 or time.monotonic() - began > 5:
+                break
+            try:
+                if full != module and hasattr(importlib.import_module(full), name):
+                    found.append(full)
+            except Exception:
+                continue
+    print(json.dumps(found))
+__slackinterp_where(%s, %s)
+del __slackinterp_where
+"""
+
+
+def where_is_code(name: str, module: str) -> str:
+    return WHERE_IS_CODE % (json.dumps(name), json.dumps(module))
+
+
 # Defines __si_vars() in the kernel: a JSON list describing the user's variables, bounded.
 VARIABLES_DEF = r"""
 def __si_vars():

@@ -152,6 +152,9 @@ async def run_tool(
     if result.error is not None:
         files = [name for name, _size in await port.files()]
         hint = hints.for_error(result.error.ename, result.error.evalue, files)
+        missing = hints.import_from(result.error.ename, result.error.evalue)
+        if missing is not None:  # where the name really is, looked up in the kernel
+            hint = hints.found_in(*missing, await port.run_hidden(prompts.where_is_code(*missing)))
         text += f"\nhint: {hint}" if hint else ""
     elif result.ok and not (result.text.strip() or result.result or result.outputs or run.produced):
         text += f"\nhint: {hints.SHOWED_NOTHING}"
