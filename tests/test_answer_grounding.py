@@ -125,7 +125,7 @@ async def test_the_last_round_after_a_result_runs_no_code(tmp_path: Path) -> Non
     async with model_bot(tmp_path, model_stream=False, max_rounds=2) as (slack, model, _bot):
         model.script(py("print(6 * 7)"), py("print(6 * 8)"))
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
-        final = await wait_final(slack, ts, "in its last round")
+        final = await wait_final(slack, ts, "in the last one the model sent more code")
         assert "42" in final["text"] and "not run" in final["text"]
         assert len(await wait_cells(slack, ts, 1)) == 1
         last = json.dumps(model.requests[1].body["messages"][-1])

@@ -191,7 +191,7 @@ class Agent:
             if state.answering:  # its words are the answer; its code is not run
                 reply.text = answering.words_only(reply, state)
                 if not reply.text.strip():
-                    return answering.code_instead(state)
+                    return answering.code_instead(state, self.config.max_rounds)
             source: CellSource = "model"
             real_calls = [call["function"]["name"] for call in reply.tool_calls or []]
             text_calls = unknown_text = 0

@@ -126,14 +126,14 @@ def words_only(reply: Reply, state: TurnState) -> str:
     return _PYTHON_BLOCK.sub("", text).strip()
 
 
-def code_instead(state: TurnState) -> str:
+def code_instead(state: TurnState, max_rounds: int) -> str:
     """The turn's end when the reply asked for the answer held only code."""
     log.info("model.code_instead_of_answer why=%s", state.answering)
     if state.answering == "repeat":
         return tooling.kept_asking(state)
     return (
-        "I stopped: the model sent more code in its last round (SLACKINTERP_MAX_ROUNDS) "
-        "instead of the answer, so it was not run. "
+        f"I stopped after {max_rounds} rounds of code (SLACKINTERP_MAX_ROUNDS): in the last "
+        "one the model sent more code instead of the answer, so it was not run. "
         + tooling.last_output(state)
         + "Ask me to continue if you need more."
     )
