@@ -37,6 +37,21 @@ def test_tool_exchanges_become_blocks_and_one_user_message() -> None:
     assert messages[3]["role"] == "tool"  # the stored history is untouched
 
 
+def test_the_rounds_note_is_the_last_thing_the_model_reads() -> None:
+    """After code ran, "answer now" ends the results message (after its own line on what to
+    do next); before any code it precedes the person's words, which stay last."""
+    ran = [
+        {"role": "user", "content": "q"},
+        {"role": "assistant", "content": "", "tool_calls": [call(json.dumps({"code": "1"}))]},
+        {"role": "tool", "tool_call_id": "c1", "content": "status: ok"},
+    ]
+    out = codeblocks.as_plain_messages(ran, ["ANSWER NOW"])
+    assert out[-1]["content"].endswith(codeblocks.RESULT_NEXT + "\n\nANSWER NOW")
+    asked = codeblocks.as_plain_messages([{"role": "user", "content": "q"}], ["NOTE"])
+    assert asked == [{"role": "user", "content": "NOTE\n\nq"}]
+    assert codeblocks.as_plain_messages(ran)[-1]["content"].endswith(codeblocks.RESULT_NEXT)
+
+
 def test_the_first_python_block_is_the_call_and_what_follows_is_dropped() -> None:
     text = "Plan.\n```python\nprint(1)\n```\nOutput:\n```\n1\n```\n```python\nprint(2)\n```"
     found = textcalls.find_calls(text, blocks=True)

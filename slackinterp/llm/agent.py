@@ -417,8 +417,9 @@ class Agent:
             head = {"role": "system", "content": system}
             messages = [head, *fit_to_budget(earlier, turn, budget - message_size(head) - 2)]
             if state.blocks:
-                messages = codeblocks.as_plain_messages(messages)
-            messages = with_notes(messages, state.request_notes)
+                messages = codeblocks.as_plain_messages(messages, state.request_notes)
+            else:
+                messages = with_notes(messages, state.request_notes)
             with_images = bool(state.images) and self.vision
             if with_images:
                 messages.append(images.request_message(state.images))

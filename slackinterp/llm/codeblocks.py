@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from slackinterp.llm import prompts
+from slackinterp.llm.history import with_notes
 
 RESULT_INTRO = "Output of your code:\n"
 RESULT_NEXT = (
@@ -48,11 +49,15 @@ def system_prompt(exec_timeout: float, network: bool | str, packages: Sequence[s
     )
 
 
-def as_plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def as_plain_messages(
+    messages: list[dict[str, Any]], notes: Sequence[str] = ()
+) -> list[dict[str, Any]]:
     """The request's messages with tool exchanges written as blocks and plain messages:
     an assistant's calls become ```python blocks after its text, and tool results become
     one user message (a server given no tools may reject tool roles, and a small model
-    imitates the form it sees)."""
+    imitates the form it sees). This round's `notes` (the last round, answer now) end the
+    results message when the request ends with one, so they are the last thing the model
+    reads; otherwise they go where history.with_notes puts them."""
     out: list[dict[str, Any]] = []
     results: list[str] = []
     for message in messages:
@@ -69,13 +74,14 @@ def as_plain_messages(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
         else:
             out.append(message)
     if results:
-        out.append(_results_message(results))
-    return out
+        out.append(_results_message(results, notes))
+        return out
+    return with_notes(out, list(notes))
 
 
-def _results_message(results: list[str]) -> dict[str, Any]:
-    body = "\n\n".join(RESULT_INTRO + r for r in results)
-    return {"role": "user", "content": body + RESULT_NEXT}
+def _results_message(results: list[str], notes: Sequence[str] = ()) -> dict[str, Any]:
+    body = "\n\n".join(RESULT_INTRO + r for r in results) + RESULT_NEXT
+    return {"role": "user", "content": "\n\n".join([body, *notes])}
 
 
 def _as_block(call: dict[str, Any]) -> str:
