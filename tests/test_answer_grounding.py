@@ -182,12 +182,15 @@ async def test_an_answer_that_still_states_unprinted_numbers_is_not_passed_on(
 
 
 async def test_a_guess_given_again_without_any_cell_is_not_passed_on(tmp_path: Path) -> None:
-    """Blocks mode: numbers about an attached file, given twice without running code."""
+    """Blocks mode: numbers about an attached file, given three times without running code
+    (sent back to compute twice)."""
     async with model_bot(tmp_path, model_stream=False, tool_mode="blocks") as (slack, model, _):
         csv = slack.add_user_file("a.csv", b"x\n1\n2\n", "text/csv", "csv")
-        model.script(Reply(text="The mean is 7."), Reply(text="The mean is 7."))
+        model.script(*[Reply(text=f"The mean is {n}.") for n in (7, 8, 9)])
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> mean of x?", files=[csv])
         final = await wait_final(slack, ts, grounding.NO_CELL)
+        assert len(model.requests) == 3
+        assert "so they are guesses" in model.requests[2].body["messages"][-1]["content"]
         assert "The mean is 7" not in final["text"] and grounding.WITHHELD[:30] in final["text"]
         # A small model is shown the table's columns, not rows to copy values from.
         asked = model.requests[0].body["messages"][-1]["content"]

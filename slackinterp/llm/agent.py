@@ -320,7 +320,7 @@ class Agent:
         """Once per turn: an empty reply, code shown but not run, or (blocks mode) values
         guessed without code get one more round. A guess is neither shown nor kept: a small
         model that sees its own guess above tends to give it again."""
-        state.nudged = True
+        state.nudges += 1
         guess = hints.is_guess(nudge)
         log.info("model.nudged empty=%s guess=%s", not text.strip(), guess)
         if text.strip() and not guess:

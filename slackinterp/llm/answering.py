@@ -1,9 +1,10 @@
 """A reply without code would end the turn: is it given as the answer?
 
-Once per turn, while a round is left, the model is sent back to work (hints.nudge: an empty
-reply, code shown but not run, a guess; grounding: numbers no cell printed). When no round is
-left or it was told already, an answer that still states numbers no cell printed is not passed
-on, and a turn with no answer ends with what its cells printed; every such ending is one line
+Once per turn (twice for values guessed without code), while a round is left, the model is
+sent back to work (hints.nudge: an empty reply, code shown but not run, a guess; grounding:
+numbers no cell printed). When no round is left or it was told already, an answer that still
+states numbers no cell printed is not passed on, and a turn with no answer ends with what its
+cells printed; every such ending is one line
 that says why (the person never gets silence or an ungrounded number from the bot).
 
 A model that sends code which already ran, or any code in its last round after a cell
@@ -25,18 +26,23 @@ from slackinterp.llm.port import TurnPort
 from slackinterp.llm.state import AgentConfig, TurnState
 
 log = logging.getLogger(__name__)
+# Nudges per turn: one; a model that gives values about the files without running any code
+# (a guess) is sent to compute a second time, as small models often guess twice.
+NUDGES, GUESS_NUDGES = 1, 2
 
 
 def nudge_for(answer: str, state: TurnState, last_round: bool) -> str:
     """What to tell the model about its answer before it is given, or "". Never in the last
     round: an answer there is judged as it is, not swapped for "I stopped after N rounds"."""
-    if state.nudged or last_round:
+    if last_round or state.nudges >= GUESS_NUDGES:
         return ""
     nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
+    if state.nudges >= NUDGES and not hints.is_guess(nudge):
+        return ""
     if nudge or not state.ran_cell:
         return nudge
     missing = grounding.unprinted(answer, state.printed, state.quoted)
-    if missing:
+    if missing and state.nudges < NUDGES:
         log.info("model.unprinted_numbers count=%d", len(missing))
         return hints.unprinted(missing, state.blocks)
     return ""
@@ -46,7 +52,7 @@ def ending(answer: str, state: TurnState, model: str) -> str | None:
     """The turn's last message instead of `answer`, or None when `answer` is given. An empty
     answer with no cell to show raises ModelError (the thread gets its line)."""
     if answer.strip() and ungrounded(answer, state):
-        log.info("model.ungrounded_answer asked=%s", state.nudged)
+        log.info("model.ungrounded_answer asked=%d", state.nudges)
         cells = tooling.last_output(state) if state.ran_cell else grounding.NO_CELL
         return grounding.WITHHELD + cells + grounding.AGAIN
     if not answer.strip() and state.succeeded:

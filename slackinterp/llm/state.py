@@ -57,7 +57,7 @@ class TurnState:
     fixed_calls: set[str] = field(default_factory=set)  # text calls whose indentation was fixed
     last_output: str = ""  # what the last successful cell printed and returned
     ran_cell: bool = False  # a cell ran in this turn
-    nudged: bool = False  # the model was nudged once (hints.nudge)
+    nudges: int = 0  # times the model was sent back to work (answering.nudge_for)
     # The model's next reply is its answer, no code run (answering.py): why ("repeat": it sent
     # code that already ran; "last": the last round after a cell succeeded), or "".
     answering: str = ""
