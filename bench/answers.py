@@ -205,13 +205,16 @@ GAVE_UP = (
 
 def result(q: Question, loop: str, log: TurnLog, timed_out: bool, load: float) -> Result:
     cell_text = log.all_text
+    gave_up = loop != "plain" and log.answer.lstrip().startswith(GAVE_UP)
+    # The bot's own first line ("I stopped after 4 rounds …") states no value of the model's.
+    own = log.answer.lstrip().split("\n")[0] if gave_up else ""
     score = dabench_score.score(
         log.answer,
         q.labels,
         cell_text=cell_text,
-        quoted=q.text,
+        quoted=q.text + "\n" + own,
         timed_out=timed_out,
-        gave_up=loop != "plain" and log.answer.lstrip().startswith(GAVE_UP),
+        gave_up=gave_up,
     )
     return Result(
         q.id,

@@ -104,9 +104,12 @@ async def test_code_that_already_ran_is_answered_from_its_output(tmp_path: Path)
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> six times seven")
         final = await wait_final(slack, ts, "It is 42.")
         assert "print(6 * 7 + 1)" not in final["text"]  # its code is neither run nor shown
+        # The answer ends with the output it rests on (the model's words may have lost it).
+        assert "It is 42.\n\nThe last cell's output ends with:\n```\n42\n```" in final["text"]
         assert len(await wait_cells(slack, ts, 1)) == 1
         asked = json.dumps(model.requests[2].body["messages"][-1])
         assert json.dumps(hints.ANSWER_NOW)[1:-1] in asked
+        assert "already ran successfully in this turn. Its output was:\\n42" in asked
         assert hints.ANSWER_NOW[:30] not in json.dumps(model.requests[1].body["messages"])
         # Cells post before the turn's final answer: none came from the answer's code.
         assert len([m for m in bot_messages(slack, ts) if m["text"].startswith("Cell:")]) == 1

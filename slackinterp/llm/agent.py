@@ -252,7 +252,7 @@ class Agent:
                 final = {"role": "assistant", "content": reply.text}
                 turn.append(final)
                 await self.history.add_history(key, [final])
-                return answer
+                return answering.with_output(answer, state)
             assistant = {
                 "role": "assistant",
                 "content": reply.text or "",

@@ -143,3 +143,15 @@ def code_instead(state: TurnState, max_rounds: int) -> str:
         + tooling.last_output(state)
         + "Ask me to continue if you need more."
     )
+
+
+def with_output(answer: str, state: TurnState) -> str:
+    """An answer the model was asked for (state.answering) ends with the last cell's output:
+    a model that had to be asked is often a small one, and its words alone ("The code does not
+    run again.") can lose a result the output holds."""
+    if not state.answering or not state.last_output.strip():
+        return answer
+    tail = tooling.last_output(state).replace(
+        "Its output ends with", "The last cell's output ends with"
+    )
+    return answer.rstrip() + "\n\n" + tail.rstrip()

@@ -56,6 +56,7 @@ class TurnState:
     failed_repeats: int = 0
     fixed_calls: set[str] = field(default_factory=set)  # text calls whose indentation was fixed
     last_output: str = ""  # what the last successful cell printed and returned
+    outputs: dict[str, str] = field(default_factory=dict)  # normalised code → what it printed
     ran_cell: bool = False  # a cell ran in this turn
     nudges: int = 0  # times the model was sent back to work (answering.nudge_for)
     # The model's next reply is its answer, no code run (answering.py): why ("repeat": it sent

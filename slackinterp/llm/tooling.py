@@ -20,6 +20,7 @@ from slackinterp.llm.port import CellSource, TurnPort
 from slackinterp.llm.state import TurnState
 
 TOOL_OUTPUT_CHARS = 6000
+REPEATED_OUTPUT_CHARS = 2000  # the end of an output shown again for code sent again
 STOPPED = "Stopped. Tell me how to continue when you are ready."
 # The form of a call, shown to a model whose call could not be read.
 EXAMPLE_CALL = json.dumps(
@@ -134,9 +135,14 @@ async def run_tool(
         if state.repeats > 1:
             return ToolOutcome("Not run again.", code, False, kept_asking(state))
         state.answering = state.answering or "repeat"
+        printed = state.outputs.get(textcalls.normal(code), "").strip()
         return ToolOutcome(
-            "Not run again: this exact code already ran successfully in this turn and its "
-            "output is above.",
+            "Not run again: this exact code already ran successfully in this turn. "
+            + (
+                f"Its output was:\n{printed[-REPEATED_OUTPUT_CHARS:]}"
+                if printed
+                else "It printed nothing."
+            ),
             code,
         )
     if grounding.prints_only_written_numbers(code):
@@ -163,6 +169,7 @@ async def run_tool(
         state.last_output = result.text + (
             str(shown.data.get("text/plain", "")) if shown is not None else ""
         )
+        state.outputs[textcalls.normal(code)] = state.last_output
     state.last_failure = None if result.ok else textcalls.normal(code)
     state.last_failure_text = "" if result.ok else text
     state.failed_repeats = 0
