@@ -193,7 +193,10 @@ async def test_a_guess_given_again_without_any_cell_is_not_passed_on(tmp_path: P
         ts, _ = await slack.user_message(CHANNEL, "<@UBOT> mean of x?", files=[csv])
         final = await wait_final(slack, ts, grounding.NO_CELL)
         assert len(model.requests) == 3
-        assert "so they are guesses" in model.requests[2].body["messages"][-1]["content"]
+        assert (
+            "first write the ```python block that computes it from a.csv"
+            in (model.requests[2].body["messages"][-1]["content"])
+        )
         assert "The mean is 7" not in final["text"] and grounding.WITHHELD[:30] in final["text"]
         # A small model is shown the table's columns, not rows to copy values from.
         asked = model.requests[0].body["messages"][-1]["content"]

@@ -84,10 +84,12 @@ def test_the_short_prompt_names_the_kernels_facts() -> None:
 
 def test_numbers_about_attached_files_without_code_get_a_nudge_in_blocks_mode() -> None:
     guess = "The total revenue is 400."
-    assert "guesses" in hints.nudge(guess, False, blocks=True, with_files=True)
-    assert hints.nudge(guess, True, blocks=True, with_files=True) == ""  # a cell ran
-    assert hints.nudge(guess, False, blocks=True, with_files=False) == ""  # nothing attached
-    assert hints.nudge(guess, False, blocks=False, with_files=True) == ""  # function mode
+    told = hints.nudge(guess, False, blocks=True, files=["sales.csv"])
+    assert told.startswith("Do not answer yet") and "from sales.csv" in told
+    assert hints.is_guess(told)
+    assert hints.nudge(guess, True, blocks=True, files=["sales.csv"]) == ""  # a cell ran
+    assert hints.nudge(guess, False, blocks=True, files=[]) == ""  # nothing attached
+    assert hints.nudge(guess, False, blocks=False, files=["sales.csv"]) == ""  # function mode
     assert hints.nudge("The file has columns a and b.", False, True, True) == ""
 
 

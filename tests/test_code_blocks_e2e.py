@@ -79,7 +79,8 @@ async def test_values_guessed_about_a_file_are_sent_back_once_and_not_shown(tmp_
         await wait_final(slack, ts, "It is 15.")
         assert "15" in all_text((await wait_cells(slack, ts, 1))[0])
         asked = model.requests[1].messages
-        assert asked[-1]["role"] == "user" and "so they are guesses" in asked[-1]["content"]
+        assert asked[-1]["role"] == "user" and "Do not answer yet" in asked[-1]["content"]
+        assert "computes it from sales.csv" in asked[-1]["content"]
         assert asked[-2]["role"] == "user" and "total revenue?" in asked[-2]["content"]
         assert not any("480" in all_text(m) for m in bot_messages(slack, ts))
 

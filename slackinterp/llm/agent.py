@@ -141,7 +141,7 @@ class Agent:
         state = TurnState(clock=TurnClock(self.config.turn_seconds), blocks=self.blocks)
         earlier = await self.history.history(key)
         content = text or "(The user sent files without a message.)"
-        state.with_files = bool(files)
+        state.files = [f.name for f in files]
         if files:
             raw = await hooks.run_hidden(prompts.file_preview_code([f.name for f in files]))
             previews = prompts.describe_previews(raw, rows=not state.blocks)
@@ -150,8 +150,10 @@ class Agent:
                     p.text for p in previews
                 )
             if self.vision:
-                found = await images.attached(files, hooks.read_file, self.config.image_max_bytes)
-                self._add_images(state, found)
+                pictures = await images.attached(
+                    files, hooks.read_file, self.config.image_max_bytes
+                )
+                self._add_images(state, pictures)
         turn: list[dict[str, Any]] = [{"role": "user", "content": content}]
         state.quoted = "\n".join([content, *(str(m.get("content") or "") for m in earlier)])
         await self.history.add_history(key, turn)
@@ -246,9 +248,9 @@ class Agent:
                 if nudge:
                     await self._nudge(key, reply.text, nudge, turn, hooks, state)
                     continue
-                ended = answering.ending(answer, state, self.config.model)
-                if ended is not None:
-                    return ended
+                instead = answering.ending(answer, state, self.config.model)
+                if instead is not None:
+                    return instead
                 final = {"role": "assistant", "content": reply.text}
                 turn.append(final)
                 await self.history.add_history(key, [final])

@@ -36,7 +36,7 @@ def nudge_for(answer: str, state: TurnState, last_round: bool) -> str:
     round: an answer there is judged as it is, not swapped for "I stopped after N rounds"."""
     if last_round or state.nudges >= GUESS_NUDGES:
         return ""
-    nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.with_files)
+    nudge = hints.nudge(answer, state.ran_cell, state.blocks, state.files)
     if state.nudges >= NUDGES and not hints.is_guess(nudge):
         return ""
     if nudge or not state.ran_cell:
@@ -74,7 +74,7 @@ def ungrounded(answer: str, state: TurnState) -> bool:
     numbers about the attached files without any cell (blocks mode's guess)."""
     if state.ran_cell:
         return bool(grounding.unprinted(answer, state.printed, state.quoted))
-    return hints.is_guess(hints.nudge(answer, False, state.blocks, state.with_files))
+    return hints.is_guess(hints.nudge(answer, False, state.blocks, state.files))
 
 
 def cells_answer(state: TurnState) -> str:

@@ -97,9 +97,12 @@ SHOWN_CODE_NUDGE = (
     "tool, then answer with what it printed."
 )
 BLOCK_FORM = "in one ```python block"
+# Blocks mode only. Worded as what to write next, naming the files: on the 16 benchmark
+# questions where Qwen2.5-Coder-0.5B answered with made-up values, "You gave values without
+# running any code, so they are guesses. Compute …" got a code block 0 times, this 16 times.
 GUESSED_NUDGE = (
-    "You gave values without running any code, so they are guesses. Compute exactly what "
-    "the user asked with the `python` tool and print() the result."
+    "Do not answer yet: first write the ```python block that computes it from {files} and "
+    "prints it."
 )
 
 
@@ -133,14 +136,14 @@ def unprinted(missing: list[str], blocks: bool = False) -> str:
 def is_guess(nudge: str) -> bool:
     """The nudge is about values given without running code (GUESSED_NUDGE), or values no
     cell printed (UNPRINTED_NUDGE): neither is shown or kept."""
-    return nudge.startswith((GUESSED_NUDGE.split(",")[0], UNPRINTED_NUDGE.split("{")[0]))
+    return nudge.startswith((GUESSED_NUDGE.split(":")[0], UNPRINTED_NUDGE.split("{")[0]))
 
 
 _DIGIT = re.compile(r"\d")
 _PYTHON_FENCE = re.compile(r"```[ \t]*(?:python|py)\b", re.I)
 
 
-def nudge(answer: str, ran_cell: bool, blocks: bool = False, with_files: bool = False) -> str:
+def nudge(answer: str, ran_cell: bool, blocks: bool = False, files: Sequence[str] = ()) -> str:
     """A reply that would end the turn with nothing, or with code nobody ran: what to tell
     the model (once per turn), or "". `blocks`: the model runs code by writing a block
     (SLACKINTERP_TOOL_MODE=blocks, small models); then an answer with numbers about files
@@ -151,6 +154,6 @@ def nudge(answer: str, ran_cell: bool, blocks: bool = False, with_files: bool = 
         text = EMPTY_NUDGE
     elif not ran_cell and _PYTHON_FENCE.search(answer):
         text = SHOWN_CODE_NUDGE
-    elif blocks and with_files and not ran_cell and _DIGIT.search(answer):
-        text = GUESSED_NUDGE
+    elif blocks and files and not ran_cell and _DIGIT.search(answer):
+        return GUESSED_NUDGE.format(files=", ".join(files[:5]))
     return text.replace("with the `python` tool", BLOCK_FORM) if blocks else text

@@ -63,7 +63,7 @@ class TurnState:
     # code that already ran; "last": the last round after a cell succeeded), or "".
     answering: str = ""
     blocks: bool = False  # SLACKINTERP_TOOL_MODE=blocks: the model writes code blocks
-    with_files: bool = False  # files came with the message
+    files: list[str] = field(default_factory=list)  # names of the files that came with it
     clock: TurnClock = field(default_factory=lambda: TurnClock(0))  # SLACKINTERP_TURN_SECONDS
     budget_spent: str = ""  # a budget ran out during the turn: its line, said before a new call
     printed: str = ""  # what the model was shown of the turn's cells (grounding.py)
