@@ -127,8 +127,10 @@ async def test_a_correction_mid_cell_changes_the_next_cell(tmp_path: Path) -> No
 
 async def test_the_rounds_cap_holds_and_a_last_round_message_is_not_lost(tmp_path: Path) -> None:
     async with steer_bot(tmp_path, max_rounds=2) as (slack, model, bot):
+        # The first cell fails: a last round after a cell succeeded runs no code (it is asked
+        # for the answer), and this test needs the last round's cell to run.
         model.script(
-            py(wait_for_file("go1", "x = 1")),
+            py(wait_for_file("go1", "x = 1\n1 / 0")),
             py(wait_for_file("go2", "print(x + 1)")),
             Reply(text="Handled the late message."),
         )
