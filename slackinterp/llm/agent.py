@@ -33,6 +33,7 @@ from slackinterp.llm import (
     bounds,
     codeblocks,
     failures,
+    grounding,
     hints,
     images,
     model_fit,
@@ -277,7 +278,7 @@ class Agent:
                 }
                 turn.append(tool_message)
                 await self.history.add_history(key, [tool_message])
-                state.printed += "\n" + outcome.text  # what the model was shown is grounded
+                state.printed += "\n" + grounding.shown(outcome.text)  # what the model saw
                 if outcome.halt:
                     return outcome.halt
                 if outcome.result is not None:
@@ -290,9 +291,8 @@ class Agent:
 
     @staticmethod
     def _ask_for_answer(last_round: bool, state: TurnState) -> None:
-        """This round's note when the model is to answer now: after code that already ran
-        (tooling.py) or, in the last round, after a cell succeeded (its code is then not
-        run, answering.py); a last round after failures only may still run a fix."""
+        """The note to answer now: after code that already ran (tooling.py), or in the last round
+        after a cell succeeded (its code is not run); after failures only it may run a fix."""
         if state.answering:
             state.request_notes.append(hints.ANSWER_NOW)
         elif last_round and state.succeeded:
