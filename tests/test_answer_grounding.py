@@ -32,14 +32,6 @@ def test_numbers_no_cell_printed_are_found() -> None:
     assert grounding.unprinted("1,234 rows", "1234\n", "") == []
 
 
-def test_a_cell_status_line_grounds_no_number() -> None:
-    told = "status: ok (0.0 s)\noutput:\n@mean[mean]"
-    assert grounding.unprinted("The mean is 0.0.", grounding.shown(told), "") == ["0.0"]
-    assert (
-        grounding.unprinted("It took 1.5 s", grounding.shown("status: ok (1.5 s)\n1.5"), "") == []
-    )
-
-
 def test_the_nudge_names_the_numbers_and_is_not_kept() -> None:
     text = hints.unprinted(["35.1", "14.45"], blocks=True)
     assert "35.1, 14.45" in text and "```python block" in text

@@ -33,7 +33,6 @@ from slackinterp.llm import (
     bounds,
     codeblocks,
     failures,
-    grounding,
     hints,
     images,
     model_fit,
@@ -278,7 +277,7 @@ class Agent:
                 }
                 turn.append(tool_message)
                 await self.history.add_history(key, [tool_message])
-                state.printed += "\n" + grounding.shown(outcome.text)  # what the model saw
+                state.printed += "\n" + outcome.text  # what the model was shown is grounded
                 if outcome.halt:
                     return outcome.halt
                 if outcome.result is not None:
@@ -291,8 +290,9 @@ class Agent:
 
     @staticmethod
     def _ask_for_answer(last_round: bool, state: TurnState) -> None:
-        """The note to answer now: after code that already ran (tooling.py), or in the last round
-        after a cell succeeded (its code is not run); after failures only it may run a fix."""
+        """This round's note when the model is to answer now: after code that already ran
+        (tooling.py) or, in the last round, after a cell succeeded (its code is then not
+        run, answering.py); a last round after failures only may still run a fix."""
         if state.answering:
             state.request_notes.append(hints.ANSWER_NOW)
         elif last_round and state.succeeded:

@@ -25,15 +25,7 @@ WITHHELD = (
     "are not computed. "
 )
 NO_CELL = "No code ran for this message. "
-# The first line of what the model is shown of a cell (tooling.tool_result_text): its status
-# and duration are the bot's words, not the cell's output ("0.0 and 0.0" was grounded by them).
-_STATUS = re.compile(r"^status: \w+ \([\d.]+ s\)$", re.M)
 AGAIN = "Ask me again, or narrow the question."
-
-
-def shown(tool_text: str) -> str:
-    """What a cell showed the model, without the bot's status line."""
-    return _STATUS.sub("", tool_text)
 
 
 def numbers(text: str) -> list[str]:
